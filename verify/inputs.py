@@ -1,0 +1,698 @@
+"""Turning `-d/--data` specs into named input arrays, one dict per case.
+
+Spec grammar (one `-d` value; `;` separates several items inside one value):
+
+  NAME:FILE      FILE for input NAME. NAME is matched as the longest model input name
+                 followed by ':', so names holding ':' or '/' (e.g. `input:0`) work.
+  FILE           a bare FILE for a single-input model; for several inputs only a .npz,
+                 a JSON object or a .pb whose array names are the model's input names.
+  NAME:LITERAL   a JSON literal: `x:[[1,2],[3,4]]`, `x:3.5`, `mask:[true,false]`;
+                 bare `[[1,2]]` for a single input, `{"a":[1],"b":2}` for several.
+  NAME:rand      seeded random data of the declared shape and dtype: floats U(-1,1),
+  NAME:rand(L,H) ints in [0,10), bools 0/1; or U(L,H) / ints in [L,H).
+                 Inputs not given at all are filled the same way.
+
+Files: .npy (never unpickled), .npz (arrays matched by name; a lone array fits any one
+input), .json (nested lists, or an object mapping input names to nested lists), .pb (an
+ONNX TensorProto, as in onnx_test_runner's input_0.pb), images .png .jpg .jpeg .bmp .ppm
+.pgm. An image is decoded with Pillow (EXIF rotation applied), converted to RGB (L for a
+1-channel input), resized bilinearly to the input's H x W (dynamic H/W keep the image's
+size), laid out NCHW or NHWC as the input's shape says (channel dim: the one of size 1 or
+3 right after the batch dim or last; --layout overrides), batch dim added; then
+x*scale, (x-mean)/std per channel (RGB order), the BGR swap if asked, cast to the dtype.
+Arrays from files and literals are never preprocessed.
+
+Cases: items accumulate into one case until an input name repeats, which starts the next
+case (`-d a:1.npy -d b:1.npy -d a:2.npy -d b:2.npy` is 2 cases; `-d 1.png -d 2.png` on a
+one-input model is 2 cases). No `-d` at all is one random case. Inputs a case leaves out
+are random; each case and input draws from its own stream derived from --seed.
+
+Given arrays must match the declared static dims (and --shape); dynamic dims take any
+size, but random data needs them set: `--shape NAME:1x3x224x224` (or `1,3,224,224`).
+Dtypes are cast only without loss: float to any float (unless finite values overflow),
+int/bool to int, float or bool when every value fits exactly. Float to int is refused.
+Relative paths resolve against base_dir, else the current directory.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zipfile
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+
+import numpy as np
+import onnx
+
+from verify.errors import InputError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
+ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
+RANDOM_INT_HIGH = 10  # random ints lie in [0, 10): safe as indices into most tables
+
+Dim = int | str | None
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One model input as declared. `shape` is None when the model declares no rank."""
+
+    name: str
+    shape: tuple[Dim, ...] | None
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How an image becomes an array: x*scale, then (x-mean)/std per channel, then BGR."""
+
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    scale: float = 1.0
+    bgr: bool = False
+    layout: str | None = None  # "nchw" | "nhwc" | None: infer from the input's shape
+
+    def __post_init__(self) -> None:
+        if self.layout not in (None, "nchw", "nhwc"):
+            raise InputError(f"--layout {self.layout}: use nchw or nhwc")
+        if not math.isfinite(self.scale):
+            raise InputError(f"--scale {self.scale}: must be a finite number")
+        for opt, vals in (("--mean", self.mean), ("--std", self.std)):
+            if vals is not None and (not vals or not all(math.isfinite(v) for v in vals)):
+                raise InputError(f"{opt} {_fmt_floats(vals)}: give finite numbers, e.g. 0.485,0.456,0.406")
+        if self.std is not None and any(v == 0 for v in self.std):
+            raise InputError(f"--std {_fmt_floats(self.std)}: a zero std would divide by zero")
+
+
+@dataclass(frozen=True)
+class _Random:
+    """Data to draw when the case is complete (the stream depends on the case index)."""
+
+    low: float | None = None
+    high: float | None = None
+
+
+_NO_SHAPES: Mapping[str, tuple[int, ...]] = MappingProxyType({})
+
+
+# --- public API ------------------------------------------------------------------------------
+def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
+    """The graph inputs that are not initializers, in declaration order."""
+    initializers = {t.name for t in model.graph.initializer}
+    infos = []
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        if vi.type.WhichOneof("value") != "tensor_type":
+            raise InputError(f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); "
+                             "verify feeds tensor inputs only")
+        tt = vi.type.tensor_type
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except (KeyError, ValueError, TypeError):
+            raise InputError(f"input '{vi.name}' has an unknown element type "
+                             f"{tt.elem_type}; the model is malformed") from None
+        shape: tuple[Dim, ...] | None = None
+        if tt.HasField("shape"):
+            shape = tuple(d.dim_value if d.HasField("dim_value")
+                          else d.dim_param if d.HasField("dim_param") and d.dim_param
+                          else None for d in tt.shape.dim)
+        infos.append(InputInfo(vi.name, shape, dtype))
+    return infos
+
+
+def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
+    """`name:1x3x224x224` or `name:1,3,224,224` -> (name, dims). A bare `1x3x224` gives
+    name "" which build_cases takes to mean the model's only input. Names may hold ':'."""
+    name, _, dims_text = text.strip().rpartition(":")
+    parts = re.split(r"[x,]", dims_text.strip()) if dims_text.strip() else []
+    if not parts or not all(p.strip().isdigit() for p in parts):
+        raise InputError(f"--shape {text!r}: write NAME:1x3x224x224 (or NAME:1,3,224,224) "
+                         "with non-negative integer dims")
+    return name, tuple(int(p) for p in parts)
+
+
+def load_array_file(path: Path, name: str) -> np.ndarray:
+    """One array for input `name` from .npy/.npz/.json/.pb, or an image decoded as is:
+    (H,W,3) uint8 RGB, or (H,W) for a grayscale file; no resizing or layout, since there is
+    no model shape to follow (build_cases does that). npz/JSON objects: the array `name`,
+    or the only one."""
+    path = Path(path)
+    label = str(path)
+    _check_file(path, label)
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        img = _open_image(path, label)
+        gray = img.mode in ("1", "L", "I", "I;16", "I;16B", "I;16L", "F")
+        return np.asarray(img.convert("L" if gray else "RGB"))
+    loaded = _load_data_file(path, label)
+    if isinstance(loaded, np.ndarray):
+        return loaded
+    return _pick(loaded, name, label)
+
+
+def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
+                shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES, seed: int = 0,
+                pre: Preprocess = Preprocess(), base_dir: Path | None = None,
+                ) -> list[dict[str, np.ndarray]]:
+    """Parse the `-d` specs (grammar in the module docstring) into complete cases: one dict
+    per case, every model input present, keys in the model's input order."""
+    ctx = _Context(inputs, _effective_shapes(inputs, shapes), pre,
+                   Path(base_dir) if base_dir is not None else Path.cwd())
+    cases: list[dict[str, np.ndarray | _Random]] = []
+    current: dict[str, np.ndarray | _Random] = {}
+    for raw in data:
+        if not raw.strip():
+            raise InputError(f"-d {raw!r}: empty data spec; give NAME:FILE, FILE, a literal or NAME:rand")
+        for item in _split_items(raw):
+            given = ctx.parse_item(item)
+            if any(n in current for n in given):
+                cases.append(current)
+                current = {}
+            current.update(given)
+    if current or not cases:
+        cases.append(current)
+    return [ctx.complete(case, i, seed) for i, case in enumerate(cases)]
+
+
+# --- parsing items ---------------------------------------------------------------------------
+class _Context:
+    def __init__(self, inputs: Sequence[InputInfo], shapes: dict[str, tuple[Dim, ...] | None],
+                 pre: Preprocess, base_dir: Path) -> None:
+        self.infos = {i.name: i for i in inputs}
+        self.shapes = shapes
+        self.pre = pre
+        self.base_dir = base_dir
+        # longest first, so `input:0_1` wins over `input:0` and over `input`
+        self.names_longest = sorted(self.infos, key=len, reverse=True)
+
+    def listing(self) -> str:
+        return _fmt_names(self.infos) if self.infos else "(none)"
+
+    def parse_item(self, item: str) -> dict[str, np.ndarray | _Random]:
+        if not self.infos:
+            raise InputError(f"-d {item!r}: the model has no inputs")
+        name = next((n for n in self.names_longest if item.startswith(n + ":")), None)
+        if name is not None:
+            value = item[len(name) + 1:]
+            if not value.strip():
+                raise InputError(f"-d {item!r}: no value for input '{name}'; "
+                                 f"write {name}:FILE, {name}:LITERAL or {name}:rand")
+            return self._parse_value(value, name, item)
+        return self._parse_value(item, None, item)
+
+    def _single(self, item: str) -> str:
+        if len(self.infos) == 1:
+            return next(iter(self.infos))
+        raise InputError(f"-d {item!r} names no input and the model has {len(self.infos)} "
+                         f"({self.listing()}); write -d NAME:{item}")
+
+    def _parse_value(self, value: str, name: str | None, item: str) -> dict[str, np.ndarray | _Random]:
+        literal = _try_literal(value)
+        if literal is not _NOT_LITERAL:
+            label = f"literal {value.strip()!r}"
+            if isinstance(literal, dict):
+                return self._assign(_mapping_arrays(literal, label), name, label, item)
+            target = name or self._single(item)
+            return {target: self.conform(_to_array(literal, label), target, label)}
+        stripped = value.strip()
+        if stripped == "rand" or (stripped.startswith("rand(") and stripped.endswith(")")):
+            target = name or self._single(item)
+            return {target: _parse_rand(value, item)}
+        path = Path(value).expanduser()
+        path = path if path.is_absolute() else self.base_dir / path
+        if stripped[:1] in ("[", "{") and not path.exists():
+            try:
+                json.loads(value)
+            except ValueError as e:
+                raise InputError(f"-d {item!r}: invalid JSON literal ({e})") from None
+        if name is None and ":" in value and not path.exists():
+            prefix = value.split(":", 1)[0]
+            raise InputError(f"-d {item!r}: no input named '{prefix}' and no file '{value}'; "
+                             f"the model's inputs are {self.listing()}")
+        _check_file(path, value)
+        if path.suffix.lower() in IMAGE_SUFFIXES:
+            target = name or self._single(item)
+            return {target: self.conform(self._image(path, value, target), target, value)}
+        return self._assign(_load_data_file(path, value), name, value, item)
+
+    def _assign(self, loaded: np.ndarray | dict[str, np.ndarray], name: str | None,
+                label: str, item: str) -> dict[str, np.ndarray | _Random]:
+        if name is not None:
+            arr = loaded if isinstance(loaded, np.ndarray) else _pick(loaded, name, label)
+            return {name: self.conform(arr, name, label)}
+        if isinstance(loaded, np.ndarray):
+            target = self._single(item)
+            return {target: self.conform(loaded, target, label)}
+        if len(loaded) == 1 and len(self.infos) == 1:
+            target = next(iter(self.infos))
+            return {target: self.conform(next(iter(loaded.values())), target, label)}
+        unknown = [k for k in loaded if k not in self.infos]
+        if unknown:
+            raise InputError(f"{label}: {_plural(unknown, 'array')} {_fmt_names(unknown)} "
+                             f"{'matches' if len(unknown) == 1 else 'match'} no input; "
+                             f"the model's inputs are {self.listing()}")
+        return {k: self.conform(v, k, label) for k, v in loaded.items()}
+
+    # --- shape and dtype ---------------------------------------------------------------------
+    def conform(self, arr: np.ndarray, name: str, label: str) -> np.ndarray:
+        """Check `arr` against input `name`'s shape; cast it to its dtype without loss."""
+        shape = self.shapes[name]
+        if shape is not None and not _shape_fits(arr.shape, shape):
+            hint = ("Write a literal of that shape." if label.startswith("literal ")
+                    else _shape_hint(arr.shape, shape))
+            raise InputError(f"{label}: input '{name}' expects {_fmt_shape(shape)}, got "
+                             f"{_fmt_shape(arr.shape)}. {hint}")
+        out = _cast(arr, self.infos[name].dtype, name, label)
+        # not np.ascontiguousarray: it turns a 0-d scalar into shape (1,)
+        return out if out.flags.c_contiguous else out.copy(order="C")
+
+    def complete(self, case: dict[str, np.ndarray | _Random], index: int,
+                 seed: int) -> dict[str, np.ndarray]:
+        out = {}
+        for name, info in self.infos.items():
+            value = case.get(name, _Random())
+            if isinstance(value, _Random):
+                value = self._random(info, value, index, seed)
+            out[name] = value
+        return out
+
+    def _random(self, info: InputInfo, spec: _Random, index: int, seed: int) -> np.ndarray:
+        shape = self.shapes[info.name]
+        if shape is None:
+            raise InputError(f"input '{info.name}' declares no shape; "
+                             f"pass --shape {info.name}:DIMS, e.g. {info.name}:1x16")
+        if not all(isinstance(d, int) for d in shape):
+            dims = "[" + ", ".join(repr(d) if isinstance(d, str) else "'?'" if d is None else str(d)
+                                   for d in shape) + "]"
+            fill = "x".join(str(d) if isinstance(d, int) else "1" for d in shape)
+            raise InputError(f"input '{info.name}' has dynamic dims {dims}; "
+                             f"pass --shape {info.name}:{fill}")
+        dims = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+        # crc32, not hash(): the stream must be the same in every process
+        rng = np.random.default_rng([seed % 2**64, index, zlib.crc32(info.name.encode())])
+        kind = _kind(info.dtype)
+        if kind == "f":
+            low, high = (-1.0, 1.0) if spec.low is None else (spec.low, spec.high)
+            return rng.uniform(low, high, size=dims).astype(info.dtype)
+        if kind in "iu":
+            lo_lim, hi_lim = _int_limits(info.dtype)
+            low, high = ((0, min(RANDOM_INT_HIGH, hi_lim + 1)) if spec.low is None
+                         else (math.ceil(spec.low), math.ceil(spec.high)))  # type: ignore[arg-type]
+            if low < lo_lim or high - 1 > hi_lim or low >= high:
+                raise InputError(f"input '{info.name}' takes {_dtype_name(info.dtype)}; "
+                                 f"rand({spec.low:g},{spec.high:g}) must hold integers within "
+                                 f"[{lo_lim}, {hi_lim}]")
+            return rng.integers(low, high, size=dims).astype(info.dtype)
+        if kind == "b":
+            return rng.integers(0, 2, size=dims).astype(bool)
+        raise InputError(f"input '{info.name}' takes {_dtype_name(info.dtype)} and cannot be "
+                         f"filled randomly; pass -d {info.name}:FILE.json")
+
+    # --- images ------------------------------------------------------------------------------
+    def _image(self, path: Path, label: str, name: str) -> np.ndarray:
+        from PIL import Image
+
+        info, shape, pre = self.infos[name], self.shapes[name], self.pre
+        if shape is None:
+            raise InputError(f"{label}: input '{name}' declares no shape; pass --shape "
+                             f"{name}:1x3xHxW (or 1xHxWx3) to lay the image out")
+        if len(shape) not in (2, 3, 4) or _kind(info.dtype) not in "fiu":
+            raise InputError(f"{label}: input '{name}' of shape {_fmt_shape(shape)} and "
+                             f"type {_dtype_name(info.dtype)} cannot take an image; images fit "
+                             "(N,C,H,W), (N,H,W,C), (C,H,W), (H,W,C) or (H,W) number inputs")
+        batch = len(shape) == 4
+        spatial = list(shape[1:] if batch else shape)
+        if len(spatial) == 2:
+            c_axis, channels = None, 1
+        else:
+            c_axis = self._channel_axis(spatial, label, name)
+            c_dim = spatial[c_axis]
+            channels = c_dim if isinstance(c_dim, int) else 3
+            if channels not in (1, 3):
+                raise InputError(f"{label}: input '{name}' {_fmt_shape(shape)} has {channels} "
+                                 "channels; an image gives 1 (gray) or 3 (RGB)")
+            del spatial[c_axis]
+        if batch and isinstance(shape[0], int) and shape[0] != 1:
+            raise InputError(f"{label}: input '{name}' expects batch {shape[0]}, an image gives 1; "
+                             "give a .npy or .npz holding the whole batch")
+        for opt, vals in (("--mean", pre.mean), ("--std", pre.std)):
+            if vals is not None and len(vals) not in (1, channels):
+                raise InputError(f"{opt} has {len(vals)} values but input '{name}' has "
+                                 f"{channels} {'channel' if channels == 1 else 'channels'}")
+        img = _open_image(path, label)
+        if channels == 1:
+            high_depth = img.mode in ("I", "I;16", "I;16B", "I;16L", "F")
+            img = img.convert("F" if high_depth else "L")
+        else:
+            img = img.convert("RGB")
+        h, w = (d if isinstance(d, int) else None for d in spatial)
+        size = (w or img.width, h or img.height)
+        if size != img.size:
+            img = img.resize(size, Image.Resampling.BILINEAR)
+        x = np.asarray(img, dtype=np.float64).reshape(size[1], size[0], channels)  # HWC
+        x = x * pre.scale
+        if pre.mean is not None:
+            x = x - np.asarray(pre.mean, dtype=np.float64)
+        if pre.std is not None:
+            x = x / np.asarray(pre.std, dtype=np.float64)
+        if pre.bgr and channels == 3:
+            x = x[..., ::-1]
+        if c_axis == 0:
+            x = x.transpose(2, 0, 1)
+        elif c_axis is None:
+            x = x[..., 0]
+        if batch:
+            x = x[None]
+        return _image_cast(x, info.dtype, name, label)
+
+    def _channel_axis(self, spatial: list[Dim], label: str, name: str) -> int:
+        """0 for C,H,W and 2 for H,W,C (positions after the batch dim)."""
+        if self.pre.layout is not None:
+            return 0 if self.pre.layout == "nchw" else 2
+        first, last = spatial[0] in (1, 3), spatial[2] in (1, 3)
+        if first or last:
+            return 0 if first else 2
+        if isinstance(spatial[0], int) and not isinstance(spatial[2], int):
+            return 2
+        if isinstance(spatial[2], int) and not isinstance(spatial[0], int):
+            return 0
+        raise InputError(f"{label}: cannot tell whether input '{name}' "
+                         f"{_fmt_shape(self.shapes[name] or ())} is NCHW or NHWC; "
+                         "pass --layout nchw or --layout nhwc")
+
+
+def _effective_shapes(inputs: Sequence[InputInfo],
+                      shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Dim, ...] | None]:
+    """Declared shapes with --shape laid over them; --shape may only set dynamic dims."""
+    out: dict[str, tuple[Dim, ...] | None] = {i.name: i.shape for i in inputs}
+    names = _fmt_names([i.name for i in inputs]) if inputs else "(none)"
+    for name, dims in shapes.items():
+        opt = f"--shape {name + ':' if name else ''}{'x'.join(map(str, dims))}"
+        if name == "" and len(inputs) == 1:
+            name = inputs[0].name
+        if name not in out:
+            what = "names no input" if name == "" else f"no input named '{name}'"
+            raise InputError(f"{opt}: {what}; the model's inputs are {names}")
+        declared = out[name]
+        if declared is not None:
+            if len(declared) != len(dims):
+                raise InputError(f"{opt} gives {len(dims)} dims but input '{name}' has "
+                                 f"{len(declared)}: {_fmt_shape(declared)}")
+            if not _shape_fits(dims, declared):
+                raise InputError(f"{opt} conflicts with input '{name}' declared as "
+                                 f"{_fmt_shape(declared)}; only dynamic dims can be set")
+        out[name] = tuple(dims)
+    return out
+
+
+def _split_items(raw: str) -> list[str]:
+    """Split on ';' outside JSON brackets and strings; drop empty items (a trailing ';')."""
+    items, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(raw):
+        if ch == '"' and (i == 0 or raw[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and ch in "[{":
+            depth += 1
+        elif not quoted and ch in "]}":
+            depth -= 1
+        elif ch == ";" and depth <= 0 and not quoted:
+            items.append(raw[start:i])
+            start = i + 1
+    items.append(raw[start:])
+    return [s.strip() for s in items if s.strip()]
+
+
+_NOT_LITERAL = object()
+
+
+def _try_literal(value: str) -> object:
+    """A number, bool, list or object in JSON syntax; anything else (a path) is not one."""
+    try:
+        obj = json.loads(value)
+    except ValueError:
+        return _NOT_LITERAL
+    return _NOT_LITERAL if isinstance(obj, str) or obj is None else obj
+
+
+def _parse_rand(value: str, item: str) -> _Random:
+    m = re.fullmatch(r"\s*rand\s*(?:\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\))?\s*", value)
+    try:
+        low, high = (float(m.group(1)), float(m.group(2))) if m and m.group(1) else (None, None)
+    except ValueError:
+        m = None
+    if m is None or (low is not None and not (math.isfinite(low) and math.isfinite(high)
+                                              and low < high)):  # type: ignore[operator]
+        raise InputError(f"-d {item!r}: write rand or rand(LOW,HIGH) with LOW < HIGH, e.g. rand(-1,1)")
+    return _Random(low, high)
+
+
+# --- files -----------------------------------------------------------------------------------
+def _check_file(path: Path, label: str) -> None:
+    if path.is_dir():
+        raise InputError(f"{label}: is a directory, not a data file")
+    if not path.is_file():
+        where = "" if str(path) == label else f" (looked for {path})"
+        raise InputError(f"{label}: no such file{where}")
+    suffix = path.suffix.lower()
+    if suffix not in ARRAY_SUFFIXES + IMAGE_SUFFIXES:
+        raise InputError(f"{label}: unsupported file type '{suffix or path.name}'; use .npy, .npz, "
+                         f".json, .pb or an image ({' '.join(IMAGE_SUFFIXES)})")
+
+
+def _load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return _load_npy(path, label)
+    if suffix == ".npz":
+        return _load_npz(path, label)
+    if suffix == ".json":
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(f"{label}: not a UTF-8 text file; .json must hold nested lists") from None
+        except ValueError as e:
+            raise InputError(f"{label}: invalid JSON ({e})") from None
+        if isinstance(obj, dict):
+            return _mapping_arrays(obj, label)
+        return _to_array(obj, label)
+    return _load_pb(path, label)
+
+
+_PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save a numeric "
+                   "array instead: np.save(path, arr.astype(np.float32))")
+
+
+def _load_npy(path: Path, label: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npy file ({e}); save it again "
+                         "with np.save") from None
+    except (OSError, EOFError) as e:
+        raise InputError(f"{label}: truncated or corrupt .npy file ({e or 'empty'}); save it "
+                         "again with np.save") from None
+
+
+def _load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise InputError(f"{label}: holds a single .npy array, not an archive; "
+                                 "rename it to .npy")
+            return {k: z[k] for k in z.files}
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npz file ({e})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{label}: truncated or corrupt .npz file ({e or 'empty'}); save it "
+                         "again with np.savez") from None
+
+
+def _load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
+    from google.protobuf.message import DecodeError
+
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+        arr = onnx.numpy_helper.to_array(tensor)
+    except (DecodeError, ValueError, TypeError, RuntimeError) as e:
+        raise InputError(f"{label}: not a serialized ONNX TensorProto ({e})") from None
+    return {tensor.name: arr} if tensor.name else arr
+
+
+def _open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        img = Image.open(path)
+        img.load()
+        return ImageOps.exif_transpose(img)
+    except UnidentifiedImageError:
+        raise InputError(f"{label}: cannot decode image (not a format Pillow reads, "
+                         "or the file is not an image)") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise InputError(f"{label}: truncated or corrupt image ({e})") from None
+
+
+def _mapping_arrays(obj: dict, label: str) -> dict[str, np.ndarray]:
+    return {str(k): _to_array(v, f"{label} key '{k}'") for k, v in obj.items()}
+
+
+def _to_array(obj: object, label: str) -> np.ndarray:
+    try:
+        arr = np.array(obj)
+    except ValueError:
+        raise InputError(f"{label}: not a numeric array (ragged nested lists)") from None
+    if arr.dtype == object:
+        raise InputError(f"{label}: not a numeric array (holds null, objects or integers "
+                         "beyond 64 bits)")
+    return arr
+
+
+def _pick(arrays: dict[str, np.ndarray], name: str, label: str) -> np.ndarray:
+    if name in arrays:
+        return arrays[name]
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    held = _fmt_names(arrays) if arrays else "nothing"
+    raise InputError(f"{label}: has no array named '{name}' (it holds {held})")
+
+
+# --- dtypes ----------------------------------------------------------------------------------
+def _kind(dt: np.dtype) -> str:
+    """'f' float, 'i'/'u' int, 'b' bool, 's' text, '?' other; ml_dtypes' bfloat16, float8,
+    int4 (numpy kind 'V') sorted by name."""
+    if dt.kind in "fiub":
+        return dt.kind
+    if dt.kind in "OUS":
+        return "s"
+    if "float" in dt.name:
+        return "f"
+    if dt.name.startswith("uint"):
+        return "u"
+    return "i" if dt.name.startswith("int") else "?"
+
+
+def _dtype_name(dt: np.dtype) -> str:
+    return "string" if _kind(dt) == "s" else dt.name
+
+
+def _int_limits(dt: np.dtype) -> tuple[int, int]:
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+    else:
+        import ml_dtypes  # onnx's own dependency, which defines int4 and friends
+
+        info = ml_dtypes.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def _cast(arr: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
+    """Cast to `dt` only when no value changes; otherwise say why not."""
+    src, dst = _kind(arr.dtype), _kind(dt)
+    if arr.dtype == dt:
+        return arr
+    prefix = f"{label}: input '{name}' takes {_dtype_name(dt)}"
+    if dst == "s":
+        if src == "s":
+            return arr.astype(object)
+        raise InputError(f"{prefix}, got {_dtype_name(arr.dtype)} values; give strings")
+    if src not in "fiub" or dst == "?":
+        raise InputError(f"{prefix}, got {_dtype_name(arr.dtype)} values; give numbers")
+    if src == "f" and dst != "f":
+        raise InputError(f"{prefix}, got {arr.dtype.name} values; floats are never rounded "
+                         f"to integers, save the array as {dt.name}")
+    if dst == "f":
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = arr.astype(dt)
+        if src == "f":
+            overflow = np.isinf(out.astype(np.float64)) & np.isfinite(arr)
+            if overflow.any():
+                raise InputError(f"{prefix}, but {arr.dtype.name} values up to "
+                                 f"{np.abs(arr[overflow]).max():g} overflow it")
+            return out
+        if src == "i" or src == "u":
+            # below 2**53 float64 holds every int, so compare there; check the rest one by one
+            wide, back = arr.astype(np.float64), out.astype(np.float64)
+            big = np.abs(wide) > 2.0**53
+            inexact = [int(v) for v in arr[~big][back[~big] != wide[~big]].flat[:1]]
+            inexact += [int(v) for v, o in zip(arr[big].flat, back[big].flat)
+                        if not math.isfinite(o) or int(o) != int(v)][:1]
+            if inexact:
+                raise InputError(f"{prefix}, but {arr.dtype.name} values like {inexact[0]} are not "
+                                 "exact in it")
+        return out
+    if dst == "b":
+        if src == "b" or np.isin(arr, (0, 1)).all():
+            return arr.astype(bool)
+        bad = arr[~np.isin(arr, (0, 1))].flat[0]
+        raise InputError(f"{prefix}, but {arr.dtype.name} values include {bad}; "
+                         "give 0/1 or true/false")
+    lo, hi = _int_limits(dt)
+    if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
+        raise InputError(f"{prefix}, but the {arr.dtype.name} values span "
+                         f"[{int(arr.min())}, {int(arr.max())}]; they do not fit [{lo}, {hi}]")
+    return arr.astype(dt)
+
+
+def _image_cast(x: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
+    """Images are float64 here; integer inputs (quantized models) take them when every
+    value after preprocessing is a whole number in range."""
+    if _kind(dt) == "f":
+        return x.astype(dt)
+    lo, hi = _int_limits(dt)
+    if not np.array_equal(x, np.round(x)) or (x.size and (x.min() < lo or x.max() > hi)):
+        raise InputError(f"{label}: input '{name}' takes {dt.name}, but the image after "
+                         f"--scale/--mean/--std spans [{x.min():g}, {x.max():g}] with fractions "
+                         "or out of range; adjust them or feed a float model")
+    return x.astype(dt)
+
+
+# --- formatting ------------------------------------------------------------------------------
+def _fmt_shape(shape: Sequence[Dim]) -> str:
+    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
+
+
+def _fmt_names(names: object) -> str:
+    return ", ".join(f"'{n}'" for n in names)  # type: ignore[attr-defined]
+
+
+def _fmt_floats(vals: Sequence[float]) -> str:
+    return ",".join(f"{v:g}" for v in vals)
+
+
+def _plural(items: Sequence[object], word: str) -> str:
+    return word if len(items) == 1 else word + "s"
+
+
+def _shape_fits(got: Sequence[int], want: Sequence[Dim]) -> bool:
+    return len(got) == len(want) and all(not isinstance(w, int) or g == w for g, w in zip(got, want))
+
+
+def _shape_hint(got: tuple[int, ...], want: tuple[Dim, ...]) -> str:
+    """The likeliest fix: a transpose (NHWC vs NCHW), a missing or extra batch dim, a reshape."""
+    static = all(isinstance(d, int) for d in want)
+    if static and len(got) == len(want) and sorted(got) == sorted(want):  # type: ignore[type-var]
+        perm, used = [], set()
+        for w in want:
+            j = next(j for j, g in enumerate(got) if g == w and j not in used)
+            used.add(j)
+            perm.append(j)
+        return f"It looks transposed; use arr.transpose({','.join(map(str, perm))})."
+    if len(got) + 1 == len(want) and (want[0] == 1 or not isinstance(want[0], int)) \
+            and _shape_fits(got, want[1:]):
+        return "Add the batch dim: arr[None]."
+    if len(got) == len(want) + 1 and got[0] == 1 and _shape_fits(got[1:], want):
+        return "Drop the leading dim: arr[0]."
+    if static and math.prod(got) == math.prod(want):  # type: ignore[arg-type]
+        return f"Reshape it: arr.reshape({','.join(map(str, want))})."
+    return "Give an array of that shape."

@@ -1,0 +1,691 @@
+"""Read onnxruntime's profile (a Chrome trace) and summarize it the way MegEngine's
+profile_analyze does: top-N nodes, filters, aggregation by op type, ordering by any column,
+and per node its FLOPs, bytes, achieved FLOP/s and bandwidth (see verify.flops).
+
+What the trace holds (onnxruntime 1.31; the format is undocumented, unknown fields are
+ignored). A JSON list of events `{cat, name, ts, dur, tid, args}`, `ts`/`dur` in microseconds
+from the profiler's start:
+  cat "Session"  model_loading_*, session_initialization (once); per run `model_run`, which
+                 contains `SequentialExecutor::Execute` (one more per executed subgraph).
+  cat "Node"     `<node name>_kernel_time` per node execution, args: op_name, provider,
+                 node_index, input_type_shape/output_type_shape ([{dtype: [dims]}]; absent
+                 optional inputs and weights pre-packed by the kernel are left out),
+                 parameter_size/activation_size/output_size, thread_scheduling_stats, mem_*.
+                 Older releases also wrote `_fence_before`/`_fence_after`; they are ignored.
+                 Unnamed model nodes appear as `<OpType>_<index in the file>`; nodes made by
+                 graph optimizations have new names and ops (FusedConv, 'r_nchwc', ...).
+                 Nodes of If/Loop/Scan bodies are nested inside their parent's kernel_time.
+  cat "Kernel"   only in builds with CUDA/ROCm profiling: one per device kernel, listed right
+                 after the Node event that launched it; `dur` is device time.
+
+Clocks. A node's host time is its self time: kernel_time minus the kernel_time of nodes nested
+in it. Its device time is the sum of its Kernel events when it has any, else its host time
+(on the CPU provider the kernel runs on the calling thread). So `--print-only device` is the
+table on the device clock, `--print-only host` the table on the host clock (identical on CPU),
+`--print-only summary` the summary alone. The summary's run time is the mean `model_run`
+duration; host overhead = run time - sum of node self times per run: feeding inputs,
+allocating outputs and scheduling, all outside any kernel. There is no `--top-end-key`: the
+trace has one duration per kernel and no wait-versus-compute split.
+
+Times are seconds; times, FLOPs and bytes in rows are per run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from verify.errors import ProfileError, UsageError
+from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_attrs,
+                          node_cost, ort_node_name)
+
+KERNEL_SUFFIX = "_kernel_time"
+AGGREGATES: Mapping[str, Callable[[Sequence[float]], float]] = {
+    "sum": math.fsum, "mean": lambda v: math.fsum(v) / len(v), "max": max, "min": min,
+}
+CLOCKS = ("device", "host")
+COLUMNS: Mapping[str, str] = {
+    "time": "self time per run on the chosen clock, seconds",
+    "calls": "kernel executions over all runs",
+    "computation": "FLOPs per run",
+    "flops": "achieved FLOP/s: computation / time",
+    "memory": "bytes read + written per run",
+    "bandwidth": "achieved bytes/s: memory / time",
+    "name": "node name (the op type, or 'all', when aggregated)",
+    "type": "op type",
+    "provider": "execution provider",
+}
+"""Columns --order-by accepts (prefix '+' for ascending; descending otherwise)."""
+_ATTR = {"type": "op_type"}
+
+
+# --- parsed trace -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ShapeVariant:
+    """One set of input/output shapes a node ran with, and how many times."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    calls: int
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """All executions of one node: times in seconds (self time, host clock)."""
+
+    name: str
+    op_type: str
+    provider: str | None
+    node_index: int | None
+    calls: int
+    total: float
+    min: float
+    max: float
+    device_total: float | None  # sum of its Kernel events; None when it has none
+    variants: tuple[ShapeVariant, ...]
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.calls
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A parsed trace: per-run totals and per-node statistics (nodes in execution order)."""
+
+    source: str
+    runs: int
+    skipped_runs: int
+    run_times: tuple[float, ...]  # model_run durations, seconds; empty if the trace has none
+    nodes: tuple[NodeStats, ...]
+    session_init: float | None
+    model_load: float | None
+    device_events: bool
+
+
+@dataclass
+class _Call:
+    name: str
+    op_type: str
+    provider: str | None
+    node_index: int | None
+    ts: float
+    dur: float
+    tid: Any
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    self_time: float = 0.0
+    device: float | None = None
+
+
+def load_profile(path: Path, *, skip_runs: int = 0) -> Profile:
+    """Parse onnxruntime's profile JSON at `path`; `skip_runs` drops the first runs (warmup).
+
+    Raises ProfileError (one line) for a missing or unreadable file, one that is not a JSON
+    trace, or a trace with no node events.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProfileError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ProfileError(f"{path}: is a directory, expected a profile .json file") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not a JSON trace (not UTF-8 text)") from None
+    except OSError as exc:
+        raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ProfileError(f"{path}: not a JSON trace ({exc.msg} at line {exc.lineno} "
+                           f"column {exc.colno})") from None
+    return parse_profile(data, source=str(path), skip_runs=skip_runs)
+
+
+def trace_events(data: object, source: str = "<profile>") -> list[dict[str, Any]]:
+    """The event list of a trace: a JSON list, or an object with a 'traceEvents' list."""
+    if isinstance(data, dict) and isinstance(data.get("traceEvents"), list):
+        data = data["traceEvents"]
+    if not isinstance(data, list):
+        raise ProfileError(f"{source}: not an ONNX Runtime profile "
+                           "(expected a JSON list of trace events)")
+    return [e for e in data if isinstance(e, dict)]
+
+
+def parse_profile(data: object, *, source: str = "<profile>", skip_runs: int = 0) -> Profile:
+    """Parse an already-decoded trace (see load_profile)."""
+    if skip_runs < 0:
+        raise UsageError(f"cannot skip {skip_runs} runs; give 0 or more")
+    calls: list[_Call] = []
+    runs: list[tuple[float, float]] = []
+    executes: list[tuple[float, float]] = []
+    init = load = None
+    last: _Call | None = None
+    device_events = False
+    for i, e in enumerate(trace_events(data, source)):
+        cat, name = e.get("cat"), e.get("name")
+        if not isinstance(name, str):
+            continue
+        if cat == "Node" and name.endswith(KERNEL_SUFFIX):
+            args = e.get("args") if isinstance(e.get("args"), dict) else {}
+            last = _Call(name[: -len(KERNEL_SUFFIX)], str(args.get("op_name") or "?"),
+                         _str_or_none(args.get("provider")), _int_or_none(args.get("node_index")),
+                         _number(e, "ts", i, source), _number(e, "dur", i, source), e.get("tid"),
+                         _specs(args.get("input_type_shape")),
+                         _specs(args.get("output_type_shape")))
+            calls.append(last)
+        elif cat == "Kernel" and last is not None:
+            device_events = True
+            last.device = (last.device or 0.0) + _number(e, "dur", i, source)
+        elif cat == "Session":
+            if name == "model_run":
+                runs.append((_number(e, "ts", i, source), _number(e, "dur", i, source)))
+            elif name == "SequentialExecutor::Execute":
+                executes.append((_number(e, "ts", i, source), _number(e, "dur", i, source)))
+            elif name == "session_initialization":
+                init = _number(e, "dur", i, source)
+            elif name.startswith("model_loading"):
+                load = _number(e, "dur", i, source)
+    if not calls:
+        raise ProfileError(f"{source}: no node events; the session never ran while "
+                           "profiling was on")
+    _compute_self_times(calls)
+    runs = sorted(runs) or _outermost(executes)
+    calls.sort(key=lambda c: (c.ts, -c.dur))
+    if runs:
+        if skip_runs >= len(runs):
+            raise ProfileError(f"{source}: cannot skip {skip_runs} warmup runs, the profile "
+                               f"has {len(runs)}")
+        if skip_runs:
+            calls = [c for c in calls if c.ts >= runs[skip_runs][0]]
+        run_count = len(runs) - skip_runs
+    else:
+        if skip_runs:
+            raise ProfileError(f"{source}: cannot skip warmup runs: the profile has no "
+                               "model_run events")
+        run_count = sum(1 for c in calls if c.name == calls[0].name)
+    return Profile(source=source, runs=run_count, skipped_runs=skip_runs,
+                   run_times=tuple(d / 1e6 for _, d in runs[skip_runs:]),
+                   nodes=_node_stats(calls), session_init=_sec(init), model_load=_sec(load),
+                   device_events=device_events)
+
+
+def drop_warmup(events: list[dict[str, Any]], runs: int, source: str = "<profile>"
+                ) -> list[dict[str, Any]]:
+    """The trace without its first `runs` model_run events and everything inside them.
+
+    For writing a profile that starts at the first timed run (onnxruntime cannot start its
+    profiler after the session is created). Session-level events are kept.
+    """
+    spans = sorted((_number(e, "ts", i, source), _number(e, "dur", i, source))
+                   for i, e in enumerate(events)
+                   if e.get("cat") == "Session" and e.get("name") == "model_run")[:runs]
+    if len(spans) < runs:
+        raise ProfileError(f"{source}: cannot drop {runs} warmup runs, the profile has "
+                           f"{len(spans)}")
+
+    def inside(e: dict[str, Any]) -> bool:
+        ts = e.get("ts")
+        return isinstance(ts, (int, float)) and any(a <= ts <= a + d for a, d in spans)
+
+    return [e for e in events if not inside(e)]
+
+
+def _outermost(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for ts, dur in sorted(spans):
+        if not out or ts >= out[-1][0] + out[-1][1]:
+            out.append((ts, dur))
+    return out
+
+
+def _compute_self_times(calls: list[_Call]) -> None:
+    """Subtract from each kernel the kernels nested in it (If/Loop/Scan bodies), per thread."""
+    by_thread: dict[Any, list[_Call]] = {}
+    for c in calls:
+        c.self_time = c.dur
+        by_thread.setdefault(repr(c.tid), []).append(c)
+    for group in by_thread.values():
+        stack: list[_Call] = []
+        for c in sorted(group, key=lambda c: (c.ts, -c.dur)):
+            while stack and c.ts >= stack[-1].ts + stack[-1].dur:
+                stack.pop()
+            if stack:
+                stack[-1].self_time = max(stack[-1].self_time - c.dur, 0.0)
+            stack.append(c)
+
+
+def _node_stats(calls: list[_Call]) -> tuple[NodeStats, ...]:
+    groups: dict[tuple[str, str], list[_Call]] = {}
+    for c in calls:
+        groups.setdefault((c.name, c.op_type), []).append(c)
+    stats = []
+    for (name, op_type), cs in groups.items():
+        variants: dict[tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]], int] = {}
+        for c in cs:
+            variants[(c.inputs, c.outputs)] = variants.get((c.inputs, c.outputs), 0) + 1
+        times = [c.self_time / 1e6 for c in cs]
+        device = [c.device for c in cs if c.device is not None]
+        stats.append(NodeStats(
+            name=name, op_type=op_type, provider=cs[0].provider, node_index=cs[0].node_index,
+            calls=len(cs), total=math.fsum(times), min=min(times), max=max(times),
+            device_total=math.fsum(device) / 1e6 if device else None,
+            variants=tuple(ShapeVariant(i, o, n) for (i, o), n in variants.items())))
+    return tuple(stats)
+
+
+def _number(e: Mapping[str, Any], key: str, index: int, source: str) -> float:
+    v = e.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ProfileError(f"{source}: event {index} ({e.get('name')}): {key!r} is not a number")
+    return float(v)
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _str_or_none(v: Any) -> str | None:
+    return v if isinstance(v, str) and v else None
+
+
+def _sec(us: float | None) -> float | None:
+    return None if us is None else us / 1e6
+
+
+def _specs(entries: Any) -> tuple[TensorSpec, ...]:
+    if not isinstance(entries, list):
+        return ()
+    out = []
+    for entry in entries:
+        if isinstance(entry, dict) and len(entry) == 1:
+            ((dtype, dims),) = entry.items()
+            ok = isinstance(dims, list) and all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in dims)
+            out.append(TensorSpec(str(dtype), tuple(dims) if ok else None))
+        else:
+            out.append(UNKNOWN)
+    return tuple(out)
+
+
+# --- joining the model ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _ModelNode:
+    op_type: str
+    inputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelIndex:
+    """What the analysis needs from a model: nodes by onnxruntime name, initializer specs."""
+
+    nodes: Mapping[str, _ModelNode]
+    initializers: Mapping[str, TensorSpec]
+
+    @staticmethod
+    def of(model: Any) -> "ModelIndex":
+        """Index an onnx.ModelProto, subgraphs included (weights need not be loaded)."""
+        import onnx
+
+        nodes: dict[str, _ModelNode] = {}
+        inits: dict[str, TensorSpec] = {}
+
+        def walk(graph: Any) -> None:
+            for init in graph.initializer:
+                inits.setdefault(init.name, initializer_spec(init))
+            for i, node in enumerate(graph.node):
+                nodes.setdefault(ort_node_name(node, i), _ModelNode(
+                    node.op_type, tuple(node.input), node_attrs(node)))
+                for a in node.attribute:
+                    if a.type == onnx.AttributeProto.GRAPH:
+                        walk(a.g)
+                    elif a.type == onnx.AttributeProto.GRAPHS:
+                        for g in a.graphs:
+                            walk(g)
+
+        walk(model.graph)
+        return ModelIndex(nodes, inits)
+
+
+def variant_cost(stats: NodeStats, variant: ShapeVariant, model: ModelIndex | None
+                 ) -> NodeCost:
+    """Cost of one execution of a node with one of its shape variants.
+
+    With the model, the node's attributes are used and inputs the trace leaves out
+    (pre-packed weights) are taken from the model's initializers; without it, or for a node
+    onnxruntime created, only the trace's shapes are (see _align_trace).
+    """
+    mnode = model.nodes.get(stats.name) if model is not None else None
+    if mnode is not None and mnode.op_type == stats.op_type:
+        inputs = _align_model(mnode, variant.inputs, model.initializers)
+        return node_cost(stats.op_type, inputs, variant.outputs, mnode.attrs)
+    return node_cost(stats.op_type, _align_trace(stats.op_type, variant), variant.outputs)
+
+
+def _align_model(mnode: _ModelNode, trace: Sequence[TensorSpec],
+                 inits: Mapping[str, TensorSpec]) -> list[TensorSpec | None]:
+    present = [n for n in mnode.inputs if n]
+    out: list[TensorSpec | None] = []
+    j = 0
+    for name in mnode.inputs:
+        if not name:
+            out.append(None)
+            continue
+        init = inits.get(name)
+        if len(trace) >= len(present) or init is None:
+            out.append(trace[j] if j < len(trace) else init or UNKNOWN)
+            j += 1
+        else:  # the trace lacks some inputs: pre-packed initializers; keep the model's spec
+            if j < len(trace) and trace[j].shape == init.shape:
+                j += 1
+            out.append(init)
+    return out
+
+
+def _align_trace(op_type: str, variant: ShapeVariant) -> list[TensorSpec | None]:
+    """Positional inputs from the trace alone, marking a weight the kernel pre-packed (and so
+    left out of the trace) as UNKNOWN: MatMul's and Gemm's B, Conv's W."""
+    ins, outs = list(variant.inputs), variant.outputs
+    if op_type in ("MatMul", "FusedMatMul", "Gemm", "FusedGemm") and len(ins) == 1:
+        return [ins[0], UNKNOWN]
+    if op_type in ("Gemm", "FusedGemm") and len(ins) == 2:
+        b_like, c_like = _gemm_roles(ins[0], ins[1], outs[0] if outs else UNKNOWN)
+        if c_like and not b_like:
+            return [ins[0], UNKNOWN, ins[1]]
+        if b_like and not c_like:
+            return ins
+        return [ins[0], UNKNOWN, UNKNOWN]
+    if (op_type in ("Conv", "FusedConv", "ConvTranspose") and len(ins) >= 2
+            and ins[0].shape is not None and ins[1].shape is not None
+            and len(ins[1].shape) != len(ins[0].shape)):
+        return [ins[0], UNKNOWN, *ins[1:]]
+    return ins
+
+
+def _gemm_roles(a: TensorSpec, second: TensorSpec, y: TensorSpec) -> tuple[bool, bool]:
+    """Whether Gemm's second traced input could be B, and whether it could be C."""
+    if a.elements is None or second.shape is None or y.shape is None or len(y.shape) != 2:
+        return True, True
+    m, n = y.shape
+    k = a.elements // m if m else 0
+    s = second.shape
+    b_like = len(s) == 2 and s in ((k, n), (n, k))
+    padded = (1,) * (2 - len(s)) + s if len(s) <= 2 else None
+    c_like = padded is not None and all(d in (1, full) for d, full in zip(padded, (m, n)))
+    return b_like, c_like
+
+
+# --- the analysis -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProfileOptions:
+    """The profile_analyze option set (see analyze)."""
+
+    top: int = 3
+    types: tuple[str, ...] = ()
+    name: str | None = None
+    order_by: str = "time"
+    aggregate_by: str | None = None
+    aggregate: str | None = None
+    min_time: float | None = None
+    max_time: float | None = None
+    clock: str = "device"
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """One node (or one aggregate of nodes). Per run: time, computation, bytes."""
+
+    name: str
+    op_type: str
+    provider: str | None
+    nodes: int
+    calls: int
+    time: float              # seconds per run, chosen clock
+    time_per_call: float     # seconds
+    share: float             # percent of the summary's total on the chosen clock
+    cumulative: float        # seconds: this row and all above it
+    cumulative_share: float  # percent
+    computation: float | None  # FLOPs
+    flops: float | None        # FLOP/s
+    bytes_read: float | None
+    bytes_written: float | None
+    memory: float | None       # bytes read + written
+    bandwidth: float | None    # bytes/s
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "type": self.op_type, "provider": self.provider,
+            "nodes": self.nodes, "calls": self.calls, "time": self.time,
+            "time_per_call": self.time_per_call, "share": self.share,
+            "cumulative": self.cumulative, "cumulative_share": self.cumulative_share,
+            "computation": self.computation, "flops": self.flops,
+            "bytes_read": self.bytes_read, "bytes_written": self.bytes_written,
+            "memory": self.memory, "bandwidth": self.bandwidth,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+        }
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """Totals per run (seconds) over all nodes, whatever the filters."""
+
+    source: str
+    runs: int
+    skipped_runs: int
+    run_time: float | None       # mean model_run duration ("total host time")
+    run_time_min: float | None
+    run_time_max: float | None
+    kernel_time: float           # node self times, host clock
+    device_time: float           # node times, device clock ("total device time")
+    host_overhead: float | None  # run_time - kernel_time
+    nodes: int
+    calls: int
+    computation: float           # FLOPs of the nodes whose count is known
+    unknown_computation: int     # nodes whose FLOPs are unknown
+    session_init: float | None
+    model_load: float | None
+    device_events: bool          # the trace has device Kernel events
+    clock: str                   # the clock the rows use
+    total: float                 # denominator of the rows' shares: device or kernel time
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class ProfileReport:
+    summary: ProfileSummary
+    rows: tuple[ProfileRow, ...]
+    options: ProfileOptions = field(default_factory=ProfileOptions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"summary": self.summary.to_dict(), "options": dict(self.options.__dict__),
+                "rows": [r.to_dict() for r in self.rows]}
+
+
+def analyze(profile: Profile, model: Any = None, *, top: int = 3, types: Iterable[str] = (),
+            name: str | None = None, order_by: str = "time", aggregate_by: str | None = None,
+            aggregate: str | None = None, min_time: float | None = None,
+            max_time: float | None = None, clock: str = "device") -> ProfileReport:
+    """Summary plus the top rows of a profile, profile_analyze style.
+
+    model: an onnx.ModelProto (or ModelIndex) for attributes and pre-packed weights; without
+    it FLOPs and bytes come from the trace's shapes alone. top: rows kept, 0 for all.
+    types: keep these op types. name: keep nodes whose name matches this regex (re.search).
+    min_time/max_time: keep nodes whose per-run time (seconds) is within. Filters act on nodes
+    before aggregation. aggregate_by 'type' groups by op type, aggregate alone groups all
+    nodes into one 'all' row; aggregate is sum/mean/max/min (default sum), applied to time,
+    computation and memory separately (None if any member's is unknown). order_by: a COLUMNS
+    key, '+' prefix for ascending; unknown values sort last. clock: 'device' or 'host'.
+    Raises UsageError for an option out of range.
+    """
+    opts = _validate(ProfileOptions(top, tuple(types), name, order_by, aggregate_by, aggregate,
+                                    min_time, max_time, clock))
+    index = model if isinstance(model, ModelIndex) or model is None else ModelIndex.of(model)
+    runs = max(profile.runs, 1)
+    rows = [_node_row(s, index, runs, opts.clock) for s in profile.nodes]
+    summary = _summary(profile, rows, opts.clock)
+
+    pattern = re.compile(opts.name) if opts.name else None
+    kept = [r for r in rows
+            if (not opts.types or r.op_type in opts.types)
+            and (pattern is None or pattern.search(r.name))
+            and (opts.min_time is None or r.time >= opts.min_time)
+            and (opts.max_time is None or r.time <= opts.max_time)]
+    if opts.aggregate is not None:
+        kept = _aggregate(kept, opts.aggregate, opts.aggregate_by)
+    kept = _sort(kept, opts.order_by)
+    if opts.top:
+        kept = kept[: opts.top]
+    return ProfileReport(summary, tuple(_with_shares(kept, summary.total)), opts)
+
+
+def _validate(o: ProfileOptions) -> ProfileOptions:
+    if o.top < 0:
+        raise UsageError(f"--top must be 0 (all) or more, got {o.top}")
+    column = o.order_by[1:] if o.order_by.startswith("+") else o.order_by
+    if column not in COLUMNS:
+        raise UsageError(f"unknown --order-by column {column!r}; valid: {', '.join(COLUMNS)}")
+    if o.aggregate_by not in (None, "type"):
+        raise UsageError(f"unknown --aggregate-by {o.aggregate_by!r}; valid: type")
+    if o.aggregate is not None and o.aggregate not in AGGREGATES:
+        raise UsageError(f"unknown --aggregate {o.aggregate!r}; valid: {', '.join(AGGREGATES)}")
+    if o.clock not in CLOCKS:
+        raise UsageError(f"unknown clock {o.clock!r}; valid: {', '.join(CLOCKS)}")
+    if o.name:
+        try:
+            re.compile(o.name)
+        except re.error as exc:
+            raise UsageError(f"--opr-name {o.name!r} is not a valid regular expression: "
+                             f"{exc}") from None
+    if o.aggregate_by is not None and o.aggregate is None:
+        return replace(o, aggregate="sum")
+    return o
+
+
+def _per_run(total: float | None, runs: int) -> float | None:
+    if total is None:
+        return None
+    return total // runs if isinstance(total, int) and total % runs == 0 else total / runs
+
+
+def _node_row(s: NodeStats, index: ModelIndex | None, runs: int, clock: str) -> ProfileRow:
+    on_device = clock == "device" and s.device_total is not None
+    seconds = s.device_total if on_device else s.total
+    flops: int | None = 0
+    read: int | None = 0
+    written: int | None = 0
+    for v in s.variants:
+        c = variant_cost(s, v, index)
+        flops = None if flops is None or c.flops is None else flops + c.flops * v.calls
+        read = None if read is None or c.bytes_read is None else read + c.bytes_read * v.calls
+        written = (None if written is None or c.bytes_written is None
+                   else written + c.bytes_written * v.calls)
+    main = max(s.variants, key=lambda v: v.calls) if s.variants else None
+    return _row(s.name, s.op_type, s.provider, 1, s.calls, seconds / runs, seconds / s.calls,
+                _per_run(flops, runs), _per_run(read, runs), _per_run(written, runs),
+                main.inputs if main else (), main.outputs if main else ())
+
+
+def _row(name: str, op_type: str, provider: str | None, nodes: int, calls: int, time: float,
+         per_call: float, computation: float | None, read: float | None,
+         written: float | None, inputs: tuple[TensorSpec, ...] = (),
+         outputs: tuple[TensorSpec, ...] = (), memory: float | None = None) -> ProfileRow:
+    if memory is None and read is not None and written is not None:
+        memory = read + written
+    return ProfileRow(
+        name=name, op_type=op_type, provider=provider, nodes=nodes, calls=calls, time=time,
+        time_per_call=per_call, share=0.0, cumulative=0.0, cumulative_share=0.0,
+        computation=computation,
+        flops=computation / time if computation is not None and time > 0 else None,
+        bytes_read=read, bytes_written=written, memory=memory,
+        bandwidth=memory / time if memory is not None and time > 0 else None,
+        inputs=inputs, outputs=outputs)
+
+
+def _summary(p: Profile, rows: list[ProfileRow], clock: str) -> ProfileSummary:
+    runs = max(p.runs, 1)
+    kernel = math.fsum(s.total for s in p.nodes) / runs
+    device = math.fsum(s.device_total if s.device_total is not None else s.total
+                       for s in p.nodes) / runs
+    run_time = math.fsum(p.run_times) / len(p.run_times) if p.run_times else None
+    return ProfileSummary(
+        source=p.source, runs=p.runs, skipped_runs=p.skipped_runs, run_time=run_time,
+        run_time_min=min(p.run_times) if p.run_times else None,
+        run_time_max=max(p.run_times) if p.run_times else None,
+        kernel_time=kernel, device_time=device,
+        host_overhead=None if run_time is None else run_time - kernel,
+        nodes=len(p.nodes), calls=sum(s.calls for s in p.nodes),
+        computation=sum(r.computation for r in rows if r.computation is not None),
+        unknown_computation=sum(1 for r in rows if r.computation is None),
+        session_init=p.session_init, model_load=p.model_load, device_events=p.device_events,
+        clock=clock, total=device if clock == "device" else kernel)
+
+
+def _agg(fn: Callable[[Sequence[float]], float], values: list[float | None]) -> float | None:
+    if not values or any(v is None for v in values):
+        return None
+    return fn(values)  # type: ignore[arg-type]
+
+
+def _aggregate(rows: list[ProfileRow], how: str, by: str | None) -> list[ProfileRow]:
+    fn = AGGREGATES[how]
+    groups: dict[str, list[ProfileRow]] = {}
+    for r in rows:
+        groups.setdefault(r.op_type if by == "type" else "all", []).append(r)
+    out = []
+    for key, rs in groups.items():
+        providers = sorted({r.provider for r in rs if r.provider})
+        calls = sum(r.calls for r in rs)
+        out.append(_row(
+            key, key if by == "type" else "all", ",".join(providers) or None, len(rs), calls,
+            fn([r.time for r in rs]),
+            math.fsum(r.time_per_call * r.calls for r in rs) / calls if calls else 0.0,
+            _agg(fn, [r.computation for r in rs]), _agg(fn, [r.bytes_read for r in rs]),
+            _agg(fn, [r.bytes_written for r in rs]), memory=_agg(fn, [r.memory for r in rs])))
+    return out
+
+
+def _sort(rows: list[ProfileRow], order_by: str) -> list[ProfileRow]:
+    ascending = order_by.startswith("+")
+    attr = _ATTR.get(order_by.lstrip("+"), order_by.lstrip("+"))
+    known = [r for r in rows if getattr(r, attr) is not None]
+    unknown = [r for r in rows if getattr(r, attr) is None]
+    return sorted(known, key=lambda r: getattr(r, attr), reverse=not ascending) + unknown
+
+
+def _with_shares(rows: list[ProfileRow], total: float) -> list[ProfileRow]:
+    out, cumulative = [], 0.0
+    for r in rows:
+        cumulative += r.time
+        out.append(replace(r, share=_pct(r.time, total), cumulative=cumulative,
+                           cumulative_share=_pct(cumulative, total)))
+    return out
+
+
+def _pct(part: float, total: float) -> float:
+    return 100.0 * part / total if total > 0 else 0.0
+
+
+def si(value: float | None, unit: str, base: int = 1000) -> str:
+    """'236.03 MFLO'-style text of a quantity, 'N/A' when unknown (base 1024 for bytes)."""
+    if value is None:
+        return "N/A"
+    prefixes = ("", "K", "M", "G", "T", "P") if base == 1000 else ("", "Ki", "Mi", "Gi", "Ti", "Pi")
+    for p in prefixes:
+        if abs(value) < base or p == prefixes[-1]:
+            return f"{value:.2f} {p}{unit}"
+        value /= base
+    raise AssertionError("unreachable")

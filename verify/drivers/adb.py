@@ -1,0 +1,403 @@
+"""The adb transport: an Android device (or anything adbd runs on) through an adb server.
+
+adbutils is imported only here. It provides the server client, the device list, the device's
+features and one connection per device service (`open_transport`). On those connections this
+module speaks the device services itself, because adbutils' helpers fall short for verify:
+- `shell,v2,raw:` (the shell protocol) gives stdout, stderr and the exit status apart; we read
+  it against a deadline (adbutils' `shell2` only has a per-recv timeout, which a command that
+  prints now and then never trips).
+- `shell:` when the device lacks `shell_v2` (Android < 7): one merged stream and no status, so
+  the command is wrapped to print a unique marker, its status and its captured stderr last
+  (stdout stays byte-exact; stderr, held in a shell variable, loses its trailing newlines).
+- `sync:` SEND/RECV in 64 KiB chunks with progress and a stall timeout, reporting the device's
+  FAIL reason (adbutils' `Sync.push` sends 4 KiB chunks, has no progress hook, reports a
+  refused push as just "FAIL", and its sync sockets never time out).
+
+A timed-out or interrupted command is stopped by closing its stream: adbd then hangs the
+command up (SIGHUP through the PTY, or explicitly with the shell protocol).
+Options: `adb_host` (default 127.0.0.1), `adb_port` (default $ANDROID_ADB_SERVER_PORT or 5037),
+`io_timeout` (seconds a transfer may stall, default 60). The driver never starts a server.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import secrets
+import shlex
+import socket
+import stat
+import struct
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from adbutils import AdbClient, AdbConnection, AdbDevice
+from adbutils.errors import AdbError, AdbTimeout
+
+from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress, shell_command
+from verify.errors import (ConnectError, DeviceError, DeviceTimeout, ProfileError, TransferError,
+                           UsageError, VerifyError)
+
+DEFAULT_SERVER_PORT = 5037
+SYNC_DATA_MAX = 64 * 1024
+# An OPEN must fit the device's max payload, 4 KiB before Android 9, and Debian's adb 29 server
+# aborts (dropping every device) when asked for more. A longer command (with the fallback's
+# wrapper around it) is therefore pushed as a script and run with sh.
+MAX_INLINE_COMMAND = 3584
+SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN = 1, 2, 3, 4
+_STATE_HINTS = {
+    "unauthorized": "accept the USB debugging prompt on the device",
+    "offline": "reconnect it, or run `adb reconnect`",
+    "no permissions": "fix the udev rules for the device (see `adb devices`)",
+}
+
+
+class _Lost(Exception):
+    """The device or the server closed the connection before the service finished."""
+
+
+class _Expired(Exception):
+    """A deadline passed while waiting for the device."""
+
+
+class AdbDriver(Driver):
+    transport = "adb"
+    default_base_dir = "/data/local/tmp/verify"
+
+    def __init__(self, config: DriverConfig) -> None:
+        super().__init__(config)
+        options = config.options
+        self.server_host = str(options.get("adb_host") or "127.0.0.1")
+        self.server_port = _server_port(options.get("adb_port"))
+        self.io_timeout = _positive(options.get("io_timeout", 60.0), "io_timeout")
+        self.serial = config.address
+        self.features: frozenset[str] = frozenset()
+        self._device: AdbDevice | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+    def _open_impl(self) -> None:
+        self._check_server()
+        client = AdbClient(host=self.server_host, port=self.server_port,
+                           socket_timeout=self.config.connect_timeout)
+        with self._converted("listing adb devices", ConnectError):
+            infos = client.list()
+        self.serial = self._choose([(i.serial, i.state) for i in infos])
+        device = client.device(serial=self.serial)
+        with self._converted("reading the device's features", ConnectError):
+            self.features = frozenset(f for f in device.get_features().split(",") if f)
+        self._device = device
+
+    def _close_impl(self) -> None:
+        self._device = None  # every service has its own connection, closed when it ends
+
+    def describe_address(self) -> str:
+        return f"adb:{self.serial}" if self.serial else "adb"
+
+    @property
+    def shell_v2(self) -> bool:
+        return "shell_v2" in self.features
+
+    def _check_server(self) -> None:
+        # adbutils would spawn `adb start-server` (on the default port) if nothing answers;
+        # a driver must not start daemons behind the user's back, so say what to run instead.
+        address = (self.server_host, self.server_port)
+        try:
+            socket.create_connection(address, timeout=self.config.connect_timeout).close()
+        except OSError as exc:
+            hint = "adb start-server" if self.server_port == DEFAULT_SERVER_PORT \
+                else f"adb -P {self.server_port} start-server"
+            raise ConnectError(f"cannot reach the adb server at {self.server_host}:"
+                               f"{self.server_port} ({_reason(exc)}); start it with `{hint}`") \
+                from exc
+
+    def _choose(self, devices: list[tuple[str, str]]) -> str:
+        """Pick the device: the address asked for, else $ANDROID_SERIAL, else the only one."""
+        listing = ", ".join(f"{serial} ({state})" for serial, state in devices) \
+            or "adb devices shows none"
+        wanted = self.config.address or os.environ.get("ANDROID_SERIAL", "")
+        if wanted:
+            states = dict(devices)
+            if wanted not in states:
+                source = "" if self.config.address else " (from $ANDROID_SERIAL)"
+                raise ConnectError(f"adb device {wanted!r}{source} is not attached; attached: "
+                                   f"{listing}")
+            if states[wanted] != "device":
+                raise ConnectError(_not_ready(wanted, states[wanted]))
+            return wanted
+        if not devices:
+            raise ConnectError("no adb device attached (adb devices shows none)")
+        ready = [serial for serial, state in devices if state == "device"]
+        if len(ready) == 1:
+            return ready[0]
+        if not ready:
+            raise ConnectError("no adb device is ready: " + "; ".join(
+                _not_ready(serial, state) for serial, state in devices))
+        # Several usable devices is a question only the user can answer: a usage error.
+        raise UsageError(f"several adb devices attached ({', '.join(ready)}); pick one with "
+                         f"--device adb:SERIAL")
+
+    # --- commands -------------------------------------------------------------------------
+    def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                   cwd: str | None) -> CommandResult:
+        command = shell_command(argv, env or None, cwd)
+        deadline = time.monotonic() + timeout
+        what = f"running {Path(argv[0]).name}"
+        try:
+            if len(command.encode()) > MAX_INLINE_COMMAND:
+                command = self._command_script(command, what)
+            with self._converted(what, ConnectError):
+                if self.shell_v2:
+                    status, out, err = self._run_shell_v2(command, deadline)
+                else:
+                    status, out, err = self._run_shell_v1(command, deadline)
+        except _Expired:
+            raise DeviceTimeout(f"{self.describe_address()}: {shlex.join(argv)[:120]} did not "
+                                f"finish within {timeout:g} s") from None
+        return CommandResult(tuple(argv), status, out.decode(errors="replace"),
+                             err.decode(errors="replace"))
+
+    def _run_shell_v2(self, command: str, deadline: float) -> tuple[int, bytes, bytes]:
+        with self._service(f"shell,v2,raw:{command}", deadline) as conn:
+            sock = conn.conn
+            sock.sendall(bytes([SHELL_CLOSE_STDIN]) + bytes(4))  # the command reads no input
+            pending, out, err = bytearray(), bytearray(), bytearray()
+            while True:
+                chunk = _recv(sock, deadline)
+                if not chunk:
+                    raise _Lost("the shell ended without an exit status")
+                pending += chunk
+                while len(pending) >= 5:
+                    size = struct.unpack_from("<I", pending, 1)[0]
+                    if len(pending) < 5 + size:
+                        break
+                    kind, data = pending[0], bytes(pending[5:5 + size])
+                    del pending[:5 + size]
+                    if kind == SHELL_STDOUT:
+                        out += data
+                    elif kind == SHELL_STDERR:
+                        err += data
+                    elif kind == SHELL_EXIT:
+                        return (data[0] if data else 255), bytes(out), bytes(err)
+
+    def _run_shell_v1(self, command: str, deadline: float) -> tuple[int, bytes, bytes]:
+        # Without the shell protocol stdout and stderr share one stream and the status is lost.
+        # Wrap the command: its stdout passes through untouched (fd 3), its stderr is captured
+        # in a variable, and after it ends we print a newline, a marker nobody else can print,
+        # the status, a newline and the stderr. The leading newline makes the marker findable
+        # after output without a trailing newline; we strip exactly that newline again.
+        marker = f":verify-exit-{secrets.token_hex(8)}:"
+        wrapped = (f"{{ __verify_err=$( ( {command} ) </dev/null 2>&1 1>&3 3>&- ); "
+                   f"__verify_status=$?; }} 3>&1; "
+                   f"printf '\\n{marker}%d\\n%s' \"$__verify_status\" \"$__verify_err\"")
+        with self._service(f"shell:{wrapped}", deadline) as conn:
+            data = bytearray()
+            while chunk := _recv(conn.conn, deadline):
+                data += chunk
+        return _parse_marked(bytes(data), marker.encode())
+
+    def _command_script(self, command: str, what: str) -> str:
+        """Push a too-long command as a script that deletes itself; return how to run it."""
+        path = posixpath.join(self.base_dir, "tmp", f"cmd-{secrets.token_hex(8)}.sh")
+        script = f'rm -f -- "$0"\n{command}\n'.encode()
+        blocks = (script[i:i + SYNC_DATA_MAX] for i in range(0, len(script), SYNC_DATA_MAX))
+        self._send(blocks, path, 0o600, int(time.time()), None, f"{what} (pushing its script)")
+        return shlex.join(["sh", path])
+
+    # --- transfers ------------------------------------------------------------------------
+    def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
+        info = local.stat()
+        with open(local, "rb") as fh:
+            self._send(iter(lambda: fh.read(SYNC_DATA_MAX), b""), remote,
+                       stat.S_IMODE(info.st_mode), int(info.st_mtime), progress,
+                       f"pushing {local} to {remote}")
+
+    def _send(self, blocks: Iterator[bytes], remote: str, mode: int, mtime: int,
+              progress: Progress | None, what: str) -> None:
+        """SEND one file; the device creates missing parent directories."""
+        spec = f"{remote},{stat.S_IFREG | mode}".encode()
+        with self._converted(what, TransferError), self._sync() as sock:
+            try:
+                sock.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
+                for block in blocks:
+                    sock.sendall(b"DATA" + struct.pack("<I", len(block)) + block)
+                    if progress:
+                        progress(len(block))
+                sock.sendall(b"DONE" + struct.pack("<I", mtime & 0xFFFFFFFF))
+            except OSError:
+                # adbd refuses early (no space, read-only...) and may close before we finish:
+                # its FAIL reason, if it got through, says more than the broken pipe.
+                self._sync_status(sock, what, after_error=True)
+                raise
+            self._sync_status(sock, what)
+
+    def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
+        what = f"fetching {remote}"
+        path = remote.encode()
+        with self._converted(what, TransferError), self._sync() as sock, \
+                open(local, "wb") as fh:
+            sock.sendall(b"RECV" + struct.pack("<I", len(path)) + path)
+            while True:
+                kind, size = struct.unpack("<4sI", _recv_exact(sock, 8, self.io_timeout))
+                if kind == b"DATA":
+                    fh.write(_recv_exact(sock, size, self.io_timeout))
+                    if progress:
+                        progress(size)
+                elif kind == b"DONE":
+                    return
+                elif kind == b"FAIL":
+                    reason = _recv_exact(sock, size, self.io_timeout).decode(errors="replace")
+                    raise TransferError(f"{self.describe_address()}: {what} failed: {reason}")
+                else:
+                    raise TransferError(f"{self.describe_address()}: {what} failed: unexpected "
+                                        f"sync reply {kind!r}")
+
+    def _sync_status(self, sock: socket.socket, what: str, after_error: bool = False) -> None:
+        """Read the reply to DONE: OKAY, or FAIL and the device's reason."""
+        stall = min(self.io_timeout, 2.0) if after_error else self.io_timeout
+        try:
+            kind, size = struct.unpack("<4sI", _recv_exact(sock, 8, stall))
+            reason = _recv_exact(sock, size, stall).decode(errors="replace") \
+                if kind == b"FAIL" else ""
+        except (OSError, _Lost, _Expired):
+            if after_error:
+                return
+            raise
+        if kind == b"FAIL":
+            raise TransferError(f"{self.describe_address()}: {what} failed: {reason}")
+        if kind != b"OKAY" and not after_error:
+            raise TransferError(f"{self.describe_address()}: {what} failed: unexpected sync "
+                                f"reply {kind!r}")
+
+    # --- plumbing -------------------------------------------------------------------------
+    @contextmanager
+    def _service(self, name: str, deadline: float) -> Iterator[AdbConnection]:
+        """A connection to one device service; closing it stops the service on the device."""
+        if self._device is None:
+            raise DeviceError(f"{self.describe_address()}: the driver is not open")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise _Expired()
+        conn = self._device.open_transport(timeout=remaining)
+        try:
+            conn.send_command(name)
+            conn.check_okay()
+            yield conn
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _sync(self) -> Iterator[socket.socket]:
+        with self._service("sync:", time.monotonic() + self.io_timeout) as conn:
+            sock = conn.conn
+            sock.settimeout(self.io_timeout)
+            yield sock
+            try:
+                sock.sendall(b"QUIT" + bytes(4))  # as adb does; adbd then ends the service
+            except OSError:
+                pass
+
+    @contextmanager
+    def _converted(self, what: str, error: type[DeviceError]) -> Iterator[None]:
+        """Turn adbutils' and the socket layer's exceptions into verify's, naming the action."""
+        where = self.describe_address()
+        try:
+            yield
+        except (VerifyError, _Expired):
+            raise
+        except _Lost as exc:
+            raise error(f"{where}: {what} failed: the connection to the device was lost "
+                        f"({exc})") from exc
+        except AdbTimeout as exc:
+            raise error(f"{where}: {what} failed: no answer from the adb server ({exc})") from exc
+        except AdbError as exc:
+            reason = str(exc) or type(exc).__name__
+            if re.search(r"device .* not found|device offline", reason):
+                reason += " (was it unplugged? see `adb devices`)"
+            raise error(f"{where}: {what} failed: {reason}") from exc
+        except TimeoutError as exc:
+            raise error(f"{where}: {what} failed: the device stopped answering for "
+                        f"{self.io_timeout:g} s") from exc
+        except (OSError, EOFError) as exc:
+            raise error(f"{where}: {what} failed: the connection to the device was lost "
+                        f"({_reason(exc)})") from exc
+
+
+# --- helpers ---------------------------------------------------------------------------------
+def _server_port(value: object) -> int:
+    if value in (None, ""):
+        value = os.environ.get("ANDROID_ADB_SERVER_PORT") or DEFAULT_SERVER_PORT
+    try:
+        port = int(str(value))
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise ProfileError(f"adb_port must be a TCP port number, got {value!r}")
+    return port
+
+
+def _positive(value: object, name: str) -> float:
+    try:
+        number = float(str(value))
+    except ValueError:
+        number = -1.0
+    if number <= 0:
+        raise ProfileError(f"{name} must be a positive number of seconds, got {value!r}")
+    return number
+
+
+def _not_ready(serial: str, state: str) -> str:
+    hint = _STATE_HINTS.get(state)
+    return f"adb device {serial} is {state}" + (f": {hint}" if hint else "")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _recv(sock: socket.socket, deadline: float) -> bytes:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise _Expired()
+    sock.settimeout(remaining)
+    try:
+        return sock.recv(1 << 16)
+    except TimeoutError:
+        raise _Expired() from None
+
+
+def _recv_exact(sock: socket.socket, n: int, stall: float) -> bytes:
+    """Exactly n bytes; a stall of `stall` seconds raises TimeoutError, EOF raises _Lost."""
+    sock.settimeout(stall)
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise _Lost("it closed the connection mid-transfer")
+        got += k
+    return bytes(buf)
+
+
+def _parse_marked(data: bytes, marker: bytes) -> tuple[int, bytes, bytes]:
+    """Split the fallback shell's output into (status, stdout, stderr)."""
+    at = data.find(b"\n" + marker)
+    if at < 0:
+        raise _Lost("the shell ended before the command's status was printed")
+    crlf = at > 0 and data[at - 1:at] == b"\r"
+    stdout = data[:at - 1] if crlf else data[:at]
+    status_text, _, stderr = data[at + 1 + len(marker):].partition(b"\n")
+    if crlf:
+        # An old adbd runs `shell:` on a PTY that turns every \n into \r\n; undo it.
+        stdout = stdout.replace(b"\r\n", b"\n")
+        stderr = stderr.replace(b"\r\n", b"\n")
+    try:
+        status = int(status_text.rstrip(b"\r"))
+    except ValueError:
+        raise _Lost(f"unreadable exit status {status_text[:20]!r}") from None
+    return status, stdout, stderr

@@ -1,0 +1,428 @@
+"""verify.compare: metrics against plain float64 numpy, rule boundaries, overrides, both kernels."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from verify.compare import (
+    SATURATION_FLOOR,
+    AllcloseRule,
+    ExactRule,
+    MagnitudeRule,
+    TensorDiff,
+    ToleranceSet,
+    compare,
+    compare_many,
+    first_divergent,
+    numba_available,
+    parse_tolerance,
+    saturating_floor,
+    topk_agreement,
+)
+from verify.errors import UsageError
+
+ENGINES = [
+    "numpy",
+    pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="no numba")),
+]
+
+try:
+    import ml_dtypes
+
+    BF16 = [np.dtype(ml_dtypes.bfloat16)]
+except ImportError:  # pragma: no cover
+    BF16 = []
+
+
+# --- reference computations: the plainest numpy, float64 / longdouble ------------------------
+
+def reference_metrics(a: np.ndarray, r: np.ndarray, tiny: float) -> dict[str, float]:
+    x = np.asarray(a).astype(np.float64).ravel()
+    y = np.asarray(r).astype(np.float64).ravel()
+    fin = np.isfinite(x) & np.isfinite(y)
+    x, y = x[fin], y[fin]
+    d = np.abs(x - y)
+    xl, yl = x.astype(np.longdouble), y.astype(np.longdouble)
+    saa, srr, sar = (xl * xl).sum(), (yl * yl).sum(), (xl * yl).sum()
+    sdd = ((xl - yl) ** 2).sum()
+    if saa == 0 or srr == 0:
+        cosine = 1.0 if saa == srr else 0.0
+    else:
+        cosine = float(sar / np.sqrt(saa * srr))
+    return {
+        "max_abs": float(d.max(initial=0.0)),
+        "mean_abs": float(d.mean()) if d.size else 0.0,
+        "max_rel": float((d / np.maximum(np.abs(y), tiny)).max(initial=0.0)),
+        "ref_peak": float(np.abs(y).max(initial=0.0)),
+        "cosine": cosine,
+        "sqnr_db": math.inf if sdd == 0 else (-math.inf if srr == 0 else
+                                              float(10 * np.log10(srr / sdd))),
+    }
+
+
+def make_pair(dtype: np.dtype, shape: tuple[int, ...], seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype.kind == "b":
+        r = np.asarray(rng.random(shape) < 0.5)
+        a = r.copy()
+        a.reshape(-1)[::7] ^= True
+        return a, r
+    if dtype.kind in "iu":
+        r = np.asarray(rng.integers(0, 100, size=shape)).astype(dtype)
+        a = r.copy()
+        a.reshape(-1)[::5] += 1
+        return a, r
+    r = np.asarray(rng.standard_normal(shape) * 3).astype(dtype)
+    a = np.asarray(r.astype(np.float64) * (1 + rng.standard_normal(shape) * 1e-3)).astype(dtype)
+    return a, r
+
+
+def layout(x: np.ndarray, how: str) -> np.ndarray:
+    """The same logical values with another memory layout."""
+    if how == "C":
+        return x
+    if how == "F":
+        return x.copy(order="F")
+    if how == "strided":  # a view taking every other element of a twice-as-large array
+        big = np.repeat(x.reshape(-1), 2).reshape(x.shape[:-1] + (2 * x.shape[-1],)) if x.ndim else x
+        return big[..., ::2] if x.ndim else x
+    raise AssertionError(how)
+
+
+FLOAT_TINY = {"float16": float(np.finfo(np.float16).tiny), "float32": float(np.finfo(np.float32).tiny),
+              "float64": float(np.finfo(np.float64).tiny), "bfloat16": float(np.finfo(np.float32).tiny)}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("how", ["C", "F", "strided"])
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 0, 2), (33, 70), (3, 70001)])
+@pytest.mark.parametrize("dtype", [np.dtype(t) for t in ("float32", "float64", "float16", "int64",
+                                                          "int32", "uint8", "bool")] + BF16,
+                         ids=str)
+def test_metrics_match_float64_reference(dtype: np.dtype, shape, how: str, engine: str) -> None:
+    a, r = make_pair(dtype, shape)
+    la, lr = layout(a, how), layout(r, "C" if how == "F" else how)
+    assert np.array_equal(la, a) and np.array_equal(lr, r)
+    d = compare("t", la, lr, engine=engine)
+    tiny = FLOAT_TINY.get(dtype.name, 1.0)
+    ref = reference_metrics(a, r, tiny)
+    assert d.size == a.size and d.actual_shape == shape and d.actual_dtype == str(dtype)
+    assert d.max_abs == ref["max_abs"]
+    assert d.ref_peak == ref["ref_peak"]
+    assert d.max_rel == pytest.approx(ref["max_rel"], rel=1e-15)
+    assert d.mean_abs == pytest.approx(ref["mean_abs"], rel=1e-12, abs=1e-300)
+    assert d.cosine == pytest.approx(ref["cosine"], abs=2e-15)
+    assert d.sqnr_db == pytest.approx(ref["sqnr_db"], rel=1e-10)
+    if dtype.kind in "iub":
+        assert d.rule == "exact"
+        assert d.n_outside == int(np.count_nonzero(a != r))
+        assert d.passed is (d.n_outside == 0)
+    else:
+        threshold = 2.0 ** 9 * max(float(ml_dtypes.finfo(dtype).eps) if dtype.kind == "V"
+                                   else float(np.finfo(dtype).eps), 2.0 ** -23) * ref["ref_peak"]
+        assert d.threshold == threshold
+        assert d.passed is (ref["max_abs"] <= threshold)
+        x = a.astype(np.float64)
+        y = r.astype(np.float64)
+        assert d.n_outside == int(np.count_nonzero(np.abs(x - y) > threshold))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_allclose_rule_counts_and_tolerance_units(engine: str) -> None:
+    a, r = make_pair(np.dtype(np.float32), (5, 40000), seed=3)
+    rule = AllcloseRule(atol=1e-3, rtol=1e-3)
+    d = compare("t", a[:, ::2], r[:, ::2], rule, engine=engine)
+    x, y = a[:, ::2].astype(np.float64), r[:, ::2].astype(np.float64)
+    tol = 1e-3 + 1e-3 * np.abs(y)
+    outside = int(np.count_nonzero(np.abs(x - y) > tol))
+    assert 0 < outside < x.size
+    assert d.n_outside == outside and d.frac_outside == outside / x.size
+    assert d.tol_units == pytest.approx(float((np.abs(x - y) / tol).max()), rel=1e-15)
+    assert d.passed is False
+    assert d.rule == "allclose atol=0.001 rtol=0.001"
+    assert d.reason == (f"{outside} of 100000 elements outside allclose atol=0.001 rtol=0.001 "
+                        f"(max|a-r| {d.max_abs:.2e}, {d.tol_units:.3g} tolerance units)")
+    ok = compare("t", a, r, AllcloseRule(atol=1.0), engine=engine)
+    assert ok.passed and ok.n_outside == 0 and ok.reason == ""
+
+
+def sprinkle(x: np.ndarray, rng: np.random.Generator, nan: int, inf: int) -> np.ndarray:
+    x = x.copy()
+    flat = x.reshape(-1)
+    flat[rng.choice(flat.size, nan, replace=False)] = np.nan
+    flat[rng.choice(flat.size, inf, replace=False)] = np.inf
+    return x
+
+
+@pytest.mark.skipif(not numba_available(), reason="no numba")
+@pytest.mark.parametrize("rule", [None, AllcloseRule(1e-4, 1e-3), ExactRule(), MagnitudeRule(2.0 ** -20)],
+                         ids=["magnitude", "allclose", "exact", "tight"])
+def test_engines_agree(rule) -> None:
+    rng = np.random.default_rng(7)
+    r = (rng.standard_normal((1500, 1500)) * 2).astype(np.float32)
+    a = (r * (1 + rng.standard_normal(r.shape).astype(np.float32) * 1e-5)).astype(np.float32)
+    a[700:702] *= 1.01  # a failing stretch inside two blocks
+    a, r = sprinkle(a, rng, 5, 3), sprinkle(r, rng, 4, 3)
+    for x, y in [(a, r), (a[:, ::2], r[:, ::2]), (a.T, r.T), (a.astype(np.float16), r.astype(np.float16))]:
+        fast = compare("t", x, y, rule, engine="numba")
+        slow = compare("t", x, y, rule, engine="numpy")
+        for f in dataclasses.fields(TensorDiff):
+            u, v = getattr(fast, f.name), getattr(slow, f.name)
+            if isinstance(u, float) and f.name not in ("max_abs", "ref_peak", "max_rel", "tol_units"):
+                assert u == pytest.approx(v, rel=1e-12), f.name
+            else:
+                assert u == v, f.name
+        assert fast.nonfinite_mismatch > 0 and fast.nan_actual == np.count_nonzero(np.isnan(x))
+
+
+# --- the magnitude rule --------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_magnitude_boundary(engine: str) -> None:
+    r = np.linspace(-1, 1, 100_001, dtype=np.float32)  # peak exactly 1: threshold 2^-14
+    a = r.copy()
+    a[40_000] = np.float32(r[40_000] + 2.0 ** -14)
+    assert abs(float(a[40_000]) - float(r[40_000])) == 2.0 ** -14
+    at = compare("t", a, r, engine=engine)
+    assert at.passed and at.threshold == 2.0 ** -14 and at.tol_units == 1.0 and at.n_outside == 0
+    a[40_000] = np.nextafter(a[40_000], np.float32(np.inf))
+    over = compare("t", a, r, engine=engine)
+    assert not over.passed and over.n_outside == 1 and over.tol_units > 1.0
+    assert over.reason == "max|a-r| 6.11e-05 > 6.10e-05"
+    assert over.rule == "magnitude k=2^-14"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_saturated_sigmoid_needs_the_floor(engine: str) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-18, -11.6, size=200_000)
+    r = (1 / (1 + np.exp(-x))).astype(np.float32)  # all below 1e-5
+    assert r.max() < 1e-5
+    a = r.copy()  # a device computing it as 1 - sigmoid(-x): noise of 1 ulp at 1.0
+    a[::3] = np.maximum(np.float32(0), r[::3] + np.float32(2.0 ** -24) * rng.choice([-1, 1], a[::3].size))
+    tols = ToleranceSet()
+    floored = compare("sig", a, r, tols.rule_for("sig", floor=saturating_floor("Sigmoid")), engine=engine)
+    assert floored.passed, floored.reason
+    assert floored.rule == "magnitude k=2^-14 floor=2^-4"
+    assert floored.threshold == 2.0 ** -14 / 16
+    bare = compare("sig", a, r, tols.rule_for("sig"), engine=engine)
+    assert not bare.passed and bare.tol_units > 50 and bare.rule == "magnitude k=2^-14"
+    assert bare.sqnr_db < 40  # why SQNR or relative rules cry wolf here
+
+
+def test_saturating_floor_walks_shape_only_ops() -> None:
+    assert saturating_floor("Sigmoid") == SATURATION_FLOOR == 1 / 16
+    for op in ("HardSigmoid", "Tanh", "Softmax", "Erf"):
+        assert saturating_floor(op) == 1 / 16
+    assert saturating_floor("Reshape", ["Transpose", "Softmax"]) == 1 / 16
+    assert saturating_floor("Flatten", ["Sigmoid", "Conv"]) == 1 / 16
+    assert saturating_floor("Reshape", ["Conv", "Sigmoid"]) == 0.0
+    assert saturating_floor("Mul", ["Sigmoid"]) == 0.0
+    assert saturating_floor("LogSoftmax") == 0.0
+    assert saturating_floor("Reshape", []) == 0.0
+
+
+def test_magnitude_constant_scales_with_dtype() -> None:
+    rule = MagnitudeRule()
+    assert rule.k_for(np.dtype(np.float32)) == 2.0 ** -14
+    assert rule.k_for(np.dtype(np.float64)) == 2.0 ** -14
+    assert rule.k_for(np.dtype(np.float16)) == 2.0 ** -1
+    for bf16 in BF16:
+        assert rule.k_for(bf16) == 2.0 ** 2
+    assert MagnitudeRule(k=1e-3).k_for(np.dtype(np.float16)) == 1e-3
+    r = np.array([0.5, 1.0], dtype=np.float16)
+    assert compare("h", r + np.float16(0.25), r).passed
+    assert compare("h", r, r).rule == "magnitude k=0.5"
+    assert AllcloseRule(1.0, 0.25).describe() == "allclose atol=1 rtol=0.25"
+
+
+# --- NaN/Inf, integers, shapes, dtypes -----------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_nan_and_inf_positions(engine: str) -> None:
+    r = np.array([1.0, np.nan, np.inf, -np.inf, 2.0], dtype=np.float32)
+    same = compare("t", r.copy(), r, engine=engine)
+    assert same.passed and same.max_abs == 0.0 and same.sqnr_db == math.inf
+    assert (same.nan_actual, same.nan_reference, same.inf_actual, same.inf_reference) == (1, 1, 2, 2)
+    a = r.copy()
+    a[0] = np.nan
+    moved = compare("t", a, r, engine=engine)
+    assert not moved.passed and moved.nonfinite_mismatch == 1 and moved.n_outside == 1
+    assert moved.reason == "NaN/Inf positions differ at 1 element (NaN 2 vs 1, Inf 2 vs 2)"
+    a = r.copy()
+    a[3] = np.inf
+    a[4] = np.nan
+    flipped = compare("t", a, r, engine=engine)
+    assert flipped.reason == "NaN/Inf positions differ at 2 elements (NaN 2 vs 1, Inf 2 vs 2)"
+    assert flipped.max_abs == 0.0  # the finite pairs that remain agree
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_integers_are_exact(engine: str) -> None:
+    r = np.array([2 ** 62, 5, -7], dtype=np.int64)
+    a = r.copy()
+    a[0] += 1  # invisible in float64
+    d = compare("idx", a, r, AllcloseRule(atol=10.0), engine=engine)
+    assert not d.passed and d.rule == "exact" and d.n_outside == 1 and d.tol_units == math.inf
+    assert d.reason == "1 of 3 elements differ"
+    assert compare("idx", r.copy(), r, engine=engine).passed
+    b = np.array([True, False])
+    assert compare("mask", ~b, b, engine=engine).reason == "2 of 2 elements differ (max|a-r| 1)"
+
+
+def test_shape_and_dtype_mismatch_are_results() -> None:
+    d = compare("t", np.zeros((1, 3), np.float32), np.zeros((1, 4), np.float32))
+    assert not d.passed and d.reason == "shape (1,3) vs (1,4)"
+    assert math.isnan(d.max_abs) and d.to_dict()["max_abs"] == "nan"
+    assert compare("t", np.zeros(3), np.zeros(())).reason == "shape (3,) vs ()"
+    d = compare("t", np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int32))
+    assert not d.passed and d.reason == "dtype int64 vs int32" and d.max_abs == 0.0
+    d = compare("t", np.arange(4, dtype=np.float16), np.arange(4, dtype=np.float32) + 1)
+    assert d.reason == "dtype float16 vs float32; max|a-r| 1.00e+00 > 2.44e-04"
+    s = compare("s", np.array(["a", "b"]), np.array(["a", "c"]))
+    assert not s.passed and s.reason == "1 of 2 elements differ" and s.rule == "exact"
+
+
+# --- tolerance specs -----------------------------------------------------------------------
+
+def test_glob_overrides_first_match_wins() -> None:
+    tols = ToleranceSet.from_specs(["conv*:atol=1e-3", "prob:atol=1e-4,rtol=1e-3",
+                                    "block1/*:k=1e-3,floor=0", "input:0:exact", "*:k=2^-12"])
+    assert tols.rule_for("conv1/out") == AllcloseRule(1e-3, 0.0)
+    assert tols.rule_for("prob") == AllcloseRule(1e-4, 1e-3)
+    assert tols.rule_for("block1/relu", floor=1 / 16) == MagnitudeRule(1e-3, 0.0)
+    assert tols.rule_for("input:0") == ExactRule()
+    assert tols.rule_for("fc", floor=1 / 16) == MagnitudeRule(2.0 ** -12, 1 / 16)
+    assert tols.rule_for("Conv1") == MagnitudeRule(2.0 ** -12, 0.0)  # globs are case-sensitive
+    assert ToleranceSet().rule_for("x", floor=0.0625) == MagnitudeRule(None, 0.0625)
+    assert ToleranceSet.from_specs([], atol=1e-3).rule_for("x") == AllcloseRule(1e-3, 0.0)
+    assert ToleranceSet.from_specs([], rtol=1e-2).default == AllcloseRule(0.0, 1e-2)
+    assert ToleranceSet.from_specs(["x:atol=1"], atol=1e-3).rule_for("y") == AllcloseRule(1e-3, 0.0)
+    assert parse_tolerance(" a* : atol = 2^-10 , rtol=2**-3").rule == AllcloseRule(2.0 ** -10, 0.125)
+
+
+def test_describe() -> None:
+    assert MagnitudeRule().describe() == "magnitude k=2^9*eps"
+    assert MagnitudeRule(2.0 ** -14, 1 / 16).describe() == "magnitude k=2^-14 floor=2^-4"
+    assert MagnitudeRule(1e-3, 0.0).describe() == "magnitude k=0.001"
+    assert AllcloseRule(1e-5, 1e-5).describe() == "allclose atol=1e-05 rtol=1e-05"
+    assert ExactRule().describe() == "exact"
+
+
+EXPECTED_FORM = ("expected PATTERN:KEY=VALUE[,KEY=VALUE...] with keys atol, rtol, k, floor, "
+                 "or PATTERN:exact")
+SYNTAX_ERRORS = [
+    ("conv*", "bad tolerance 'conv*': " + EXPECTED_FORM),
+    ("conv*:", "bad tolerance 'conv*:': " + EXPECTED_FORM),
+    (":atol=1", "bad tolerance ':atol=1': empty tensor-name pattern before ':'"),
+    ("x:atol", "bad tolerance 'x:atol': expected KEY=VALUE, got 'atol'"),
+    ("x:tol=1", "bad tolerance 'x:tol=1': unknown key 'tol' (use atol, rtol, k, floor or exact)"),
+    ("x:atol=abc", "bad tolerance 'x:atol=abc': 'abc' is not a number (write 1e-3 or 2^-12)"),
+    ("x:atol=nan", "bad tolerance 'x:atol=nan': 'nan' is not a number (write 1e-3 or 2^-12)"),
+    ("x:atol=inf", "bad tolerance 'x:atol=inf': 'inf' is not a number (write 1e-3 or 2^-12)"),
+    ("x:atol=1,atol=2", "bad tolerance 'x:atol=1,atol=2': 'atol' given twice"),
+    ("x:atol=1,k=2", "bad tolerance 'x:atol=1,k=2': atol/rtol and k/floor cannot be mixed in one rule"),
+    ("x:atol=-1", "bad tolerance 'x:atol=-1': atol must be finite and >= 0, got -1"),
+    ("x:k=0", "bad tolerance 'x:k=0': k must be finite and > 0, got 0"),
+]
+
+
+@pytest.mark.parametrize("spec,message", SYNTAX_ERRORS, ids=[s for s, _ in SYNTAX_ERRORS])
+def test_tolerance_syntax_errors(spec: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        ToleranceSet.from_specs(["ok:atol=1", spec])
+    assert str(info.value) == message
+    assert "\n" not in str(info.value)
+
+
+def test_global_tolerance_must_be_valid() -> None:
+    with pytest.raises(UsageError, match=r"^rtol must be finite and >= 0, got -0.1$"):
+        ToleranceSet.from_specs([], rtol=-0.1)
+
+
+# --- reports --------------------------------------------------------------------------------
+
+def test_to_dict_is_strict_json() -> None:
+    r = np.ones((2, 3), np.float32)
+    for d in (compare("same", r, r, topk=True), compare("shape", r, r[:1]),
+              compare("zero", r, np.zeros_like(r))):
+        out = d.to_dict()
+        text = json.dumps(out, allow_nan=False)
+        assert json.loads(text) == out
+    same = compare("same", r, r, topk=True).to_dict()
+    assert same["sqnr_db"] == "inf" and same["actual_shape"] == [2, 3]
+    assert same["topk"] == {"rows": 2, "top1": 1.0, "top5": 1.0}
+    zero = compare("zero", r, np.zeros_like(r)).to_dict()
+    assert zero["sqnr_db"] == "-inf" and zero["tol_units"] == "inf" and zero["cosine"] == 0.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cosine_keeps_float64_precision_near_one(engine: str) -> None:
+    rng = np.random.default_rng(5)
+    r = rng.standard_normal(3_000_000).astype(np.float32)
+    a = (r * (1 + 1e-7 * rng.standard_normal(r.size))).astype(np.float32)
+    xl, yl = a.astype(np.longdouble), r.astype(np.longdouble)
+    ref = (xl * yl).sum() / np.sqrt((xl * xl).sum() * (yl * yl).sum())
+    assert 1 - ref > 1e-15  # a real difference to resolve
+    d = compare("t", a, r, engine=engine)
+    assert abs(np.longdouble(d.cosine) - ref) <= 1e-15
+
+
+def test_topk_agreement() -> None:
+    r = np.array([[0.1, 0.5, 0.2, 0.0, 0.9, 0.3, -1.0],
+                  [3.0, 2.0, 1.0, 0.0, -1.0, -2.0, -3.0]], np.float32)
+    a = r.copy()
+    a[0, 1] = 1.0  # new top-1 in row 0, same top-5 set
+    a[1, 6] = 5.0  # row 1: new top-1, and index 6 pushes index 4 out of the top 5
+    t = topk_agreement(a, r)
+    assert t is not None and (t.rows, t.top1, t.top5) == (2, 0.0, 0.5)
+    assert topk_agreement(r[0], r[0]).rows == 1
+    assert topk_agreement(r[None], r[None]) is None  # 3-D: not classifier-shaped
+    assert topk_agreement(r[:, :1], r[:, :1]) is None
+    assert compare("p", a, r, topk=True).topk == t
+    assert compare("p", a, r).topk is None
+
+
+def test_compare_many_streams_and_first_divergent() -> None:
+    loaded: list[str] = []
+
+    def pairs():
+        for i in range(4):
+            loaded.append(f"t{i}")
+            r = np.full(10, float(i + 1), np.float32)
+            yield f"t{i}", r * (1.01 if i >= 2 else 1.0), r, None
+
+    diffs = compare_many(pairs())
+    assert loaded == ["t0", "t1", "t2", "t3"]
+    assert [d.passed for d in diffs] == [True, True, False, False]
+    assert first_divergent(diffs).name == "t2"
+    assert first_divergent(diffs[:2]) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_read_only_memmaps(tmp_path, engine: str) -> None:
+    a, r = make_pair(np.dtype(np.float32), (300, 1000), seed=9)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "r.npy", r)
+    ma = np.load(tmp_path / "a.npy", mmap_mode="r")
+    mr = np.load(tmp_path / "r.npy", mmap_mode="r")
+    assert not ma.flags.writeable
+    assert compare("m", ma, mr, engine=engine) == compare("m", a, r, engine=engine)
+
+
+def test_auto_engine_policy(monkeypatch) -> None:
+    from verify import compare as module
+
+    monkeypatch.setattr(module, "_bytes_seen", 0)
+    assert module._choose_engine("numpy", 1 << 40) == "numpy"
+    assert module._choose_engine("auto", 1 << 10) == "numpy"  # small tensors never pay for numba
+    monkeypatch.setenv("VERIFY_NO_NUMBA", "1")
+    assert module._choose_engine("auto", module.NUMBA_AFTER_BYTES) == "numpy"
+    monkeypatch.delenv("VERIFY_NO_NUMBA")
+    expected = "numba" if numba_available() else "numpy"
+    assert module._choose_engine("auto", module.NUMBA_AFTER_BYTES) == expected

@@ -117,6 +117,11 @@ def main() -> None:
 
         kernel = gbps(best_seconds(lambda: compare("x", a, r, engine="numba"), args.reps))
         rows.append((f"compare, numba kernel, magnitude rule ({numba.get_num_threads()} threads)", kernel))
+        threads = numba.get_num_threads()
+        numba.set_num_threads(1)
+        one_thread = gbps(best_seconds(lambda: compare("x", a, r, engine="numba"), args.reps))
+        numba.set_num_threads(threads)
+        rows.append(("compare, numba kernel, magnitude rule, 1 thread", one_thread))
         rule = AllcloseRule(1e-5, 1e-5)
         kernel_allclose = gbps(best_seconds(lambda: compare("x", a, r, rule, engine="numba"), args.reps))
         rows.append(("compare, numba kernel, allclose rule", kernel_allclose))

@@ -19,4 +19,5 @@ def local_profile(tmp_path: Path):
 
     return Profile(name="local-test", transport="local", base_dir=str(tmp_path / "device"),
                    python=(sys.executable,))
+from fixtures_ssh import *  # noqa: E402,F401,F403
 from fixtures_adb import *  # noqa: E402,F401,F403

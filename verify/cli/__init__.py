@@ -1,0 +1,97 @@
+"""The `verify` command line: parsing, rendering and exit codes. No logic of its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from verify import __version__
+from verify.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
+                           VerifyError)
+from verify.cli import render
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
+    try:
+        code = cli.main(args=list(argv) if argv is not None else None, prog_name="verify",
+                        standalone_mode=False)
+        code = code if isinstance(code, int) else EXIT_OK
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = EXIT_USAGE
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        code = EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        code = EXIT_INTERRUPTED
+    except VerifyError as exc:
+        click.echo(f"error: {exc}", err=True)
+        code = exc.exit_code
+    except Exception:  # a bug: show everything
+        click.echo(traceback.format_exc(), err=True)
+        click.echo("error: internal error (a bug in verify; please report it with the trace above)",
+                   err=True)
+        code = EXIT_INTERNAL
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "-V", "--version", prog_name="verify")
+def cli() -> None:
+    """Check that an ONNX model computes the same thing on a device as on your reference.
+
+    \b
+      verify pack model.onnx -d cat.png -o model.vtc   model + inputs + ground truth
+      verify inspect model.vtc                          what is inside
+      verify run model.vtc --device local --iter 10    time it and check the outputs
+      verify run model.vtc --device adb:phone --bin-io-dump phone/
+      verify diff cpu/ phone/                           first divergent layer
+
+    Exit codes: 0 checks held, 1 a check failed, 2 bad usage or input,
+    3 device or transport failure, 4 internal error, 130 interrupted.
+    """
+
+
+# --- shared option helpers ------------------------------------------------------------------
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one JSON document on stdout instead of text.")(f)
+
+
+def tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option("--tol", "tol_specs", multiple=True, metavar="GLOB:KEY=V[,KEY=V]",
+                     help="Per-tensor tolerance by name glob, e.g. 'prob:atol=1e-4,rtol=1e-3' "
+                          "or 'conv*:k=2^-12'. Repeatable; the first match wins.")(f)
+    f = click.option("--rtol", type=float, default=None,
+                     help="Relative tolerance; with --atol replaces the default rule.")(f)
+    f = click.option("--atol", type=float, default=None,
+                     help="Absolute tolerance; with --rtol replaces the default rule "
+                          "(default: max|x-r| <= 2^-14 * max(max|r|, F), scaled by dtype).")(f)
+    return f
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=render.json_default))
+
+
+
+
+def _register() -> None:
+    """Import the command modules; each adds its commands to `cli`."""
+    from verify.cli import devices_cmd, inspect_cmd, pack_cmd, run_cmd  # noqa: F401
+
+
+_register()

@@ -1,0 +1,59 @@
+"""`verify devices list|check`."""
+
+from __future__ import annotations
+
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.cli import render
+from verify.errors import EXIT_OK
+
+
+# --- devices-------------------------------------------------------------------------------
+@cli.group(context_settings=CONTEXT)
+def devices() -> None:
+    """List device profiles and check that a device is reachable and ready."""
+
+
+@devices.command("list", context_settings=CONTEXT)
+@json_option
+def devices_list(as_json: bool) -> int:
+    """List the device profiles found in $VERIFY_DEVICES, ./devices and the shipped devices/.
+
+    \b
+      verify devices list
+    """
+    from verify.devices import list_profiles, profile_dirs
+
+    rows = [render.profile_row(p) for p in list_profiles()]
+    if as_json:
+        emit_json({"search_path": [str(d) for d in profile_dirs()], "profiles": rows})
+    else:
+        render.print_profiles(rows)
+    return EXIT_OK
+
+
+@devices.command("check", context_settings=CONTEXT)
+@click.argument("spec")
+@click.option("--insecure-host-key", is_flag=True,
+              help="ssh: accept an unknown or changed host key (not recommended).")
+@json_option
+def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
+    """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
+
+    Exits 3 with the reason when the device cannot be reached or cannot run the runner.
+
+    \b
+      verify devices check local
+      verify devices check ssh:me@192.0.2.10:2222
+    """
+    from verify.execute import resolve_profile
+    from verify.pipeline import describe_device
+
+    info = describe_device(resolve_profile(spec, insecure_host_key))
+    if as_json:
+        emit_json(info)
+    else:
+        render.print_device(info)
+    return EXIT_OK

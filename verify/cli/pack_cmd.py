@@ -1,0 +1,74 @@
+"""`verify pack`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.cli import render
+from verify.errors import EXIT_OK, UsageError
+
+
+# --- pack----------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-d", "--data", multiple=True, metavar="SPEC",
+              help="Input data: FILE or NAME:FILE (.npy .npz .json .png .jpg .ppm .pgm), a "
+                   "literal NAME:[[1,2]], or NAME:rand. Repeat for more inputs; a repeated "
+                   "input name starts a new case. Omitted inputs get seeded random data.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="Archive to write (default: MODEL with .vtc).")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
+              help="Shape for an input with dynamic dims, e.g. data:1x3x224x224.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
+@click.option("--mean", default=None, metavar="M[,M,M]", help="Image preprocessing: subtract per channel (after --scale).")
+@click.option("--std", default=None, metavar="S[,S,S]", help="Image preprocessing: divide per channel.")
+@click.option("--scale", type=float, default=1.0, show_default=True, help="Image preprocessing: multiply pixels (e.g. 0.00392 for 1/255).")
+@click.option("--bgr", is_flag=True, help="Image preprocessing: channels in BGR order.")
+@click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
+              help="Image layout (default: inferred from the input's shape).")
+@click.option("--layers", is_flag=True,
+              help="Also store the reference value of every intermediate tensor.")
+@tolerance_options
+@json_option
+def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[str, ...],
+         seed: int, mean: str | None, std: str | None, scale: float, bgr: bool,
+         layout: str | None, layers: bool, atol: float | None, rtol: float | None,
+         tol_specs: tuple[str, ...], as_json: bool) -> int:
+    """Pack MODEL, its inputs and ground-truth outputs into one .vtc testcase archive.
+
+    Ground truth is computed here, on the host, by ONNX Runtime's CPU provider with
+    graph optimizations off.
+
+    \b
+      verify pack goldens/models/cnn.onnx -d goldens/images/sample.png --scale 0.00392 -o cnn.vtc
+      verify pack two_io.onnx -d a:a.npy -d b:b.npy -d a:a2.npy -d b:b2.npy   (2 cases)
+    """
+    from verify import pack as packing
+    from verify.inputs import Preprocess, parse_shape_option
+    from verify.tolerance import tolerance_record
+
+    out = output or model.with_suffix(".vtc")
+    pre = Preprocess(mean=_floats(mean, "--mean"), std=_floats(std, "--std"), scale=scale,
+                     bgr=bgr, layout=layout)
+    options = packing.PackOptions(
+        data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
+        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers)
+    tc = packing.pack(model, out, options)
+    summary = render.pack_summary(tc, out)
+    if as_json:
+        emit_json(summary)
+    else:
+        click.echo(render.pack_text(summary))
+    return EXIT_OK
+
+
+def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(float(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise UsageError(f"{option} takes numbers separated by commas, got {text!r}") from None

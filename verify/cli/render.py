@@ -1,0 +1,338 @@
+"""Rendering for the CLI: text in load_and_run's shape, rich tables, JSON documents.
+
+Part of the CLI layer: only cli.py calls it. Library modules never print.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+import numpy as np
+
+if TYPE_CHECKING:
+    from verify.devices import Profile
+    from verify.execute import RunOutcome
+    from verify.testcase import Testcase
+
+
+def json_default(obj: Any) -> Any:
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=False,
+                   width=None if sys.stdout.isatty() else 140)
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI")
+
+
+def fmt_shape(shape: Sequence[Any]) -> str:
+    return "(" + ",".join(str(d) for d in shape) + ")"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+# --- pack / inspect -----------------------------------------------------------------------------
+def _model_info(model_bytes: bytes) -> dict[str, Any]:
+    import onnx
+
+    from verify.graph import count_ops, opset_of
+
+    model = onnx.ModelProto()
+    model.ParseFromString(model_bytes)
+    g = model.graph
+    inits = {i.name for i in g.initializer}
+
+    def io(values: Any) -> list[dict[str, Any]]:
+        out = []
+        for v in values:
+            if v.name in inits:
+                continue
+            t = v.type.tensor_type
+            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                    for d in t.shape.dim]
+            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
+                t.elem_type).name if t.elem_type else "?", "shape": dims})
+        return out
+
+    return {"ir_version": model.ir_version, "opset": opset_of(model),
+            "producer": f"{model.producer_name} {model.producer_version}".strip(),
+            "nodes": len(g.node), "initializers": len(g.initializer),
+            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)),
+            "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
+            "size_bytes": len(model_bytes)}
+
+
+def _array_info(a: np.ndarray) -> dict[str, Any]:
+    info: dict[str, Any] = {"dtype": a.dtype.name, "shape": list(a.shape)}
+    if a.size and a.dtype.kind in "fiub":
+        finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
+        if finite.size:
+            info["min"] = float(finite.min())
+            info["max"] = float(finite.max())
+            info["mean"] = float(finite.astype(np.float64).mean())
+    return info
+
+
+def inspect_summary(tc: "Testcase") -> dict[str, Any]:
+    return {
+        "archive": str(tc.path), "format_version": tc.format_version,
+        "model": _model_info(tc.model_bytes),
+        "cases": [{"index": i, "source": c.source,
+                   "inputs": {k: _array_info(v) for k, v in c.inputs.items()},
+                   "outputs": {k: _array_info(v) for k, v in c.outputs.items()}}
+                  for i, c in enumerate(tc.cases)],
+        "per_layer_references": tc.has_layers,
+        "tensors": len(tc.tensor_order),
+        "tolerances": tc.tolerances or {"rule": "default"},
+        "provenance": tc.provenance,
+    }
+
+
+def pack_summary(tc: "Testcase", out: Path) -> dict[str, Any]:
+    return {**inspect_summary(tc), "archive": str(out), "archive_bytes": out.stat().st_size}
+
+
+def pack_text(s: Mapping[str, Any]) -> str:
+    m = s["model"]
+    lines = [f"packed {s['archive']} ({fmt_bytes(s['archive_bytes'])}): "
+             f"{len(s['cases'])} case(s), {m['nodes']} nodes, opset {m['opset']}"
+             + (", per-layer references" if s["per_layer_references"] else "")]
+    for case in s["cases"]:
+        for name, o in case["outputs"].items():
+            rng = f" range [{o['min']:.4g}, {o['max']:.4g}]" if "min" in o else ""
+            lines.append(f"  case {case['index']}: {name} {o['dtype']}{fmt_shape(o['shape'])}{rng}")
+    lines.append(f"ground truth: {s['provenance'].get('reference', '')} "
+                 f"(onnxruntime {s['provenance'].get('onnxruntime', '?')})")
+    return "\n".join(lines)
+
+
+def print_inspect(s: Mapping[str, Any]) -> None:
+    from rich.table import Table
+
+    con = _console()
+    m = s["model"]
+    con.print(f"[bold]{s['archive']}[/bold]  (archive format v{s['format_version']})")
+    con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
+              f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
+              f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
+    ops = ", ".join(f"{k} {v}" for k, v in list(m["ops"].items())[:12])
+    con.print(f"ops: {ops}{' …' if len(m['ops']) > 12 else ''}")
+    table = Table(title=None, show_edge=False, pad_edge=False)
+    for col in ("", "name", "dtype", "shape"):
+        table.add_column(col)
+    for kind, items in (("input", m["inputs"]), ("output", m["outputs"])):
+        for item in items:
+            table.add_row(kind, item["name"], item["dtype"], fmt_shape(item["shape"]))
+    con.print(table)
+    for case in s["cases"]:
+        con.print(f"case {case['index']}: {case['source'] or ''}")
+        for role in ("inputs", "outputs"):
+            for name, a in case[role].items():
+                rng = f"  min {a['min']:.4g} max {a['max']:.4g} mean {a['mean']:.4g}" if "min" in a else ""
+                con.print(f"  {role[:-1]:6} {name}: {a['dtype']}{fmt_shape(a['shape'])}{rng}")
+    con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
+              f"({s['tensors']} tensors in graph order)")
+    con.print(f"tolerances: {s['tolerances']}")
+    p = s["provenance"]
+    con.print(f"provenance: {p.get('reference', '')}; onnxruntime {p.get('onnxruntime')}, "
+              f"onnx {p.get('onnx')}, numpy {p.get('numpy')}, verify {p.get('verify')}; "
+              f"{p.get('host_arch')} {p.get('host_os')}; {p.get('created_utc')}; "
+              f"model sha256 {str(p.get('model_sha256', ''))[:16]}…")
+
+
+# --- run ------------------------------------------------------------------------------------------
+def timing_stats(ms: Sequence[float]) -> dict[str, float]:
+    total = float(sum(ms))
+    return {"n": len(ms), "total_ms": total, "avg_ms": total / len(ms) if ms else math.nan,
+            "sd_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0,
+            "min_ms": min(ms) if ms else math.nan, "max_ms": max(ms) if ms else math.nan,
+            "median_ms": statistics.median(ms) if ms else math.nan}
+
+
+def progress_factory():
+    """A factory of per-transfer progress callbacks: bars on a terminal, nothing in CI logs."""
+    if not interactive():
+        return None
+    threshold = 8 << 20
+
+    def make(label: str, total: int):
+        if total < threshold:
+            return None
+        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                   TransferSpeedColumn)
+
+        bar = Progress(TextColumn(f"push {label}"), BarColumn(), DownloadColumn(),
+                       TransferSpeedColumn(), transient=True, console=_console(stderr=True))
+        task = bar.add_task(label, total=total)
+        bar.start()
+        done = [0]
+
+        def advance(n: int) -> None:
+            done[0] += n
+            bar.update(task, advance=n)
+            if done[0] >= total:
+                bar.stop()
+        return advance
+    return make
+
+
+class RunPrinter:
+    """Prints `verify run` the way load_and_run does, plus the check."""
+
+    def status(self, message: str) -> None:
+        if interactive():
+            click.echo(click.style(f"… {message}", dim=True), err=True)
+
+    def print_outcome(self, o: "RunOutcome") -> None:
+        r = o.run
+        dev = r.device
+        echo = click.echo
+        echo(f"device {r.spec}: {dev.get('arch', '?')} {dev.get('os', '')}, python "
+             f"{dev.get('python', '?')}, onnxruntime {dev.get('onnxruntime', '?')}; "
+             f"providers {','.join(r.providers)}; opt-level {r.options.opt_level}"
+             + (f"; threads {r.options.threads}" if r.options.threads else ""))
+        t = r.transfers
+        echo(f"transfers: {t.get('files_put', 0)} file(s) pushed ({fmt_bytes(t.get('bytes_put', 0))}), "
+             f"{t.get('files_cached', 0)} already cached")
+        echo(f"load model: {r.load_ms:.3f}ms")
+        echo(f"=== prepare: {r.prepare_ms:.3f}ms; going to warmup")
+        if len(o.case_indices) > 1:
+            echo(f"=== going to run {len(o.case_indices)} testcases")
+        for pos, ci in enumerate(o.case_indices):
+            case = r.cases[pos]
+            for k, w in enumerate(case.warmup_ms):
+                echo(f"warmup {k}: {w:.3f}ms")
+            n = len(case.iter_ms)
+            echo(f"=== going to run input for {n} times")
+            for k, ms in enumerate(case.iter_ms):
+                echo(f"iter {k}/{n}: {ms:.3f}ms")
+            s = timing_stats(case.iter_ms)
+            echo(f"=== finished test #{ci}: time={s['total_ms']:.3f}ms avg_time={s['avg_ms']:.3f}ms "
+                 f"sd={s['sd_ms']:.3f}ms minmax={s['min_ms']:.3f},{s['max_ms']:.3f}")
+        for check in o.checks:
+            self._print_check(check)
+        for note in o.notes:
+            echo(f"note: {note}")
+        for what, where in o.written.items():
+            echo(f"wrote {what.replace('_', '-')}: {where}")
+        verdict = o.passed
+        if verdict is None:
+            echo("=== no check (no ground truth)")
+        elif verdict:
+            echo(click.style(f"=== PASS: all outputs within tolerance in {len(o.checks)} case(s)",
+                             fg="green"))
+        else:
+            bad = sum(1 for c in o.checks for d in (c.diffs or ()) if not d.passed)
+            echo(click.style(f"=== FAIL: {bad} output(s) over tolerance", fg="red", bold=True))
+
+    def _print_check(self, check: Any) -> None:
+        if check.diffs is None:
+            return
+        for d in check.diffs:
+            mark = click.style("PASS", fg="green") if d.passed else click.style("FAIL", fg="red", bold=True)
+            click.echo(f"check #{check.index}: {d.name}: {describe_diff(d)}  [{d.rule}]  {mark}")
+            if not d.passed and d.reason:
+                click.echo(f"    {d.reason}")
+
+
+def describe_diff(d: Any) -> str:
+    parts = [f"max_abs={_g(d.max_abs)}", f"max_rel={_g(d.max_rel)}"]
+    if getattr(d, "cosine", None) is not None:
+        parts.append(f"cos={_cos(d.cosine)}")
+    if getattr(d, "nan_a", 0) or getattr(d, "nan_r", 0):
+        parts.append(f"NaN {d.nan_a}/{d.nan_r}")
+    if getattr(d, "inf_a", 0) or getattr(d, "inf_r", 0):
+        parts.append(f"Inf {d.inf_a}/{d.inf_r}")
+    return " ".join(parts)
+
+
+def _g(x: Any) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.3g}"
+
+
+def _cos(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    return f"{x:.9f}" if x > 0.999 else f"{x:.4f}"
+
+
+def run_document(o: "RunOutcome") -> dict[str, Any]:
+    r = o.run
+    return {
+        "archive": str(o.testcase.path), "device": {"spec": r.spec, **dict(r.device)},
+        "options": {"iterations": r.options.iterations, "warmup": r.options.warmup,
+                    "opt_level": r.options.opt_level, "threads": r.options.threads,
+                    "providers": list(r.providers)},
+        "load_ms": r.load_ms, "prepare_ms": r.prepare_ms,
+        "transfers": dict(r.transfers),
+        "cases": [{"index": ci, "warmup_ms": list(r.cases[pos].warmup_ms),
+                   "iter_ms": list(r.cases[pos].iter_ms),
+                   "timing": timing_stats(r.cases[pos].iter_ms),
+                   "check": None if o.checks[pos].diffs is None
+                   else [d.to_dict() for d in o.checks[pos].diffs]}
+                  for pos, ci in enumerate(o.case_indices)],
+        "passed": o.passed, "notes": list(o.notes), "written": dict(o.written),
+    }
+
+
+# --- devices ------------------------------------------------------------------------------------
+def profile_row(p: "Profile") -> dict[str, Any]:
+    return {"name": p.name, "spec": p.spec, "transport": p.transport,
+            "description": p.description, "providers": list(p.providers),
+            "runner": "native" if p.runner else "python", "file": str(p.source or "")}
+
+
+def print_profiles(rows: Sequence[Mapping[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("name", "transport", "address / spec", "runner", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"], r["transport"], r["spec"], r["runner"], r["description"])
+    _console().print(table)
+
+
+def print_device(info: Mapping[str, Any]) -> None:
+    echo = click.echo
+    echo(f"device {info.get('spec')}: reachable")
+    for key, label in (("arch", "arch"), ("os", "os"), ("hostname", "hostname"),
+                       ("python", "python"), ("numpy", "numpy"), ("onnxruntime", "onnxruntime"),
+                       ("cpu_count", "cpus")):
+        echo(f"  {label:12} {info.get(key)}")
+    echo(f"  {'providers':12} {', '.join(info.get('providers') or []) or 'none'}")
+    free = info.get("free_disk_bytes")
+    echo(f"  {'free disk':12} {fmt_bytes(free) if free is not None else '?'}")
+    for key in ("numpy_error", "onnxruntime_error"):
+        if info.get(key):
+            echo(f"  warning: {info[key]}")

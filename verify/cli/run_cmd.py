@@ -1,0 +1,77 @@
+"""`verify run`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.cli import render
+from verify.errors import EXIT_MISMATCH, EXIT_OK
+
+
+# --- run-----------------------------------------------------------------------------------
+@cli.command(context_settings=CONTEXT)
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
+              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name "
+                   "from devices/.")
+@click.option("--iter", "iterations", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed iterations per case.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed warmup runs per case.")
+@click.option("--provider", "providers", multiple=True, metavar="NAME",
+              help="Execution provider(s) in order, e.g. CUDAExecutionProvider "
+                   "(default: the device profile's).")
+@click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]),
+              default="all", show_default=True, help="ONNX Runtime graph optimization level.")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Intra-op threads (0: onnxruntime's default).")
+@click.option("--input", "input_overrides", multiple=True, metavar="NAME:FILE",
+              help="Override a case input with a file; there is then no ground truth to check.")
+@click.option("--case", "case_index", type=int, default=None,
+              help="Run only this case of the archive (default: all).")
+@click.option("--bin-out-dump", type=click.Path(path_type=Path), default=None,
+              help="Write the final outputs as .npy files into this folder.")
+@click.option("--profile", "profile_path", type=click.Path(path_type=Path), default=None,
+              help="Write ONNX Runtime's per-node profile (Chrome trace JSON) here.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds the device may take for the whole job (default: the profile's).")
+@click.option("--keep", is_flag=True, help="Keep the work directory on the device (for debugging).")
+@click.option("--insecure-host-key", is_flag=True,
+              help="ssh: accept an unknown or changed host key (not recommended).")
+@tolerance_options
+@json_option
+def run(archive: Path, device_spec: str, iterations: int, warmup: int, providers: tuple[str, ...],
+        opt_level: str, threads: int, input_overrides: tuple[str, ...], case_index: int | None,
+        bin_out_dump: Path | None, profile_path: Path | None, timeout: float | None, keep: bool,
+        insecure_host_key: bool, atol: float | None, rtol: float | None,
+        tol_specs: tuple[str, ...], as_json: bool) -> int:
+    """Run ARCHIVE on a device, time it like load_and_run, and check the outputs.
+
+    Prints model load and prepare times, each warmup and iteration, the total, average,
+    standard deviation and min/max, then per output the error against the ground truth
+    and whether it is within tolerance.
+
+    \b
+      verify run cnn.vtc --device local --iter 10 --warmup 1
+      verify run cnn.vtc --device ssh:me@board --opt-level disable
+      verify run cnn.vtc --device arm64 --bin-out-dump arm64-out/
+    """
+    from verify import execute
+
+    request = execute.RunRequest(
+        archive=archive, device=device_spec, iterations=iterations, warmup=warmup,
+        providers=providers, opt_level=opt_level, threads=threads,
+        input_overrides=input_overrides, case_index=case_index, bin_out_dump=bin_out_dump,
+        profile_path=profile_path, timeout=timeout, keep=keep,
+        insecure_host_key=insecure_host_key, atol=atol, rtol=rtol, tol_specs=tol_specs)
+    live = None if as_json else render.RunPrinter()
+    outcome = execute.run(request, status=live.status if live else None,
+                          progress=render.progress_factory() if live else None)
+    if as_json:
+        emit_json(render.run_document(outcome))
+    else:
+        live.print_outcome(outcome)
+    return EXIT_OK if outcome.passed is not False else EXIT_MISMATCH

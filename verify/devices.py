@@ -1,0 +1,230 @@
+"""Device specs and profiles: `local`, `cuda[:N]`, `ssh:user@host[:port]`, `adb[:SERIAL]`, or a
+name with a profile in a `devices/` folder (`phone` and `adb:phone` → `devices/phone.toml`).
+
+Profiles are searched in `$VERIFY_DEVICES` (a path list), then `./devices`, then the
+`devices/` folder shipped beside the package in a source checkout.
+
+Profile keys (TOML): transport, address, description, python (argv prefix that runs the
+Python runner), runner (argv of a native runner following docs/runner-contract.md; replaces
+python), base_dir, env, providers, provider_options, [[push]] src/dest, [timeouts]
+connect/command, [options] (transport-specific). String values may use the placeholders
+{base_dir}, {profile_dir}, {cache} (the user's verify cache folder) and {env:NAME}.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify.errors import ProfileError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CPU = "CPUExecutionProvider"
+CUDA = "CUDAExecutionProvider"
+TRANSPORTS_BUILTIN = ("local", "cuda", "ssh", "adb")
+_PLACEHOLDER = re.compile(r"\{(base_dir|profile_dir|cache|env:[A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class PushItem:
+    src: Path
+    dest: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything verify needs to reach one device and run the runner there."""
+
+    name: str
+    transport: str
+    address: str = ""
+    description: str = ""
+    python: tuple[str, ...] = ()
+    runner: tuple[str, ...] = ()
+    base_dir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    providers: tuple[str, ...] = (CPU,)
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    push: tuple[PushItem, ...] = ()
+    connect_timeout: float = 15.0
+    command_timeout: float = 600.0
+    options: Mapping[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def spec(self) -> str:
+        return f"{self.transport}:{self.address}" if self.address else self.transport
+
+
+def verify_cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "verify"
+
+
+def profile_dirs() -> list[Path]:
+    dirs = [Path(p) for p in os.environ.get("VERIFY_DEVICES", "").split(os.pathsep) if p]
+    dirs.append(Path.cwd() / "devices")
+    shipped = Path(__file__).resolve().parent.parent / "devices"
+    if shipped.is_dir():
+        dirs.append(shipped)
+    seen: list[Path] = []
+    for d in dirs:
+        if d.resolve() not in [s.resolve() for s in seen]:
+            seen.append(d)
+    return seen
+
+
+def find_profile(name: str) -> Path | None:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        return None
+    for d in profile_dirs():
+        candidate = d / f"{name}.toml"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def list_profiles() -> list[Profile]:
+    found: dict[str, Profile] = {}
+    for d in profile_dirs():
+        for path in sorted(d.glob("*.toml")):
+            if path.stem not in found:
+                found[path.stem] = load_profile(path)
+    return list(found.values())
+
+
+def resolve(spec: str) -> Profile:
+    """Turn a device spec into a Profile; raise UsageError with the grammar when it is wrong."""
+    spec = spec.strip()
+    transport, _, target = spec.partition(":")
+    if not transport:
+        raise UsageError(f"device spec {spec!r} is empty; use local, cuda[:N], "
+                         "ssh:user@host[:port], adb[:SERIAL] or a profile name")
+    # A profile named by the whole spec or by its target wins over the built-in grammar.
+    for name in (target, transport) if target else (transport,):
+        path = find_profile(name)
+        if path is not None:
+            profile = load_profile(path)
+            if target and name == target and transport in TRANSPORTS_BUILTIN \
+                    and profile.transport != transport and not (
+                        transport == "cuda" and profile.transport == "local"):
+                raise UsageError(f"device {spec!r}: profile {path} is for transport "
+                                 f"{profile.transport!r}, not {transport!r}")
+            return profile
+    if transport == "local" and not target:
+        return Profile(name="local", transport="local")
+    if transport == "cuda":
+        if target and not target.isdigit():
+            raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
+        index = int(target or 0)
+        return Profile(name=spec, transport="local", providers=(CUDA, CPU),
+                       provider_options={CUDA: {"device_id": index}})
+    if transport == "ssh":
+        if not re.fullmatch(r"(?:[^@\s:]+@)?[^@\s:/]+(?::\d{1,5})?", target):
+            raise UsageError(f"device {spec!r}: expected ssh:user@host[:port]")
+        return Profile(name=spec, transport="ssh", address=target)
+    if transport == "adb":
+        return Profile(name=spec, transport="adb", address=target)
+    if ":" not in spec and transport not in TRANSPORTS_BUILTIN:
+        raise UsageError(f"unknown device {spec!r}: no profile {spec}.toml in "
+                         f"{', '.join(str(d) for d in profile_dirs())}; use local, cuda[:N], "
+                         "ssh:user@host[:port], adb[:SERIAL] or a profile name")
+    return Profile(name=spec, transport=transport, address=target)
+
+
+def load_profile(path: Path) -> Profile:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
+    return profile_from_dict(data, path)
+
+
+_KNOWN_KEYS = {"transport", "address", "description", "python", "runner", "base_dir", "env",
+               "providers", "provider_options", "push", "timeouts", "options"}
+
+
+def profile_from_dict(data: Mapping[str, Any], path: Path) -> Profile:
+    unknown = sorted(set(data) - _KNOWN_KEYS)
+    if unknown:
+        raise ProfileError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})")
+    transport = data.get("transport")
+    if not isinstance(transport, str) or not transport:
+        raise ProfileError(f"{path}: 'transport' must be one of {', '.join(TRANSPORTS_BUILTIN)} "
+                           "or a third-party driver's name")
+    base_dir = _str(data, "base_dir", path)
+    values = {"base_dir": base_dir, "profile_dir": str(path.parent.resolve()),
+              "cache": str(verify_cache_dir())}
+
+    def expand(text: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            key = m.group(1)
+            if key.startswith("env:"):
+                return os.environ.get(key[4:], "")
+            return values[key]
+        return _PLACEHOLDER.sub(sub, text)
+
+    timeouts = data.get("timeouts", {})
+    if not isinstance(timeouts, dict):
+        raise ProfileError(f"{path}: [timeouts] must be a table with connect and command")
+    push_items = []
+    for i, item in enumerate(data.get("push", [])):
+        if not isinstance(item, dict) or not isinstance(item.get("src"), str) \
+                or not isinstance(item.get("dest"), str):
+            raise ProfileError(f"{path}: push[{i}] needs string keys src and dest")
+        src = Path(expand(item["src"]))
+        push_items.append(PushItem(src if src.is_absolute() else path.parent / src,
+                                   expand(item["dest"])))
+    transport_name = "local" if transport == "cuda" else transport
+    providers = tuple(_list(data, "providers", path)) or (
+        (CUDA, CPU) if transport == "cuda" else (CPU,))
+    return Profile(
+        name=path.stem, transport=transport_name,
+        address=expand(_str(data, "address", path)),
+        description=_str(data, "description", path),
+        python=tuple(expand(w) for w in _list(data, "python", path)),
+        runner=tuple(expand(w) for w in _list(data, "runner", path)),
+        base_dir=expand(base_dir),
+        env={str(k): expand(str(v)) for k, v in _table(data, "env", path).items()},
+        providers=providers,
+        provider_options={str(k): dict(v) for k, v in _table(data, "provider_options", path).items()},
+        push=tuple(push_items),
+        connect_timeout=float(timeouts.get("connect", 15.0)),
+        command_timeout=float(timeouts.get("command", 600.0)),
+        options={k: expand(v) if isinstance(v, str) else v
+                 for k, v in _table(data, "options", path).items()},
+        source=path)
+
+
+def _str(data: Mapping[str, Any], key: str, path: Path) -> str:
+    value = data.get(key, "")
+    if not isinstance(value, str):
+        raise ProfileError(f"{path}: {key!r} must be a string")
+    return value
+
+
+def _list(data: Mapping[str, Any], key: str, path: Path) -> list[str]:
+    value = data.get(key, [])
+    if isinstance(value, str):
+        return value.split()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ProfileError(f"{path}: {key!r} must be a list of strings")
+    return value
+
+
+def _table(data: Mapping[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ProfileError(f"{path}: {key!r} must be a table")
+    return value

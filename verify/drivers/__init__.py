@@ -1,0 +1,55 @@
+"""Transport registry: a name → Driver class, imported only when used.
+
+Third-party drivers register under the entry-point group `verify.drivers`
+(`name = "package.module:ClassName"`). A driver whose library is missing raises
+MissingDependency naming the extra to install, and breaks nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from verify.devices import Profile
+from verify.drivers.base import Driver, DriverConfig
+from verify.errors import MissingDependency, UsageError
+
+_BUILTIN: dict[str, tuple[str, str, str]] = {
+    # name: (module, class, extra that provides its dependency)
+    "local": ("verify.drivers.local", "LocalDriver", ""),
+    "ssh": ("verify.drivers.ssh", "SshDriver", "ssh"),
+    "adb": ("verify.drivers.adb", "AdbDriver", "adb"),
+}
+
+
+def available_transports() -> list[str]:
+    names = set(_BUILTIN)
+    names.update(ep.name for ep in entry_points(group="verify.drivers"))
+    return sorted(names)
+
+
+def driver_class(transport: str) -> type[Driver]:
+    if transport in _BUILTIN:
+        module_name, class_name, extra = _BUILTIN[transport]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and not exc.name.startswith("verify"):
+                raise MissingDependency(
+                    f"the {transport} transport needs the {exc.name} package: "
+                    f"pip install 'verify[{extra}]'") from exc
+            raise
+        return getattr(module, class_name)
+    for ep in entry_points(group="verify.drivers"):
+        if ep.name == transport:
+            return ep.load()
+    raise UsageError(f"unknown transport {transport!r}; available: {', '.join(available_transports())}")
+
+
+def make_driver(profile: Profile) -> Driver:
+    """An unopened driver for the profile's device."""
+    config = DriverConfig(transport=profile.transport, address=profile.address,
+                          base_dir=profile.base_dir, env=dict(profile.env),
+                          connect_timeout=profile.connect_timeout,
+                          command_timeout=profile.command_timeout, options=dict(profile.options))
+    return driver_class(profile.transport)(config)

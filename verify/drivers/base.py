@@ -1,0 +1,240 @@
+"""The one small interface every transport implements, and the work they all share.
+
+A subclass fills in the transport primitives (`_open_impl`, `_close_impl`, `_exec_impl`,
+`_put_impl`, `_get_impl`); the base class adds what every transport needs on top of them:
+atomic transfers (temp name + rename on both ends), the content-addressed cache on the
+device, private work directories, transfer statistics, and `describe()`.
+
+Remote paths are POSIX strings. Commands are argument lists; a transport that must hand a
+string to a remote shell quotes them at its boundary with `shlex.join`, never by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import secrets
+import shlex
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from verify.errors import DeviceTimeout, RemoteCommandFailed, TransferError
+
+Progress = Callable[[int], None]
+"""Called with the number of bytes moved since the last call."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command on the device did."""
+
+    argv: tuple[str, ...]
+    status: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class TransferStats:
+    """Counts what actually crossed the wire, so tests and users can see the cache work."""
+
+    bytes_put: int = 0
+    files_put: int = 0
+    files_cached: int = 0
+    bytes_got: int = 0
+    files_got: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class DriverConfig:
+    """What a driver needs to know, taken from the device spec and its profile."""
+
+    transport: str
+    address: str = ""
+    base_dir: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    connect_timeout: float = 15.0
+    command_timeout: float = 600.0
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
+                  cwd: str | None = None) -> str:
+    """Quote an argv (with optional env and cwd) into one POSIX shell command string."""
+    words = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv] if env else list(argv)
+    cmd = shlex.join(words)
+    return f"cd {shlex.quote(cwd)} && exec {cmd}" if cwd else f"exec {cmd}"
+
+
+class Driver(ABC):
+    """A connection to one device. Use as a context manager: `with driver: ...`."""
+
+    transport: str = ""
+    default_base_dir: str = "/tmp/verify"
+
+    def __init__(self, config: DriverConfig) -> None:
+        self.config = config
+        self.base_dir = config.base_dir or self.default_base_dir
+        self.stats = TransferStats()
+        self._opened = False
+
+    # --- transport primitives: subclasses implement these ----------------------------------
+    @abstractmethod
+    def _open_impl(self) -> None: ...
+
+    @abstractmethod
+    def _close_impl(self) -> None: ...
+
+    @abstractmethod
+    def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                   cwd: str | None) -> CommandResult:
+        """Run argv on the device; raise DeviceTimeout when it overruns, never hang."""
+
+    @abstractmethod
+    def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None: ...
+
+    @abstractmethod
+    def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None: ...
+
+    # --- file-system primitives: POSIX commands by default, overridable ----------------------
+    def _rename_impl(self, src: str, dst: str) -> None:
+        self.run(["mv", "-f", src, dst], what="rename on device")
+
+    def _makedirs_impl(self, path: str) -> None:
+        self.run(["mkdir", "-p", path], what="mkdir on device")
+
+    def _remove_impl(self, path: str) -> None:
+        self.run(["rm", "-rf", path], what="remove on device")
+
+    def _exists_impl(self, path: str) -> bool:
+        return self.run(["test", "-e", path], check=False).status == 0
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def open(self) -> "Driver":
+        if not self._opened:
+            self._open_impl()
+            self._opened = True
+        return self
+
+    def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            self._close_impl()
+
+    def __enter__(self) -> "Driver":
+        return self.open()
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    # --- the public interface -----------------------------------------------------------------
+    def run(self, argv: Sequence[str], *, timeout: float | None = None,
+            env: Mapping[str, str] | None = None, cwd: str | None = None,
+            check: bool = True, what: str | None = None) -> CommandResult:
+        """Run a command; with check, a non-zero exit raises RemoteCommandFailed."""
+        merged = {**self.config.env, **(env or {})}
+        limit = self.config.command_timeout if timeout is None else timeout
+        result = self._exec_impl(list(argv), timeout=limit, env=merged, cwd=cwd)
+        if check and result.status != 0:
+            raise RemoteCommandFailed(what or f"{self.describe_address()}: {argv[0]}",
+                                      argv, result.status, result.stderr)
+        return result
+
+    def put(self, local: Path, remote: str, progress: Progress | None = None) -> None:
+        """Copy a local file to the device atomically (temp name, then rename)."""
+        size = local.stat().st_size
+        tmp = f"{remote}.part-{secrets.token_hex(4)}"
+        try:
+            self._put_impl(local, tmp, progress)
+            self._rename_impl(tmp, remote)
+        except BaseException:
+            self._try_remove(tmp)
+            raise
+        self.stats.bytes_put += size
+        self.stats.files_put += 1
+
+    def get(self, remote: str, local: Path, progress: Progress | None = None) -> None:
+        """Copy a device file to the host atomically: a partial file never appears at `local`."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            self._get_impl(remote, tmp, progress)
+            os.replace(tmp, local)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.stats.bytes_got += local.stat().st_size
+        self.stats.files_got += 1
+
+    def push_cached(self, local: Path, progress: Progress | None = None,
+                    digest: str | None = None) -> str:
+        """Push a file into the device's content-addressed cache; skip it if already there.
+
+        Returns the remote path. The name is the file's sha256 plus its suffix, so the same
+        bytes are sent once per device whatever the local file is called.
+        """
+        digest = digest or sha256_file(local)
+        remote = posixpath.join(self.cache_dir, digest + "".join(local.suffixes[-1:]))
+        if self._exists_impl(remote):
+            self.stats.files_cached += 1
+            return remote
+        self.makedirs(self.cache_dir)
+        self.put(local, remote, progress)
+        return remote
+
+    def makedirs(self, path: str) -> None:
+        self._makedirs_impl(path)
+
+    def remove(self, path: str) -> None:
+        self._remove_impl(path)
+
+    def exists(self, path: str) -> bool:
+        return self._exists_impl(path)
+
+    def make_workdir(self) -> str:
+        """A fresh private directory for one job, so concurrent runs never collide."""
+        path = posixpath.join(self.base_dir, "jobs", secrets.token_hex(8))
+        self._makedirs_impl(path)
+        return path
+
+    @property
+    def cache_dir(self) -> str:
+        return posixpath.join(self.base_dir, "cache")
+
+    def describe_address(self) -> str:
+        return f"{self.transport}:{self.config.address}" if self.config.address else self.transport
+
+    def _try_remove(self, path: str) -> None:
+        try:
+            self._remove_impl(path)
+        except Exception:  # noqa: BLE001 - cleanup after a failure must not mask it
+            pass
+
+
+def check_timeout(elapsed: float, limit: float, argv: Sequence[str], where: str) -> None:
+    if elapsed >= limit:
+        raise DeviceTimeout(f"{where}: {shlex.join(argv)[:120]} did not finish within {limit:g} s")
+
+
+def transfer_failed(where: str, what: str, exc: BaseException) -> TransferError:
+    """Build a TransferError naming what was being done when the transport failed."""
+    return TransferError(f"{where}: {what} failed: {exc}")

@@ -1,0 +1,96 @@
+"""The local transport: a work directory on this machine and a subprocess.
+
+It goes through exactly the same Driver path as the remote transports (cache, atomic
+transfers, job files), so what the tests exercise locally is what runs on a device.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress
+from verify.errors import DeviceTimeout, TransferError
+
+
+def default_local_base() -> str:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "verify", "local")
+
+
+class LocalDriver(Driver):
+    transport = "local"
+
+    def __init__(self, config: DriverConfig) -> None:
+        super().__init__(config)
+        if not config.base_dir:
+            self.base_dir = default_local_base()
+
+    def _open_impl(self) -> None:
+        Path(self.base_dir).mkdir(parents=True, exist_ok=True)
+
+    def _close_impl(self) -> None:
+        pass
+
+    def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                   cwd: str | None) -> CommandResult:
+        full_env = {**os.environ, **env}
+        try:
+            proc = subprocess.Popen(list(argv), cwd=cwd, env=full_env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    start_new_session=True)
+        except OSError as exc:
+            return CommandResult(tuple(argv), 127, "", f"{argv[0]}: {exc.strerror or exc}")
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise DeviceTimeout(f"local: {Path(argv[0]).name} did not finish within {timeout:g} s")
+        except BaseException:
+            _kill_group(proc)
+            raise
+        return CommandResult(tuple(argv), proc.returncode,
+                             out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
+        try:
+            shutil.copyfile(local, remote)
+        except OSError as exc:
+            raise TransferError(f"local: copying {local} failed: {exc.strerror or exc}") from exc
+        if progress:
+            progress(local.stat().st_size)
+
+    def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
+        try:
+            shutil.copyfile(remote, local)
+        except OSError as exc:
+            raise TransferError(f"local: fetching {remote} failed: {exc.strerror or exc}") from exc
+        if progress:
+            progress(local.stat().st_size)
+
+    def _rename_impl(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def _makedirs_impl(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def _remove_impl(self, path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.lexists(path):
+            os.unlink(path)
+
+    def _exists_impl(self, path: str) -> bool:
+        return os.path.exists(path)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()

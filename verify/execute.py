@@ -1,0 +1,154 @@
+"""`verify run`: archive + device spec + options → timings, outputs and the ground-truth check."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify import devices
+from verify.check import CaseCheck, check_outputs
+from verify.devices import Profile
+from verify.errors import InputError, UsageError
+from verify.graph import parse_model, saturation_floors
+from verify.inputs import load_array_file, model_inputs
+from verify.pipeline import DeviceRun, ProgressFactory, RunOptions, Status, run_on_device
+from verify.testcase import Testcase, read_archive
+from verify.tolerance import tolerance_set
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    archive: Path
+    device: str = "local"
+    iterations: int = 10
+    warmup: int = 1
+    providers: Sequence[str] = ()
+    opt_level: str = "all"
+    threads: int = 0
+    input_overrides: Sequence[str] = ()
+    case_index: int | None = None
+    bin_out_dump: Path | None = None
+    profile_path: Path | None = None
+    timeout: float | None = None
+    keep: bool = False
+    insecure_host_key: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    tol_specs: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    testcase: Testcase
+    run: DeviceRun
+    case_indices: tuple[int, ...]
+    checks: tuple[CaseCheck, ...]
+    notes: tuple[str, ...] = ()
+    written: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool | None:
+        """True/False when outputs were checked; None when there was no ground truth."""
+        verdicts = [c.passed for c in self.checks if c.passed is not None]
+        return all(verdicts) if verdicts else None
+
+
+def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
+    profile = devices.resolve(spec)
+    if insecure_host_key:
+        profile = replace(profile, options={**profile.options, "insecure_host_key": True})
+    return profile
+
+
+def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.ndarray]:
+    model = parse_model(tc.model_bytes, str(tc.path))
+    known = {i.name: i for i in model_inputs(model)}
+    result = {}
+    for spec in overrides:
+        name = next((n for n in sorted(known, key=len, reverse=True)
+                     if spec.startswith(n + ":")), None)
+        if name is None:
+            raise InputError(f"--input {spec!r}: expected NAME:FILE with NAME one of "
+                             f"{', '.join(known)}")
+        result[name] = load_array_file(Path(spec[len(name) + 1:]), name)
+    return result
+
+
+def run(request: RunRequest, *, status: Status | None = None,
+        progress: ProgressFactory | None = None) -> RunOutcome:
+    tc = read_archive(request.archive)
+    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
+    indices = tuple(range(len(tc.cases)))
+    if request.case_index is not None:
+        if not 0 <= request.case_index < len(tc.cases):
+            raise UsageError(f"{request.archive}: --case {request.case_index} out of range "
+                             f"(the archive holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
+        indices = (request.case_index,)
+    overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
+    feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
+    profile = resolve_profile(request.device, request.insecure_host_key)
+    options = RunOptions(iterations=request.iterations, warmup=request.warmup,
+                         opt_level=request.opt_level, threads=request.threads,
+                         providers=tuple(request.providers), profile=request.profile_path is not None,
+                         keep=request.keep, timeout=request.timeout)
+    with tempfile.TemporaryDirectory(prefix="verify-out-") as tmp:
+        device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
+                                   progress=progress, local_out=Path(tmp))
+        written: dict[str, str] = {}
+        if request.profile_path is not None and device_run.profile_file is not None:
+            _atomic_copy(device_run.profile_file, request.profile_path)
+            written["profile"] = str(request.profile_path)
+    notes = []
+    checks = []
+    floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
+    for pos, ci in enumerate(indices):
+        if overrides:
+            checks.append(CaseCheck(ci, None))
+            continue
+        checks.append(CaseCheck(ci, tuple(check_outputs(
+            device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
+            profile.spec))))
+    if overrides:
+        notes.append("inputs overridden with --input: no ground truth to check against")
+    if request.bin_out_dump is not None:
+        written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
+    return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
+                      notes=tuple(notes), written=written)
+
+
+def write_out_dump(folder: Path, indices: Sequence[int], device_run: DeviceRun) -> Path:
+    """Final outputs as .npy, one file per case and output (load_and_run's run0-var… files).
+
+    Files are named by index (`case0-out0.npy`), never by tensor name; `outputs.json` maps
+    them back to names and is written last.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    index: list[dict[str, Any]] = []
+    for pos, ci in enumerate(indices):
+        for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
+            file = f"case{ci}-out{k}.npy"
+            tmp = folder / f".{file}.part"
+            with open(tmp, "wb") as fh:
+                np.save(fh, value, allow_pickle=False)
+            os.replace(tmp, folder / file)
+            index.append({"case": ci, "output": name, "file": file,
+                          "dtype": str(value.dtype), "shape": list(value.shape)})
+    manifest = folder / "outputs.json"
+    tmp = folder / ".outputs.json.part"
+    tmp.write_text(json.dumps({"device": device_run.device, "outputs": index}, indent=1))
+    os.replace(tmp, manifest)
+    return folder
+
+
+def _atomic_copy(src: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part")
+    tmp.write_bytes(src.read_bytes())
+    os.replace(tmp, dest)

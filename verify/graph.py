@@ -1,0 +1,156 @@
+"""ONNX graph work: loading models with clear errors, and the topological order of tensors."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from verify.errors import ModelError
+
+INPUT_OP = "<input>"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One computed tensor: where it comes from and where it stands in graph order."""
+
+    index: int
+    name: str
+    node: str      # producing node's name ('' for graph inputs)
+    op: str        # producing node's op type (INPUT_OP for graph inputs)
+    is_output: bool = False
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, object]) -> "TensorInfo":
+        return TensorInfo(index=int(d["index"]), name=str(d["name"]), node=str(d["node"]),
+                          op=str(d["op"]), is_output=bool(d.get("is_output", False)))
+
+
+def load_model_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ModelError(f"{path}: is a directory, expected an .onnx file") from None
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def parse_model(data: bytes, where: str) -> onnx.ModelProto:
+    """Parse and sanity-check ONNX bytes; every failure is one ModelError line."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ModelError(f"{where}: not an ONNX model (protobuf parse failed: {exc})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{where}: not an ONNX model (no graph found)")
+    for init in model.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL:
+            raise ModelError(f"{where}: stores weights as external data (a model over 2 GB); "
+                             "verify needs a single-file model under 2 GB for now")
+    return model
+
+
+def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
+    data = load_model_bytes(path)
+    return parse_model(data, str(path)), data
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
+    """The graph's nodes in a topological order (stable: keeps file order where it is valid)."""
+    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
+    pending = list(graph.node)
+    ordered: list[onnx.NodeProto] = []
+    while pending:
+        progressed = []
+        for node in pending:
+            if all(name in available for name in node.input):
+                ordered.append(node)
+                available.update(node.output)
+            else:
+                progressed.append(node)
+        if len(progressed) == len(pending):
+            missing = sorted({n for node in progressed for n in node.input if n not in available})
+            raise ModelError(f"graph has a cycle or undefined tensors: {', '.join(missing[:5])}")
+        pending = progressed
+    return ordered
+
+
+def node_label(node: onnx.NodeProto, index: int) -> str:
+    return node.name or f"{node.op_type}_{index}"
+
+
+def tensor_order(model: onnx.ModelProto) -> list[TensorInfo]:
+    """Graph inputs, then every node output in topological order.
+
+    Initializers are constants, not computed, so they are not listed. Tensors inside the
+    bodies of If/Loop/Scan belong to their parent node and are not listed either.
+    """
+    graph = model.graph
+    initializers = {i.name for i in graph.initializer}
+    outputs = {o.name for o in graph.output}
+    infos: list[TensorInfo] = []
+    for inp in graph.input:
+        if inp.name not in initializers:
+            infos.append(TensorInfo(len(infos), inp.name, "", INPUT_OP, inp.name in outputs))
+    for i, node in enumerate(topological_nodes(graph)):
+        for out in node.output:
+            if out:
+                infos.append(TensorInfo(len(infos), out, node_label(node, i), node.op_type,
+                                        out in outputs))
+    return infos
+
+
+def output_names(model: onnx.ModelProto) -> list[str]:
+    return [o.name for o in model.graph.output]
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 0
+
+
+def count_ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
+    """The magnitude floor of every computed tensor (see `compare.saturating_floor`).
+
+    A tensor gets the floor when its producer is a saturating op, or a shape-only op whose
+    data input (input 0) has it.
+    """
+    from verify.compare import saturating_floor
+
+    producer: dict[str, onnx.NodeProto] = {}
+    for node in model.graph.node:
+        for out in node.output:
+            producer[out] = node
+    floors: dict[str, float] = {}
+    for name, node in producer.items():
+        chain: list[str] = []
+        current = node
+        while current.input and current.input[0] in producer and len(chain) < 64:
+            current = producer[current.input[0]]
+            chain.append(current.op_type)
+        floors[name] = saturating_floor(node.op_type, chain)
+    return floors

@@ -1,0 +1,79 @@
+"""`verify pack`: a model, its inputs and the ground truth computed on the host, in one archive."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import getpass
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from verify import __version__
+from verify.graph import load_model, sha256_bytes, tensor_order
+from verify.inputs import InputInfo, Preprocess, build_cases, model_inputs
+from verify.reference import reference_session, run_reference
+from verify.testcase import Case, Testcase, write_archive
+
+
+@dataclass(frozen=True)
+class PackOptions:
+    data: Sequence[str] = ()
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    seed: int = 0
+    pre: Preprocess = Preprocess()
+    tolerances: Mapping[str, object] = field(default_factory=dict)
+    layers: bool = False
+
+
+def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
+    import onnx
+    import onnxruntime
+
+    return {
+        "model_file": model_path.name,
+        "model_sha256": sha256_bytes(model_bytes),
+        "reference": "onnxruntime CPUExecutionProvider, graph optimizations disabled",
+        "onnxruntime": onnxruntime.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "verify": __version__,
+        "host_arch": platform.machine(),
+        "host_os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "user": _user(),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
+
+
+def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
+    """Build the cases, compute ground truth on the host, write the archive atomically."""
+    model, model_bytes = load_model(model_path)
+    infos: list[InputInfo] = model_inputs(model)
+    cases_inputs = build_cases(infos, options.data, shapes=options.shapes, seed=options.seed,
+                               pre=options.pre)
+    session = reference_session(model_bytes, str(model_path))
+    cases = []
+    for i, feeds in enumerate(cases_inputs):
+        outputs = run_reference(session, feeds, f"{model_path} case {i}")
+        cases.append(Case(inputs=feeds, outputs=outputs, source=_case_source(options.data, i)))
+    tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
+                  tensor_order=tuple(tensor_order(model)),
+                  tolerances=dict(options.tolerances),
+                  provenance={**provenance(model_bytes, model_path), "seed": options.seed,
+                              "data": list(options.data)})
+    write_archive(out, tc)
+    return tc
+
+
+def _case_source(data: Sequence[str], index: int) -> str:
+    return "; ".join(data) if data else f"random (case {index})"

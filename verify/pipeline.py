@@ -1,0 +1,243 @@
+"""Running a job on a device: push (cached), run the runner, pull the results back.
+
+The same path serves every transport, `local` included: a private work directory, the
+content-addressed cache, a job file in, a result file out (docs/runner-contract.md).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify.devices import Profile
+from verify.drivers import make_driver
+from verify.drivers.base import Driver, Progress
+from verify.errors import (DeviceError, InputError, ModelError, ProviderUnavailable,
+                           RunnerError, UsageError)
+
+RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "runner.py"
+CONTRACT = "verify-runner"
+CONTRACT_VERSION = 1
+OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+# A callback for the CLI: status(message) between phases, and a progress factory for transfers.
+Status = Callable[[str], None]
+ProgressFactory = Callable[[str, int], "Progress | None"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    iterations: int = 10
+    warmup: int = 1
+    opt_level: str = "all"
+    threads: int = 0
+    providers: tuple[str, ...] = ()          # empty: the profile's providers
+    provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    session_config: Mapping[str, str] = field(default_factory=dict)
+    profile: bool = False
+    keep: bool = False
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.opt_level not in OPT_LEVELS:
+            raise UsageError(f"--opt-level must be one of {', '.join(OPT_LEVELS)}")
+        if self.iterations < 1:
+            raise UsageError("--iter must be at least 1")
+        if self.warmup < 0:
+            raise UsageError("--warmup must be 0 or more")
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    warmup_ms: tuple[float, ...]
+    iter_ms: tuple[float, ...]
+    outputs: Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class DeviceRun:
+    device: Mapping[str, Any]
+    spec: str
+    load_ms: float
+    prepare_ms: float
+    cases: tuple[CaseRun, ...]
+    transfers: Mapping[str, int]
+    options: RunOptions
+    providers: tuple[str, ...]
+    profile_file: Path | None = None
+    workdir: str | None = None
+
+
+def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
+    """How the device starts the runner: a native runner, or Python running runner.py."""
+    if profile.runner:
+        return list(profile.runner)
+    python = list(profile.python) or (
+        [sys.executable] if profile.transport == "local" else ["python3"])
+    assert runner_path is not None
+    return [*python, runner_path]
+
+
+def push_support_files(driver: Driver, profile: Profile, progress: ProgressFactory | None) -> None:
+    """Push the profile's extra files (libraries, binaries) through the cache, linked in place."""
+    for item in profile.push:
+        if not item.src.is_file():
+            raise UsageError(f"profile {profile.name}: push source {item.src} does not exist")
+        cached = driver.push_cached(item.src, _progress(progress, item.src.name, item.src))
+        dest = item.dest if item.dest.startswith("/") else f"{driver.base_dir}/{item.dest}"
+        parent = dest.rsplit("/", 1)[0] or "/"
+        driver.makedirs(parent)
+        argv = ["ln", "-sf", cached, dest]
+        if item.src.stat().st_mode & 0o111:
+            driver.run(["chmod", "755", cached], what="chmod on device")
+        driver.run(argv, what=f"linking {item.dest} on device")
+
+
+def _progress(factory: ProgressFactory | None, label: str, path: Path) -> Progress | None:
+    return factory(label, path.stat().st_size) if factory else None
+
+
+def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
+    """Connect, run the runner's --describe, and report what the device has."""
+    with make_driver(profile) as driver:
+        runner_path = None if profile.runner else driver.push_cached(RUNNER_SOURCE)
+        push_support_files(driver, profile, None)
+        argv = [*runner_argv(profile, runner_path), "--describe"]
+        res = driver.run(argv, timeout=timeout, check=False)
+        if res.status != 0:
+            raise RunnerError(f"{profile.spec}: the runner could not start "
+                              f"({shlex.join(argv[:3])}… exited {res.status}): {_tail(res.stderr)}")
+        try:
+            info = json.loads(res.stdout)
+        except json.JSONDecodeError:
+            raise RunnerError(f"{profile.spec}: the runner's --describe did not print JSON: "
+                              f"{_tail(res.stdout)}") from None
+        info["transport"] = profile.transport
+        info["spec"] = profile.spec
+        return info
+
+
+def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],
+                  options: RunOptions, *, status: Status | None = None,
+                  progress: ProgressFactory | None = None,
+                  local_out: Path | None = None) -> DeviceRun:
+    """Run a model on a device for each case's inputs; return timings and outputs.
+
+    The model, runner and inputs go through the device's content-addressed cache, so a
+    second run of the same testcase sends only the job file.
+    """
+    say = status or (lambda _msg: None)
+    providers = options.providers or profile.providers
+    with tempfile.TemporaryDirectory(prefix="verify-run-") as tmp_name:
+        tmp = Path(tmp_name)
+        model_file = tmp / "model.onnx"
+        model_file.write_bytes(model_bytes)
+        input_files: list[dict[str, Path]] = []
+        for ci, case in enumerate(cases):
+            files = {}
+            for k, (name, value) in enumerate(case.items()):
+                path = tmp / f"case{ci}_in{k}.npy"
+                np.save(path, np.ascontiguousarray(value), allow_pickle=False)
+                files[name] = path
+            input_files.append(files)
+        say(f"connecting to {profile.spec}")
+        with make_driver(profile) as driver:
+            runner_path = None if profile.runner else driver.push_cached(
+                RUNNER_SOURCE, _progress(progress, "runner", RUNNER_SOURCE))
+            push_support_files(driver, profile, progress)
+            remote_model = driver.push_cached(model_file, _progress(progress, "model", model_file))
+            job_cases = []
+            for files in input_files:
+                job_cases.append({"inputs": {
+                    name: driver.push_cached(path, _progress(progress, f"input {name}", path))
+                    for name, path in files.items()}})
+            workdir = driver.make_workdir()
+            try:
+                job = {
+                    "contract": CONTRACT, "version": CONTRACT_VERSION,
+                    "model": remote_model, "cases": job_cases,
+                    "providers": list(providers),
+                    "provider_options": {k: dict(v) for k, v in
+                                         {**profile.provider_options, **options.provider_options}.items()},
+                    "opt_level": options.opt_level, "threads": options.threads,
+                    "session_config": dict(options.session_config),
+                    "warmup": options.warmup, "iterations": options.iterations,
+                    "outputs_dir": "out", "result": "result.json",
+                    "profile": "profile.json" if options.profile else None,
+                }
+                job_file = tmp / "job.json"
+                job_file.write_text(json.dumps(job, indent=1))
+                driver.put(job_file, f"{workdir}/job.json")
+                argv = [*runner_argv(profile, runner_path), f"{workdir}/job.json"]
+                say(f"running on {profile.spec}")
+                res = driver.run(argv, cwd=workdir, timeout=options.timeout, check=False)
+                result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile)
+                case_runs = []
+                for ci, case_result in enumerate(result["cases"]):
+                    outputs = {}
+                    for name, rel in case_result["outputs"].items():
+                        local = tmp / f"out_{ci}_{len(outputs)}.npy"
+                        driver.get(f"{workdir}/{rel}", local)
+                        outputs[name] = _load_npy(local, f"{profile.spec}: output {name!r}")
+                    case_runs.append(CaseRun(tuple(case_result["warmup_ms"]),
+                                             tuple(case_result["iter_ms"]), outputs))
+                profile_file = None
+                if options.profile and result.get("profile"):
+                    profile_file = (local_out or tmp) / "profile.json"
+                    driver.get(f"{workdir}/{result['profile']}", profile_file)
+            finally:
+                if not options.keep:
+                    driver.remove(workdir)
+            return DeviceRun(device=result.get("device", {}), spec=profile.spec,
+                             load_ms=float(result["load_ms"]), prepare_ms=float(result["prepare_ms"]),
+                             cases=tuple(case_runs), transfers=driver.stats.as_dict(),
+                             options=options, providers=tuple(providers),
+                             profile_file=profile_file,
+                             workdir=workdir if options.keep else None)
+
+
+def _fetch_result(driver: Driver, workdir: str, tmp: Path, status: int, stderr: str,
+                  profile: Profile) -> dict[str, Any]:
+    local = tmp / "result.json"
+    try:
+        driver.get(f"{workdir}/result.json", local)
+    except DeviceError:
+        how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+        raise RunnerError(f"{profile.spec}: the runner {how} without writing a result: "
+                          f"{_tail(stderr) or 'no output'}") from None
+    try:
+        result = json.loads(local.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunnerError(f"{profile.spec}: the runner wrote an unreadable result file") from None
+    if result.get("status") != "ok":
+        err = result.get("error") or {}
+        kind, message = err.get("kind", "runtime"), err.get("message", "unknown error")
+        where = f"{profile.spec}"
+        if kind == "model":
+            raise ModelError(f"{where}: {message}")
+        if kind == "input":
+            raise InputError(f"{where}: {message}")
+        if kind == "provider":
+            raise ProviderUnavailable(f"{where}: {message}")
+        raise RunnerError(f"{where}: the runner failed: {message}")
+    return result
+
+
+def _load_npy(path: Path, what: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise RunnerError(f"{what}: unreadable .npy from the device: {exc}") from None
+
+
+def _tail(text: str, n: int = 1) -> str:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return " | ".join(lines[-n:])

@@ -9,6 +9,11 @@ import numpy as np
 from verify.errors import InputError, ModelError
 
 
+# How onnxruntime says it has no kernel for an op (its errors are untyped strings).
+_UNSUPPORTED = ("NOT_IMPLEMENTED", "Could not find an implementation",
+                "is not a registered function/op", "No Op registered")
+
+
 def reference_session(model_bytes: bytes, where: str):
     """A plain CPU session (no graph optimizations: the plainest kernels)."""
     import onnxruntime as ort
@@ -20,7 +25,7 @@ def reference_session(model_bytes: bytes, where: str):
         return ort.InferenceSession(model_bytes, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors
         text = _first_line(str(exc))
-        if "NOT_IMPLEMENTED" in str(exc) or "Could not find an implementation" in str(exc):
+        if any(sign in str(exc) for sign in _UNSUPPORTED):
             raise ModelError(f"{where}: onnxruntime {ort.__version__} cannot run this model: {text}") from None
         raise ModelError(f"{where}: onnxruntime could not load the model: {text}") from None
 

@@ -70,10 +70,17 @@ def write_archive(path: Path, tc: Testcase,
                 _write_named(group.create_group(schema.OUTPUTS), case.outputs.items())
                 if layers is not None:
                     _write_named(group.create_group(schema.LAYERS), layers[i])
+        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; an archive is for sharing
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _write_named(group: h5py.Group, items: Iterator[tuple[str, np.ndarray]] | Any) -> None:

@@ -267,10 +267,10 @@ def describe_diff(d: Any) -> str:
     parts = [f"max_abs={_g(d.max_abs)}", f"max_rel={_g(d.max_rel)}"]
     if getattr(d, "cosine", None) is not None:
         parts.append(f"cos={_cos(d.cosine)}")
-    if getattr(d, "nan_a", 0) or getattr(d, "nan_r", 0):
-        parts.append(f"NaN {d.nan_a}/{d.nan_r}")
-    if getattr(d, "inf_a", 0) or getattr(d, "inf_r", 0):
-        parts.append(f"Inf {d.inf_a}/{d.inf_r}")
+    if d.nan_actual or d.nan_reference:
+        parts.append(f"NaN {d.nan_actual}/{d.nan_reference}")
+    if d.inf_actual or d.inf_reference:
+        parts.append(f"Inf {d.inf_actual}/{d.inf_reference}")
     return " ".join(parts)
 
 
@@ -307,7 +307,7 @@ def run_document(o: "RunOutcome") -> dict[str, Any]:
 
 # --- devices ------------------------------------------------------------------------------------
 def profile_row(p: "Profile") -> dict[str, Any]:
-    return {"name": p.name, "spec": p.spec, "transport": p.transport,
+    return {"name": p.name, "spec": p.target, "transport": p.transport,
             "description": p.description, "providers": list(p.providers),
             "runner": "native" if p.runner else "python", "file": str(p.source or "")}
 

@@ -1,0 +1,331 @@
+"""pack / inspect / run --device local through the real CLI: outputs, exit codes and messages.
+
+Every error case asserts the exit code, the one-line message, and that nothing half-written
+is left where the user asked for output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from verify import __version__
+from verify.cli import cli, main
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "goldens" / "models"
+IMAGE = REPO / "goldens" / "images" / "sample.png"
+TESTS = Path(__file__).resolve().parent
+
+
+def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def only_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one error line, got: {err!r}"
+    return lines[0]
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture(scope="module")
+def cnn_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("pack") / "cnn.vtc"
+    assert main(["pack", str(MODELS / "cnn.onnx"), "-d", str(IMAGE), "--scale", "0.00392",
+                 "-o", str(out)]) == 0
+    return out
+
+
+@pytest.fixture
+def device_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Profiles written by a test go here; `local`'s work area stays inside the test."""
+    folder = tmp_path / "devices"
+    folder.mkdir()
+    monkeypatch.setenv("VERIFY_DEVICES", str(folder))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return folder
+
+
+def write_profile(folder: Path, name: str, runner: list[str]) -> None:
+    words = ", ".join(json.dumps(w) for w in runner)
+    (folder / f"{name}.toml").write_text(f'transport = "local"\nrunner = [{words}]\n')
+
+
+# --- help and version ----------------------------------------------------------------------------
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(capsys, "--version")
+    assert code == 0 and __version__ in out
+
+
+def _commands(group, prefix=()):  # type: ignore[no-untyped-def]
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name)
+
+
+@pytest.mark.parametrize("path", sorted(_commands(cli)), ids=lambda p: " ".join(p))
+def test_every_command_has_help_with_an_example(capsys: pytest.CaptureFixture[str],
+                                                path: tuple[str, ...]) -> None:
+    code, out, _ = verify(capsys, *path, "--help")
+    assert code == 0
+    assert re.search(rf"^\s+verify {' '.join(path)}\b", out, re.M), \
+        f"`verify {' '.join(path)} --help` shows no example line:\n{out}"
+
+
+# --- pack and inspect ----------------------------------------------------------------------------
+def test_pack_then_inspect_reports_model_cases_and_provenance(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path) -> None:
+    code, out, _ = verify(capsys, "inspect", cnn_vtc, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    model_bytes = (MODELS / "cnn.onnx").read_bytes()
+    assert doc["provenance"]["model_sha256"] == hashlib.sha256(model_bytes).hexdigest()
+    assert doc["provenance"]["onnxruntime"] == ort.__version__
+    assert doc["model"]["inputs"] == [{"name": "data", "dtype": "float32",
+                                       "shape": [1, 3, 224, 224]}]
+    assert [c["index"] for c in doc["cases"]] == [0]
+    data = doc["cases"][0]["inputs"]["data"]
+    assert 0.0 <= data["min"] < data["max"] <= 1.0  # --scale 1/255 applied to the image
+    code, out, _ = verify(capsys, "inspect", cnn_vtc)
+    assert code == 0 and "model:" in out and "provenance:" in out
+
+
+def test_pack_several_cases_and_the_ground_truth_is_onnxruntime_cpu(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    a0, b0, a1, b1 = (np.random.default_rng(i).standard_normal((1, 16)).astype(np.float32)
+                      for i in range(4))
+    for name, value in (("a0", a0), ("b0", b0), ("a1", a1), ("b1", b1)):
+        np.save(tmp_path / f"{name}.npy", value)
+    out = tmp_path / "two.vtc"
+    code, _, _ = verify(capsys, "pack", MODELS / "two_io.onnx", "-o", out,
+                        "-d", f"a:{tmp_path / 'a0.npy'}", "-d", f"b:{tmp_path / 'b0.npy'}",
+                        "-d", f"a:{tmp_path / 'a1.npy'}", "-d", f"b:{tmp_path / 'b1.npy'}")
+    assert code == 0
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(MODELS / "two_io.onnx"), so, providers=["CPUExecutionProvider"])
+    with h5py.File(out) as f:
+        assert len(f["cases"]) == 2
+        for i, (a, b) in enumerate(((a0, b0), (a1, b1))):
+            expected = sess.run(None, {"a": a, "b": b})
+            stored = {f[f"cases/{i}/outputs/{k}"].attrs["name"]: f[f"cases/{i}/outputs/{k}"][()]
+                      for k in f[f"cases/{i}/outputs"]}
+            for o, want in zip(sess.get_outputs(), expected):
+                np.testing.assert_array_equal(stored[o.name], want)
+
+
+# --- run ------------------------------------------------------------------------------------------
+def test_run_prints_load_and_run_timing_then_the_check(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path, device_dir: Path) -> None:
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--device", "local", "--iter", "4", "--warmup", "2")
+    assert code == 0, out
+    assert re.search(r"^load model: [\d.]+ms$", out, re.M)
+    assert re.search(r"^=== prepare: [\d.]+ms; going to warmup$", out, re.M)
+    assert len(re.findall(r"^warmup \d: [\d.]+ms$", out, re.M)) == 2
+    assert [int(m) for m in re.findall(r"^iter (\d)/4: [\d.]+ms$", out, re.M)] == [0, 1, 2, 3]
+    m = re.search(r"^=== finished test #0: time=([\d.]+)ms avg_time=([\d.]+)ms sd=([\d.]+)ms "
+                  r"minmax=([\d.]+),([\d.]+)$", out, re.M)
+    assert m, out
+    total, avg, _sd, lo, hi = map(float, m.groups())
+    assert lo <= avg <= hi and total == pytest.approx(4 * avg, rel=1e-3, abs=3e-3)  # printed to 1 us
+    assert re.search(r"^check #0: prob: max_abs=\S+ max_rel=\S+ .*\[magnitude k=2\^-14 "
+                     r"floor=2\^-4\]\s+PASS$", out, re.M)
+    assert "=== PASS" in out
+
+
+def test_run_json_and_bin_out_dump_hold_what_the_device_computed(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path, device_dir: Path, tmp_path: Path) -> None:
+    dump = tmp_path / "outs"
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--iter", "3", "--warmup", "0", "--threads", "1",
+                          "--opt-level", "disable", "--bin-out-dump", dump, "--json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["passed"] is True
+    case = doc["cases"][0]
+    assert len(case["iter_ms"]) == 3 and case["warmup_ms"] == []
+    assert case["timing"]["avg_ms"] == pytest.approx(sum(case["iter_ms"]) / 3)
+    assert case["check"][0]["name"] == "prob" and case["check"][0]["passed"] is True
+    index = json.loads((dump / "outputs.json").read_text())
+    assert [(o["case"], o["output"]) for o in index["outputs"]] == [(0, "prob")]
+    value = np.load(dump / index["outputs"][0]["file"], allow_pickle=False)
+    with h5py.File(cnn_vtc) as f:
+        truth = f["cases/0/outputs/0"][()]
+    # opt-level disable with one thread is the reference configuration: bit-identical.
+    np.testing.assert_array_equal(value, truth)
+    assert not [p for p in leftovers(dump) if p.endswith(".part")]
+
+
+def test_run_several_cases(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                           device_dir: Path) -> None:
+    out = tmp_path / "two.vtc"
+    assert verify(capsys, "pack", MODELS / "two_io.onnx", "-o", out, "-d", "a:rand", "-d",
+                  "b:rand", "-d", "a:rand", "-d", "b:rand")[0] == 0
+    code, text, _ = verify(capsys, "run", out, "--iter", "2")
+    assert code == 0
+    assert "=== going to run 2 testcases" in text
+    assert len(re.findall(r"^check #[01]: (sum_relu|prod): .*PASS$", text, re.M)) == 4
+    code, text, _ = verify(capsys, "run", out, "--iter", "1", "--case", "1")
+    assert code == 0 and "finished test #1" in text and "finished test #0" not in text
+
+
+def test_run_input_override_has_no_ground_truth(capsys: pytest.CaptureFixture[str],
+                                                cnn_vtc: Path, tmp_path: Path,
+                                                device_dir: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 224, 224), np.float32))
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--iter", "1", "--input", f"data:{tmp_path / 'x.npy'}")
+    assert code == 0
+    assert "no ground truth to check" in out and "=== no check" in out
+
+
+# --- bad input: exit 2, one line, nothing left behind --------------------------------------------
+def test_missing_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = verify(capsys, "pack", tmp_path / "nope.onnx", "-o", tmp_path / "x.vtc")
+    assert code == 2
+    assert only_line(err) == f"error: {tmp_path / 'nope.onnx'}: no such file"
+    assert leftovers(tmp_path) == []
+
+
+def test_file_that_is_not_onnx(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bogus = tmp_path / "model.onnx"
+    bogus.write_text("this is not a protobuf\n" * 20)
+    code, _, err = verify(capsys, "pack", bogus, "-o", tmp_path / "x.vtc")
+    assert code == 2
+    assert only_line(err).startswith(f"error: {bogus}: not an ONNX model")
+    assert leftovers(tmp_path) == ["model.onnx"]
+
+
+def test_truncated_archive(capsys: pytest.CaptureFixture[str], cnn_vtc: Path, tmp_path: Path) -> None:
+    cut = tmp_path / "cut.vtc"
+    cut.write_bytes(cnn_vtc.read_bytes()[: cnn_vtc.stat().st_size // 2])
+    for command in (["inspect", cut], ["run", cut, "--iter", "1"]):
+        code, _, err = verify(capsys, *command)
+        assert code == 2
+        assert only_line(err) == (f"error: {cut}: not a verify testcase archive "
+                                  "(not HDF5, or truncated/corrupt)")
+
+
+def test_hdf5_file_that_is_not_an_archive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    other = tmp_path / "other.vtc"
+    with h5py.File(other, "w") as f:
+        f["x"] = np.arange(3)
+    code, _, err = verify(capsys, "inspect", other)
+    assert code == 2
+    assert only_line(err) == f"error: {other}: an HDF5 file, but not a verify testcase archive"
+
+
+def test_archive_from_a_newer_format_version(capsys: pytest.CaptureFixture[str], cnn_vtc: Path,
+                                             tmp_path: Path) -> None:
+    newer = tmp_path / "newer.vtc"
+    newer.write_bytes(cnn_vtc.read_bytes())
+    with h5py.File(newer, "r+") as f:
+        f.attrs["format_version"] = 99
+        f.attrs["verify_version"] = "9.0.0"
+    code, _, err = verify(capsys, "run", newer)
+    assert code == 2
+    assert only_line(err) == (f"error: {newer}: written in archive format version 99 by verify "
+                              f"9.0.0; this verify {__version__} reads up to version 1: upgrade verify")
+
+
+def test_unknown_input_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = verify(capsys, "pack", MODELS / "cnn.onnx", "-d", "image:rand", "-o", tmp_path / "x.vtc")
+    assert code == 2
+    assert only_line(err) == ("error: -d 'image:rand': no input named 'image' and no file "
+                              "'image:rand'; the model's inputs are 'data'")
+    assert leftovers(tmp_path) == []
+
+
+def test_wrong_shape(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.zeros((1, 224, 224, 3), np.float32))
+    code, _, err = verify(capsys, "pack", MODELS / "cnn.onnx", "-d", tmp_path / "x.npy",
+                          "-o", tmp_path / "x.vtc")
+    assert code == 2
+    line = only_line(err)
+    assert "input 'data' expects (1,3,224,224), got (1,224,224,3)" in line
+    assert leftovers(tmp_path) == ["x.npy"]
+
+
+def test_wrong_dtype(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    model = MODELS / "int_bool.onnx"
+    import onnx
+
+    graph = onnx.load(model).graph
+    first = graph.input[0]
+    dims = [d.dim_value for d in first.type.tensor_type.shape.dim]
+    np.save(tmp_path / "x.npy", np.full(dims, 0.5, np.float32))
+    code, _, err = verify(capsys, "pack", model, "-d", f"{first.name}:{tmp_path / 'x.npy'}",
+                          "-o", tmp_path / "x.vtc")
+    assert code == 2
+    line = only_line(err)
+    assert f"'{first.name}'" in line and "float32" in line and "int64" in line
+    assert leftovers(tmp_path) == ["x.npy"]
+
+
+def test_image_that_cannot_be_decoded(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    broken = tmp_path / "cat.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    code, _, err = verify(capsys, "pack", MODELS / "cnn.onnx", "-d", broken, "-o", tmp_path / "x.vtc")
+    assert code == 2
+    assert only_line(err).startswith(f"error: {broken}: ")
+    assert leftovers(tmp_path) == ["cat.png"]
+
+
+def test_model_whose_op_onnxruntime_cannot_run(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    code, _, err = verify(capsys, "pack", MODELS / "unsupported_op.onnx", "-o", tmp_path / "x.vtc")
+    assert code == 2
+    line = only_line(err)
+    assert f"onnxruntime {ort.__version__} cannot run this model" in line
+    assert "Frobnicate" in line
+    assert leftovers(tmp_path) == []
+
+
+def test_bad_tolerance_spec(capsys: pytest.CaptureFixture[str], cnn_vtc: Path) -> None:
+    code, _, err = verify(capsys, "run", cnn_vtc, "--tol", "prob:atol=lots")
+    assert code == 2
+    assert only_line(err) == ("error: bad tolerance 'prob:atol=lots': 'lots' is not a number "
+                              "(write 1e-3 or 2^-12)")
+
+
+# --- device-side failures -------------------------------------------------------------------------
+def test_runner_that_crashes_is_a_device_error(capsys: pytest.CaptureFixture[str], cnn_vtc: Path,
+                                               device_dir: Path, tmp_path: Path) -> None:
+    write_profile(device_dir, "crashy", [sys.executable, "-c",
+                                         "import os, sys; sys.stderr.write('segfault in kernel\\n'); "
+                                         "sys.stderr.flush(); os.abort()"])
+    dump = tmp_path / "outs"
+    code, _, err = verify(capsys, "run", cnn_vtc, "--device", "crashy", "--bin-out-dump", dump)
+    assert code == 3
+    assert only_line(err) == ("error: crashy: the runner was killed by signal 6 without writing "
+                              "a result: segfault in kernel")
+    assert not dump.exists()
+
+
+def test_nan_in_an_output_is_a_mismatch_with_the_count(capsys: pytest.CaptureFixture[str],
+                                                       cnn_vtc: Path, device_dir: Path) -> None:
+    write_profile(device_dir, "nanny", [sys.executable, str(TESTS / "nan_runner.py"), "--count", "3"])
+    code, out, err = verify(capsys, "run", cnn_vtc, "--device", "nanny", "--iter", "1")
+    assert code == 1, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("check #0: prob"))
+    assert "NaN 3/0" in line and line.endswith("FAIL")
+    assert "NaN/Inf positions differ at 3 elements (NaN 3 vs 0, Inf 0 vs 0)" in out
+    assert "=== FAIL: 1 output(s) over tolerance" in out
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--device", "nanny", "--iter", "1", "--json")
+    assert code == 1
+    check = json.loads(out)["cases"][0]["check"][0]
+    assert (check["nan_actual"], check["nan_reference"], check["passed"]) == (3, 0, False)

@@ -32,6 +32,7 @@ Times are seconds; times, FLOPs and bytes in rows are per run.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import re
@@ -45,6 +46,7 @@ from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_
                           node_cost, ort_node_name)
 
 KERNEL_SUFFIX = "_kernel_time"
+WARMUP_KEY = "verify_warmup_runs"  # in a trace's otherData, written by the runner
 AGGREGATES: Mapping[str, Callable[[Sequence[float]], float]] = {
     "sum": math.fsum, "mean": lambda v: math.fsum(v) / len(v), "max": max, "min": min,
 }
@@ -106,6 +108,7 @@ class Profile:
     session_init: float | None
     model_load: float | None
     device_events: bool
+    warmup_source: str | None = None  # "trace" (the runner's record), "option", None: none
 
 
 @dataclass
@@ -123,8 +126,11 @@ class _Call:
     device: float | None = None
 
 
-def load_profile(path: Path, *, skip_runs: int = 0) -> Profile:
-    """Parse onnxruntime's profile JSON at `path`; `skip_runs` drops the first runs (warmup).
+def load_profile(path: Path, *, skip_runs: int | None = None) -> Profile:
+    """Parse onnxruntime's profile JSON at `path`, without its warmup runs.
+
+    The warmup runs are those `verify run --profile` recorded in the trace; `skip_runs`
+    overrides that record and drops the first N runs instead (0 keeps every run).
 
     Raises ProfileError (one line) for a missing or unreadable file, one that is not a JSON
     trace, or a trace with no node events.
@@ -157,10 +163,24 @@ def trace_events(data: object, source: str = "<profile>") -> list[dict[str, Any]
     return [e for e in data if isinstance(e, dict)]
 
 
-def parse_profile(data: object, *, source: str = "<profile>", skip_runs: int = 0) -> Profile:
+def warmup_runs(data: object) -> tuple[int, ...] | None:
+    """The indices (in time order) of the model_run events the runner recorded as warmup
+    (`otherData.verify_warmup_runs` in a trace `verify run --profile` wrote); None if absent."""
+    other = data.get("otherData") if isinstance(data, dict) else None
+    runs = other.get(WARMUP_KEY) if isinstance(other, dict) else None
+    if isinstance(runs, list) and all(isinstance(r, int) and not isinstance(r, bool)
+                                      and r >= 0 for r in runs):
+        return tuple(runs)
+    return None
+
+
+def parse_profile(data: object, *, source: str = "<profile>",
+                  skip_runs: int | None = None) -> Profile:
     """Parse an already-decoded trace (see load_profile)."""
-    if skip_runs < 0:
+    if skip_runs is not None and skip_runs < 0:
         raise UsageError(f"cannot skip {skip_runs} runs; give 0 or more")
+    recorded = warmup_runs(data) if skip_runs is None else None
+    dropped = frozenset(recorded if recorded is not None else range(skip_runs or 0))
     calls: list[_Call] = []
     runs: list[tuple[float, float]] = []
     executes: list[tuple[float, float]] = []
@@ -197,22 +217,30 @@ def parse_profile(data: object, *, source: str = "<profile>", skip_runs: int = 0
     _compute_self_times(calls)
     runs = sorted(runs) or _outermost(executes)
     calls.sort(key=lambda c: (c.ts, -c.dur))
+    skipped: list[tuple[float, float]] = []
     if runs:
-        if skip_runs >= len(runs):
-            raise ProfileError(f"{source}: cannot skip {skip_runs} warmup runs, the profile "
+        if dropped and len(dropped) >= len(runs) and recorded is None:
+            raise ProfileError(f"{source}: cannot skip {len(dropped)} warmup runs, the profile "
                                f"has {len(runs)}")
-        if skip_runs:
-            calls = [c for c in calls if c.ts >= runs[skip_runs][0]]
-        run_count = len(runs) - skip_runs
+        skipped = [span for i, span in enumerate(runs) if i in dropped]
+        runs = [span for i, span in enumerate(runs) if i not in dropped]
+        if not runs:
+            raise ProfileError(f"{source}: the profile holds warmup runs only; pass "
+                               "--skip-runs 0 to analyze them")
+        if skipped:
+            calls = [c for c in calls if not _inside(c.ts, skipped)]
+        run_count = len(runs)
     else:
-        if skip_runs:
+        if dropped:
             raise ProfileError(f"{source}: cannot skip warmup runs: the profile has no "
                                "model_run events")
         run_count = sum(1 for c in calls if c.name == calls[0].name)
-    return Profile(source=source, runs=run_count, skipped_runs=skip_runs,
-                   run_times=tuple(d / 1e6 for _, d in runs[skip_runs:]),
+    return Profile(source=source, runs=run_count, skipped_runs=len(skipped),
+                   run_times=tuple(d / 1e6 for _, d in runs),
                    nodes=_node_stats(calls), session_init=_sec(init), model_load=_sec(load),
-                   device_events=device_events)
+                   device_events=device_events,
+                   warmup_source="trace" if recorded is not None else
+                   ("option" if skip_runs else None))
 
 
 def drop_warmup(events: list[dict[str, Any]], runs: int, source: str = "<profile>"
@@ -234,6 +262,12 @@ def drop_warmup(events: list[dict[str, Any]], runs: int, source: str = "<profile
         return isinstance(ts, (int, float)) and any(a <= ts <= a + d for a, d in spans)
 
     return [e for e in events if not inside(e)]
+
+
+def _inside(ts: float, spans: list[tuple[float, float]]) -> bool:
+    """Whether `ts` falls in one of `spans` ((start, duration), sorted, not overlapping)."""
+    i = bisect.bisect_right(spans, (ts, math.inf)) - 1
+    return i >= 0 and ts <= spans[i][0] + spans[i][1]
 
 
 def _outermost(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -499,6 +533,7 @@ class ProfileSummary:
     device_events: bool          # the trace has device Kernel events
     clock: str                   # the clock the rows use
     total: float                 # denominator of the rows' shares: device or kernel time
+    warmup_source: str | None = None  # who said which runs were warmup: "trace", "option"
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -631,7 +666,8 @@ def _summary(p: Profile, rows: list[ProfileRow], clock: str) -> ProfileSummary:
         computation=sum(r.computation for r in rows if r.computation is not None),
         unknown_computation=sum(1 for r in rows if r.computation is None),
         session_init=p.session_init, model_load=p.model_load, device_events=p.device_events,
-        clock=clock, total=device if clock == "device" else kernel)
+        clock=clock, total=device if clock == "device" else kernel,
+        warmup_source=p.warmup_source)
 
 
 def _agg(fn: Callable[[Sequence[float]], float], values: list[float | None]) -> float | None:

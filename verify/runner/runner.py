@@ -179,8 +179,19 @@ def run_job(job, workdir):
             files[name] = rel
         result["cases"].append({"warmup_ms": warm_ms, "iter_ms": iter_ms, "outputs": files})
     if job.get("profile"):
+        # onnxruntime cannot start profiling after the session exists, so the trace holds the
+        # warmup runs too: say which model_run events they are (0-based, in time order) in the
+        # trace's otherData, where Perfetto ignores it and `verify profile` drops them.
         raw = sess.end_profiling()
-        os.replace(raw, os.path.join(workdir, job["profile"]))
+        with open(raw) as fh:
+            events = json.load(fh)
+        os.remove(raw)
+        per_case = warmup + iterations
+        warm = [ci * per_case + k for ci in range(len(job["cases"])) for k in range(warmup)]
+        write_json_atomic(os.path.join(workdir, job["profile"]), {
+            "traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"verify_warmup_runs": warm, "verify_timed_runs":
+                          len(job["cases"]) * iterations, "onnxruntime": ort.__version__}})
         result["profile"] = job["profile"]
         result["profile_warmup_runs"] = warmup
     return result

@@ -8,7 +8,8 @@ Profile keys (TOML): transport, address, description, python (argv prefix that r
 Python runner), runner (argv of a native runner following docs/runner-contract.md; replaces
 python), base_dir, env, providers, provider_options, [[push]] src/dest, [timeouts]
 connect/command, [options] (transport-specific). String values may use the placeholders
-{base_dir}, {profile_dir}, {cache} (the user's verify cache folder) and {env:NAME}.
+{base_dir}, {profile_dir}, {cache} (the user's verify cache folder), {arm64_root} (the
+emulated ARM64 userland: $VERIFY_ARM64_ROOT, else {cache}/arm64-root) and {env:NAME}.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,9 @@ else:  # pragma: no cover
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TRANSPORTS_BUILTIN = ("local", "cuda", "ssh", "adb")
-_PLACEHOLDER = re.compile(r"\{(base_dir|profile_dir|cache|env:[A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(
+    r"\{(base_dir|profile_dir|cache|arm64_root|env:[A-Za-z_][A-Za-z0-9_]*)\}")
+ARM64_ROOT_ENV = "VERIFY_ARM64_ROOT"
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,24 @@ class Profile:
 
     @property
     def spec(self) -> str:
+        """How the user named the device (`arm64`, `cuda:1`, `ssh:me@board`): for messages."""
+        return self.name or self.target
+
+    @property
+    def target(self) -> str:
+        """Transport and address, e.g. `ssh:me@board:2222`, `adb:SERIAL`, `local`."""
         return f"{self.transport}:{self.address}" if self.address else self.transport
 
 
 def verify_cache_dir() -> Path:
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(root) / "verify"
+
+
+def arm64_root() -> Path:
+    """Where scripts/build_arm64_root.py puts the emulated ARM64 userland."""
+    explicit = os.environ.get(ARM64_ROOT_ENV)
+    return Path(explicit).expanduser().absolute() if explicit else verify_cache_dir() / "arm64-root"
 
 
 def profile_dirs() -> list[Path]:
@@ -109,11 +124,15 @@ def resolve(spec: str) -> Profile:
     if not transport:
         raise UsageError(f"device spec {spec!r} is empty; use local, cuda[:N], "
                          "ssh:user@host[:port], adb[:SERIAL] or a profile name")
+    if transport == "cuda" and target and not target.isdigit():
+        raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
     # A profile named by the whole spec or by its target wins over the built-in grammar.
-    for name in (target, transport) if target else (transport,):
+    for name in (target, transport) if target and transport != "cuda" else (transport,):
         path = find_profile(name)
         if path is not None:
             profile = load_profile(path)
+            if transport == "cuda" and target:
+                return _on_gpu(profile, int(target), spec)
             if target and name == target and transport in TRANSPORTS_BUILTIN \
                     and profile.transport != transport and not (
                         transport == "cuda" and profile.transport == "local"):
@@ -123,8 +142,6 @@ def resolve(spec: str) -> Profile:
     if transport == "local" and not target:
         return Profile(name="local", transport="local")
     if transport == "cuda":
-        if target and not target.isdigit():
-            raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
         index = int(target or 0)
         return Profile(name=spec, transport="local", providers=(CUDA, CPU),
                        provider_options={CUDA: {"device_id": index}})
@@ -139,6 +156,13 @@ def resolve(spec: str) -> Profile:
                          f"{', '.join(str(d) for d in profile_dirs())}; use local, cuda[:N], "
                          "ssh:user@host[:port], adb[:SERIAL] or a profile name")
     return Profile(name=spec, transport=transport, address=target)
+
+
+def _on_gpu(profile: Profile, index: int, spec: str) -> Profile:
+    """The cuda profile with its CUDA provider pointed at GPU `index`."""
+    options = {k: dict(v) for k, v in profile.provider_options.items()}
+    options[CUDA] = {**options.get(CUDA, {}), "device_id": index}
+    return replace(profile, name=spec, provider_options=options)
 
 
 def load_profile(path: Path) -> Profile:
@@ -165,7 +189,7 @@ def profile_from_dict(data: Mapping[str, Any], path: Path) -> Profile:
                            "or a third-party driver's name")
     base_dir = _str(data, "base_dir", path)
     values = {"base_dir": base_dir, "profile_dir": str(path.parent.resolve()),
-              "cache": str(verify_cache_dir())}
+              "cache": str(verify_cache_dir()), "arm64_root": str(arm64_root())}
 
     def expand(text: str) -> str:
         def sub(m: re.Match[str]) -> str:

@@ -1,0 +1,105 @@
+"""Dependencies point one way (STYLE.md §1), checked by reading every module's imports.
+
+cli -> features -> core -> errors. Only the CLI prints for humans or exits; drivers never reach
+up into the CLI or the pipeline; paramiko and adbutils live in their drivers only; the device-side
+runner imports nothing but the standard library, numpy and onnxruntime.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "verify"
+STDLIB = sys.stdlib_module_names
+
+
+def modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(PACKAGE.parent).as_posix()
+
+
+def imported(path: Path) -> set[str]:
+    """Every absolute module name the file imports, at any depth (lazy imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if "runner" in p.parts], ids=rel)
+def test_device_runner_needs_only_stdlib_numpy_onnxruntime(path: Path) -> None:
+    foreign = {n for n in imported(path) if top(n) not in STDLIB | {"numpy", "onnxruntime"}}
+    assert not foreign, f"{rel(path)} imports {sorted(foreign)}; the runner is copied to devices as is"
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if "cli" not in p.parts], ids=rel)
+def test_only_the_cli_imports_the_cli_or_click(path: Path) -> None:
+    bad = {n for n in imported(path) if n.startswith("verify.cli") or top(n) == "click"}
+    assert not bad, f"{rel(path)} imports {sorted(bad)}: only verify/cli/ talks to humans"
+
+
+@pytest.mark.parametrize("path", [p for p in modules()
+                                  if "cli" not in p.parts and "runner" not in p.parts], ids=rel)
+def test_library_code_never_exits(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    exits = [node.lineno for node in ast.walk(tree)
+             if isinstance(node, ast.Attribute) and node.attr == "exit"
+             and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+    assert not exits, f"{rel(path)} calls sys.exit at line(s) {exits}: raise a VerifyError instead"
+
+
+@pytest.mark.parametrize("path", [p for p in modules() if "drivers" in p.parts], ids=rel)
+def test_drivers_do_not_reach_up(path: Path) -> None:
+    allowed = ("verify.errors", "verify.drivers", "verify.devices")
+    bad = {n for n in imported(path)
+           if top(n) == "verify" and n != "verify" and not n.startswith(allowed)}
+    assert not bad, f"{rel(path)} imports {sorted(bad)}; drivers depend on errors/devices only"
+
+
+@pytest.mark.parametrize("library, home", [("paramiko", "verify/drivers/ssh.py"),
+                                           ("adbutils", "verify/drivers/adb.py")])
+def test_transport_libraries_stay_in_their_driver(library: str, home: str) -> None:
+    users = [rel(p) for p in modules() if any(top(n) == library for n in imported(p))]
+    assert users == [home]
+
+
+def test_compare_knows_nothing_of_archives_or_devices() -> None:
+    path = PACKAGE / "compare.py"
+    internal = {n for n in imported(path) if top(n) == "verify"}
+    assert internal <= {"verify.errors", "verify.errors.UsageError"}, sorted(internal)
+
+
+def test_help_works_without_the_optional_transport_libraries() -> None:
+    code = ("import sys\n"
+            "sys.modules['paramiko'] = None; sys.modules['adbutils'] = None\n"
+            "from verify.cli import main\n"
+            "sys.exit(main(['--help']) or main(['run', '--help']) or main(['devices', 'list']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: verify" in proc.stdout
+
+
+def test_a_missing_transport_library_names_the_extra() -> None:
+    code = ("import sys\n"
+            "sys.modules['paramiko'] = None\n"
+            "from verify.cli import main\n"
+            "sys.exit(main(['devices', 'check', 'ssh:me@127.0.0.1:1']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3, proc.stderr
+    assert "pip install 'verify[ssh]'" in proc.stderr

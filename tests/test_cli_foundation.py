@@ -329,3 +329,29 @@ def test_nan_in_an_output_is_a_mismatch_with_the_count(capsys: pytest.CaptureFix
     assert code == 1
     check = json.loads(out)["cases"][0]["check"][0]
     assert (check["nan_actual"], check["nan_reference"], check["passed"]) == (3, 0, False)
+
+
+def test_inspect_shows_stored_tolerances(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out = tmp_path / "tol.vtc"
+    assert verify(capsys, "pack", MODELS / "two_io.onnx", "-o", out, "--atol", "1e-4",
+                  "--tol", "prod:k=2^-12")[0] == 0
+    code, text, _ = verify(capsys, "inspect", out)
+    assert code == 0
+    assert "tolerances: allclose atol=0.0001 rtol=0; --tol prod:k=2^-12" in text
+    doc = json.loads(verify(capsys, "inspect", out, "--json")[1])
+    assert doc["tolerances"] == {"atol": 1e-4, "specs": ["prod:k=2^-12"]}
+
+
+def test_a_bug_is_exit_4_with_the_traceback(capsys: pytest.CaptureFixture[str], cnn_vtc: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from verify import execute
+
+    def broken(*_args: object, **_kwargs: object) -> None:
+        raise ZeroDivisionError("deliberate")
+
+    monkeypatch.setattr(execute, "run", broken)
+    code, _, err = verify(capsys, "run", cnn_vtc)
+    assert code == 4
+    assert "Traceback (most recent call last)" in err and "ZeroDivisionError: deliberate" in err
+    assert err.rstrip().endswith("error: internal error (a bug in verify; please report it with "
+                                 "the trace above)")

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 
+from verify.tolerance import describe_record
+
 if TYPE_CHECKING:
     from verify.devices import Profile
     from verify.execute import RunOutcome
@@ -111,7 +113,8 @@ def inspect_summary(tc: "Testcase") -> dict[str, Any]:
                   for i, c in enumerate(tc.cases)],
         "per_layer_references": tc.has_layers,
         "tensors": len(tc.tensor_order),
-        "tolerances": tc.tolerances or {"rule": "default"},
+        "tolerances": dict(tc.tolerances),
+        "tolerance_rule": describe_record(tc.tolerances),
         "provenance": tc.provenance,
     }
 
@@ -160,7 +163,7 @@ def print_inspect(s: Mapping[str, Any]) -> None:
                 con.print(f"  {role[:-1]:6} {name}: {a['dtype']}{fmt_shape(a['shape'])}{rng}")
     con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
               f"({s['tensors']} tensors in graph order)")
-    con.print(f"tolerances: {s['tolerances']}")
+    con.print(f"tolerances: {s['tolerance_rule']}")
     p = s["provenance"]
     con.print(f"provenance: {p.get('reference', '')}; onnxruntime {p.get('onnxruntime')}, "
               f"onnx {p.get('onnx')}, numpy {p.get('numpy')}, verify {p.get('verify')}; "

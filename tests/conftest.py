@@ -21,3 +21,4 @@ def local_profile(tmp_path: Path):
                    python=(sys.executable,))
 from fixtures_ssh import *  # noqa: E402,F401,F403
 from fixtures_adb import *  # noqa: E402,F401,F403
+from fixtures_devices import *  # noqa: E402,F401,F403

@@ -22,3 +22,4 @@ def local_profile(tmp_path: Path):
 from fixtures_ssh import *  # noqa: E402,F401,F403
 from fixtures_adb import *  # noqa: E402,F401,F403
 from fixtures_devices import *  # noqa: E402,F401,F403
+from fixtures_profile import *  # noqa: E402,F401,F403

@@ -351,6 +351,18 @@ def _specs(entries: Any) -> tuple[TensorSpec, ...]:
 
 
 # --- joining the model ------------------------------------------------------------------------
+def load_model_index(path: Path) -> "ModelIndex":
+    """Index the model of an .onnx file or of a .vtc archive (told apart by content)."""
+    from verify.graph import load_model_bytes, parse_model
+    from verify.testcase import read_archive
+
+    path = Path(path)
+    data = load_model_bytes(path)
+    if data.startswith(b"\x89HDF\r\n\x1a\n"):
+        data = read_archive(path).model_bytes
+    return ModelIndex.of(parse_model(data, str(path)))
+
+
 @dataclass(frozen=True)
 class _ModelNode:
     op_type: str
@@ -590,9 +602,11 @@ def analyze(profile: Profile, model: Any = None, *, top: int = 3, types: Iterabl
 def _validate(o: ProfileOptions) -> ProfileOptions:
     if o.top < 0:
         raise UsageError(f"--top must be 0 (all) or more, got {o.top}")
-    column = o.order_by[1:] if o.order_by.startswith("+") else o.order_by
+    ascending = o.order_by.startswith("+")
+    column = (o.order_by[1:] if ascending else o.order_by).strip().lower()
     if column not in COLUMNS:
         raise UsageError(f"unknown --order-by column {column!r}; valid: {', '.join(COLUMNS)}")
+    o = replace(o, order_by=("+" if ascending else "") + column)
     if o.aggregate_by not in (None, "type"):
         raise UsageError(f"unknown --aggregate-by {o.aggregate_by!r}; valid: type")
     if o.aggregate is not None and o.aggregate not in AGGREGATES:

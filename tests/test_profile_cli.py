@@ -1,0 +1,238 @@
+"""`verify run --profile` on a real device end (local, and the emulated ARM64 target) and
+`verify profile` on the traces it writes: warmup left out, the profile_analyze options, the
+table, JSON, and every bad-input path with its exit code and one-line message."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from verify.cli import main
+from verify.profile import load_profile
+
+WARMUP, ITERS = 2, 3  # per case; the archive has two cases
+
+
+def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def doc(capsys: pytest.CaptureFixture[str], *args: object) -> dict[str, Any]:
+    code, out, err = verify(capsys, "profile", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def only_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, f"expected one error line, got: {err!r}"
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def local_trace(cnn_two_cases: Path, private_cache: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("prof") / "local.json"
+    code = main(["run", str(cnn_two_cases), "--device", "local", "--warmup", str(WARMUP),
+                 "--iter", str(ITERS), "--profile", str(out), "--json"])
+    assert code == 0 and out.is_file()
+    return out
+
+
+def _model_runs(trace: Path) -> list[dict[str, Any]]:
+    events = json.loads(trace.read_text())["traceEvents"]
+    return sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+
+
+# --- the trace `run --profile` writes ---------------------------------------------------------------
+def test_trace_is_a_chrome_trace_that_records_its_warmup_runs(local_trace: Path) -> None:
+    data = json.loads(local_trace.read_text())
+    # Chrome's JSON Object Format: what Perfetto and chrome://tracing open
+    assert set(data) == {"traceEvents", "displayTimeUnit", "otherData"}
+    events = data["traceEvents"]
+    assert events and all({"name", "ph", "ts", "pid", "tid"} <= set(e) for e in events)
+    assert {e["ph"] for e in events} == {"X"} and all(e["dur"] >= 0 for e in events)
+    assert len(_model_runs(local_trace)) == 2 * (WARMUP + ITERS)
+    # case 0: runs 0-1 warm, 2-4 timed; case 1: runs 5-6 warm, 7-9 timed
+    assert data["otherData"]["verify_warmup_runs"] == [0, 1, 5, 6]
+    assert data["otherData"]["verify_timed_runs"] == 2 * ITERS
+
+
+def test_analysis_covers_the_timed_runs_only(local_trace: Path) -> None:
+    p = load_profile(local_trace)
+    assert (p.runs, p.skipped_runs, p.warmup_source) == (2 * ITERS, 2 * WARMUP, "trace")
+    timed = [r["dur"] / 1e6 for i, r in enumerate(_model_runs(local_trace))
+             if i not in (0, 1, 5, 6)]
+    assert p.run_times == pytest.approx(timed)
+    assert {s.calls for s in p.nodes} == {2 * ITERS}  # every node once per timed run
+    everything = load_profile(local_trace, skip_runs=0)
+    assert (everything.runs, everything.skipped_runs) == (2 * (WARMUP + ITERS), 0)
+    assert {s.calls for s in everything.nodes} == {2 * (WARMUP + ITERS)}
+
+
+# --- the table --------------------------------------------------------------------------------------
+def test_text_summary_first_then_the_top_three(capsys: pytest.CaptureFixture[str],
+                                               local_trace: Path, cnn_two_cases: Path) -> None:
+    code, out, err = verify(capsys, "profile", local_trace, "--model", cnn_two_cases)
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert lines[0].startswith("runs analyzed")
+    assert "6 (dropped 4 warmup run(s), as `verify run` recorded)" in lines[0]
+    assert out.index("total host time") < out.index("device self time")
+    for header in ("cumulative", "operator info", "computation", "FLOP/s", "memory",
+                   "bandwidth", "in shapes", "out shapes"):
+        assert header in out
+    assert re.findall(r"│ #(\d+) ", out) == ["0", "1", "2"]
+    assert "{1,3,224,224}" in out  # the stem conv is among the top three
+    code, out, _ = verify(capsys, "profile", local_trace, "-t", "5", "--aggregate-by", "type")
+    assert code == 0 and "nodes," in out and len(re.findall(r"│ #\d+ ", out)) == 5
+
+
+def test_json_rows_filters_and_ordering(capsys: pytest.CaptureFixture[str],
+                                        local_trace: Path) -> None:
+    full = doc(capsys, local_trace, "-t", "0")
+    nodes = full["summary"]["nodes"]
+    assert len(full["rows"]) == nodes
+    times = [r["time"] for r in full["rows"]]
+    assert times == sorted(times, reverse=True)
+    assert full["rows"][-1]["cumulative_share"] == pytest.approx(100.0)
+
+    convs = doc(capsys, local_trace, "-t", "0", "--type", "Conv")["rows"]
+    assert convs and {r["type"] for r in convs} == {"Conv"}
+    stem = doc(capsys, local_trace, "-t", "0", "--opr-name", "^stem/")["rows"]
+    assert stem and all(r["name"].startswith("stem/") for r in stem)
+
+    up = doc(capsys, local_trace, "-t", "0", "--order-by", "+memory")["rows"]
+    known = [r["memory"] for r in up if r["memory"] is not None]
+    assert known == sorted(known)
+    down = doc(capsys, local_trace, "-t", "2", "--order-by", "FLOPS")["rows"]
+    assert down[0]["flops"] >= down[1]["flops"]
+
+    cut = sorted(times)[len(times) // 2]
+    slow = doc(capsys, local_trace, "-t", "0", "--min-time", f"{cut * 1e6}us")["rows"]
+    assert slow and all(r["time"] >= cut * (1 - 1e-9) for r in slow)
+    fast = doc(capsys, local_trace, "-t", "0", "--max-time", str(cut))["rows"]
+    assert fast and all(r["time"] <= cut * (1 + 1e-9) for r in fast)
+    assert len(slow) + len(fast) >= nodes
+
+
+def test_aggregate_by_type(capsys: pytest.CaptureFixture[str], local_trace: Path) -> None:
+    full = doc(capsys, local_trace, "-t", "0")
+    by_type: dict[str, float] = {}
+    for r in full["rows"]:
+        by_type[r["type"]] = by_type.get(r["type"], 0.0) + r["time"]
+    summed = doc(capsys, local_trace, "-t", "0", "--aggregate-by", "type", "--aggregate", "sum")
+    assert {r["name"]: r["time"] for r in summed["rows"]} == pytest.approx(by_type)
+    assert summed["rows"][-1]["cumulative_share"] == pytest.approx(100.0)
+    most = doc(capsys, local_trace, "-t", "0", "--aggregate-by", "type", "--aggregate", "max")
+    longest_conv = max(r["time"] for r in full["rows"] if r["type"] == "Conv")
+    assert {r["name"]: r["time"] for r in most["rows"]}["Conv"] == pytest.approx(longest_conv)
+
+
+def test_print_only_and_skip_runs(capsys: pytest.CaptureFixture[str], local_trace: Path) -> None:
+    summary = doc(capsys, local_trace, "--print-only", "summary")
+    assert "rows" not in summary and summary["summary"]["runs"] == 2 * ITERS
+    host = doc(capsys, local_trace, "--print-only", "host")
+    assert host["summary"]["clock"] == "host" and len(host["rows"]) == 3
+    code, out, _ = verify(capsys, "profile", local_trace, "--print-only", "summary")
+    assert code == 0 and "total host time" in out and "self time" not in out
+    code, out, _ = verify(capsys, "profile", local_trace, "--print-only", "device")
+    assert code == 0 and "runs analyzed" not in out and "device self time" in out
+    all_runs = doc(capsys, local_trace, "--skip-runs", "0", "--print-only", "summary")
+    assert (all_runs["summary"]["runs"], all_runs["summary"]["skipped_runs"]) == (10, 0)
+
+
+def test_model_gives_the_counts_the_trace_alone_cannot(capsys: pytest.CaptureFixture[str],
+                                                       local_trace: Path,
+                                                       cnn_two_cases: Path) -> None:
+    alone = doc(capsys, local_trace, "--print-only", "summary")["summary"]
+    with_vtc = doc(capsys, local_trace, "--model", cnn_two_cases, "--print-only", "summary")
+    with_onnx = doc(capsys, local_trace, "--model",
+                    Path(__file__).resolve().parent.parent / "goldens/models/cnn.onnx",
+                    "--print-only", "summary")
+    assert alone["unknown_computation"] >= 1  # MaxPool needs its kernel_shape
+    assert with_vtc["summary"]["unknown_computation"] == 0
+    assert with_vtc["summary"]["computation"] > alone["computation"]
+    assert with_onnx["summary"] == with_vtc["summary"]
+
+
+# --- bad input: one line, exit 2 ---------------------------------------------------------------------
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "not a JSON trace (Expecting property name enclosed in double quotes at "
+                  "line 1 column 2)"),
+    ('{"a": 1}', "not an ONNX Runtime profile (expected a JSON list of trace events)"),
+    ('[{"cat": "Session", "name": "model_run", "ts": 0, "dur": 5}]',
+     "no node events; the session never ran while profiling was on"),
+    ('{"traceEvents": [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 5}, '
+     '{"cat": "Node", "name": "r_kernel_time", "ts": 1, "dur": 2, "args": {"op_name": "Relu"}}],'
+     ' "otherData": {"verify_warmup_runs": [0]}}',
+     "the profile holds warmup runs only; pass --skip-runs 0 to analyze them"),
+])
+def test_bad_trace_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str,
+                         message: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, out, err = verify(capsys, "profile", bad)
+    assert (code, out) == (2, "")
+    assert only_line(err) == f"error: {bad}: {message}"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--order-by", "speed"], "unknown --order-by column 'speed'; valid: time, calls, "
+                              "computation, flops, memory, bandwidth, name, type, provider"),
+    (["--aggregate", "median"], "unknown --aggregate 'median'; valid: sum, mean, max, min"),
+    (["--aggregate-by", "name"], "unknown --aggregate-by 'name'; valid: type"),
+    (["--print-only", "kern"], "unknown --print-only 'kern'; valid: summary, device, host"),
+    (["--opr-name", "conv("], "--opr-name 'conv(' is not a valid regular expression: "
+                              "missing ), unterminated subpattern at position 4"),
+    (["--min-time", "fast"], "--min-time 'fast': expected a time such as 0.002, 2ms or 150us"),
+    (["-t", "-1"], "--top must be 0 (all) or more, got -1"),
+    (["--skip-runs", "10"], "cannot skip 10 warmup runs, the profile has 10"),
+])
+def test_bad_options(capsys: pytest.CaptureFixture[str], local_trace: Path, args: list[str],
+                     message: str) -> None:
+    code, out, err = verify(capsys, "profile", local_trace, *args)
+    assert (code, out) == (2, "")
+    line = only_line(err)
+    assert line == f"error: {message}" or line == f"error: {local_trace}: {message}"
+
+
+def test_missing_files(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                       local_trace: Path) -> None:
+    code, _, err = verify(capsys, "profile", tmp_path / "nope.json")
+    assert code == 2 and only_line(err) == f"error: {tmp_path / 'nope.json'}: no such file"
+    code, _, err = verify(capsys, "profile", local_trace, "--model", tmp_path / "m.onnx")
+    assert code == 2 and only_line(err) == f"error: {tmp_path / 'm.onnx'}: no such file"
+
+
+# --- the emulated ARM64 target ----------------------------------------------------------------------
+@pytest.mark.arm64
+@pytest.mark.slow
+def test_profile_from_the_emulated_arm64_target(capsys: pytest.CaptureFixture[str],
+                                                cnn_two_cases: Path, private_cache: Path,
+                                                tmp_path: Path) -> None:
+    from verify.devices import arm64_root
+
+    if not (arm64_root() / "usr" / "bin" / "python3.11").exists():
+        pytest.skip("no emulated arm64 root: python scripts/build_arm64_root.py")
+    trace = tmp_path / "arm64.json"
+    code, _, err = verify(capsys, "run", cnn_two_cases, "--device", "arm64", "--case", "0",
+                          "--warmup", "1", "--iter", "2", "--profile", trace, "--json")
+    assert code == 0, err
+    data = json.loads(trace.read_text())
+    assert data["otherData"]["verify_warmup_runs"] == [0]
+    report = doc(capsys, trace, "--model", cnn_two_cases, "-t", "0")
+    s = report["summary"]
+    assert (s["runs"], s["skipped_runs"], s["warmup_source"]) == (2, 1, "trace")
+    assert s["unknown_computation"] == 0 and s["run_time"] > s["kernel_time"] > 0
+    convs = [r for r in report["rows"] if r["type"] in ("Conv", "FusedConv")]
+    assert len(convs) == 10 and all(r["computation"] and r["flops"] for r in convs)
+    code, out, _ = verify(capsys, "profile", trace, "--model", cnn_two_cases)
+    assert code == 0 and out.startswith("runs analyzed") and "│ #2 " in out

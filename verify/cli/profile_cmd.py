@@ -1,0 +1,185 @@
+"""`verify profile`: summarize an ONNX Runtime profile the way profile_analyze does."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from verify.flops import TensorSpec
+    from verify.profile import ProfileReport, ProfileRow, ProfileSummary
+
+PRINT_ONLY = ("summary", "device", "host")
+_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(s|ms|us|µs|ns)?\s*$")
+_UNITS = {None: 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_time(text: str | None, option: str) -> float | None:
+    """Seconds from '0.002', '2ms', '150us' (profile_analyze takes seconds)."""
+    if text is None:
+        return None
+    m = _TIME.match(text)
+    if not m:
+        raise UsageError(f"{option} {text!r}: expected a time such as 0.002, 2ms or 150us")
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("trace", type=click.Path(path_type=Path))
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="The profiled model (.onnx or .vtc archive): node attributes and weights "
+                   "the kernels pre-packed, for FLOPs the trace alone cannot give.")
+@click.option("-t", "--top", type=int, default=3, show_default=True,
+              help="Rows to show (0: all).")
+@click.option("--type", "types", multiple=True, metavar="OP",
+              help="Only nodes of this op type (repeatable), e.g. Conv.")
+@click.option("--opr-name", metavar="REGEX", default=None,
+              help="Only nodes whose name matches this regular expression.")
+@click.option("--order-by", default="time", show_default=True, metavar="COLUMN",
+              help="Sort by time, calls, computation, flops, memory, bandwidth, name, type or "
+                   "provider; descending, or ascending with a '+' prefix (+memory).")
+@click.option("--aggregate-by", default=None, metavar="type",
+              help="Group nodes by op type (with --aggregate; sum by default).")
+@click.option("--aggregate", default=None, metavar="sum|mean|max|min",
+              help="How to combine a group's times, FLOPs and bytes; alone, one row for all.")
+@click.option("--min-time", default=None, metavar="TIME",
+              help="Only nodes taking at least this long per run (seconds, or 2ms, 150us).")
+@click.option("--max-time", default=None, metavar="TIME",
+              help="Only nodes taking at most this long per run.")
+@click.option("--print-only", default=None, metavar="summary|device|host",
+              help="Only the summary, or only the table on the device or host clock "
+                   "(the same on the CPU provider).")
+@click.option("--skip-runs", type=int, default=None, metavar="N",
+              help="Drop the first N runs instead of the warmup runs `verify run` recorded "
+                   "in the trace (0 keeps every run).")
+@json_option
+def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ...],
+            opr_name: str | None, order_by: str, aggregate_by: str | None,
+            aggregate: str | None, min_time: str | None, max_time: str | None,
+            print_only: str | None, skip_runs: int | None, as_json: bool) -> int:
+    """Summarize TRACE, a profile from `verify run --profile` (or any ONNX Runtime
+    profile): total time first, then the top nodes with their self and cumulative time,
+    FLOPs, achieved FLOP/s, bytes moved, bandwidth and shapes. Warmup runs are left out.
+
+    \b
+      verify run cnn.vtc --device arm64 --profile prof.json
+      verify profile prof.json --model cnn.vtc -t 5
+      verify profile prof.json --type Conv --order-by +memory
+      verify profile prof.json -t 5 --aggregate-by type --aggregate sum
+      verify profile prof.json --min-time 50us --print-only device --json
+    """
+    from verify.profile import analyze, load_model_index, load_profile
+
+    if print_only is not None and print_only not in PRINT_ONLY:
+        raise UsageError(f"unknown --print-only {print_only!r}; valid: {', '.join(PRINT_ONLY)}")
+    parsed = load_profile(trace, skip_runs=skip_runs)
+    index = load_model_index(model_path) if model_path is not None else None
+    clock = "host" if print_only == "host" else "device"
+    report = analyze(parsed, index, top=top, types=types, name=opr_name, order_by=order_by,
+                     aggregate_by=aggregate_by, aggregate=aggregate,
+                     min_time=parse_time(min_time, "--min-time"),
+                     max_time=parse_time(max_time, "--max-time"), clock=clock)
+    if as_json:
+        doc = report.to_dict()
+        if print_only == "summary":
+            doc.pop("rows")
+        emit_json(doc)
+        return EXIT_OK
+    console = _console()
+    if print_only in (None, "summary"):
+        console.print(summary_table(report.summary))
+    if print_only != "summary":
+        if report.rows:
+            console.print(rows_table(report))
+        else:
+            console.print("no node matches the filters")
+    return EXIT_OK
+
+
+# --- rendering ------------------------------------------------------------------------------------
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+
+
+def fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "N/A"
+    if abs(seconds) >= 1:
+        return f"{seconds:.3f} s"
+    if abs(seconds) >= 1e-3:
+        return f"{seconds * 1e3:.3f} ms"
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def _shapes(specs: Sequence["TensorSpec"]) -> str:
+    return "\n".join("{" + ",".join(map(str, t.shape)) + "}" if t.shape is not None else "?"
+                     for t in specs)
+
+
+def summary_table(s: "ProfileSummary"):
+    from rich.table import Table
+
+    from verify.profile import si
+
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    warm = {"trace": "as `verify run` recorded", "option": "--skip-runs"}.get(
+        s.warmup_source or "", "")
+    runs = f"{s.runs}" + (f" (dropped {s.skipped_runs} warmup run(s), {warm})"
+                          if s.skipped_runs else "")
+    table.add_row("runs analyzed", runs)
+    if s.run_time is not None:
+        table.add_row("total host time", f"{fmt_time(s.run_time)} per run (model_run; min "
+                      f"{fmt_time(s.run_time_min)}, max {fmt_time(s.run_time_max)})")
+    table.add_row("total device time", f"{fmt_time(s.device_time)} per run"
+                  + ("" if s.device_events else " (sum of node times; CPU kernels run on the "
+                     "host thread)"))
+    if s.host_overhead is not None:
+        table.add_row("outside kernels", f"{fmt_time(s.host_overhead)} per run (feeding "
+                      "inputs, allocating outputs, scheduling)")
+    unknown = f" ({s.unknown_computation} node(s) unknown)" if s.unknown_computation else ""
+    table.add_row("computation", f"{si(s.computation, 'FLO')} per run{unknown}")
+    table.add_row("nodes", f"{s.nodes} ({s.calls} kernel calls)")
+    if s.session_init is not None:
+        table.add_row("session init", fmt_time(s.session_init))
+    return table
+
+
+def rows_table(report: "ProfileReport"):
+    from rich import box
+    from rich.table import Table
+
+    from verify.profile import si
+
+    clock = report.summary.clock
+    table = Table(box=box.SQUARE, show_lines=True)
+    for col in (f"{clock} self time", "cumulative", "operator info", "computation", "FLOP/s",
+                "memory", "bandwidth", "in shapes", "out shapes"):
+        table.add_column(col, overflow="fold")
+    for rank, r in enumerate(report.rows):
+        table.add_row(
+            f"#{rank}\n{fmt_time(r.time)}\n{r.share:.1f}%",
+            f"{fmt_time(r.cumulative)}\n{r.cumulative_share:.1f}%",
+            _operator(r, report.options.aggregate is not None),
+            si(r.computation, "FLO"), si(r.flops, "FLOP/s"),
+            si(r.memory, "B", 1024), si(r.bandwidth, "B/s", 1024),
+            _shapes(r.inputs), _shapes(r.outputs))
+    return table
+
+
+def _operator(r: "ProfileRow", aggregated: bool) -> str:
+    provider = (r.provider or "").replace("ExecutionProvider", "")
+    if aggregated:
+        return f"{r.name}\n{r.nodes} nodes, {r.calls} calls\n{provider}"
+    return f"{r.name}\n{r.op_type}\n{provider}"

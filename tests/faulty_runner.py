@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""A test device whose runtime is wrong on purpose: it follows the runner contract
+(docs/runner-contract.md) but rewrites one chosen node of every model it is given before running
+it with verify's own runner (loaded from its file, as a device would have it).
+
+verify does not know the fault: `verify localize` has to find the node by itself. A model that
+does not contain the node (another piece of a bisection) runs unchanged.
+
+    python faulty_runner.py --fault KIND --node NAME [--value V] JOB.json | --describe
+
+KIND    what happens to node NAME                                     default V
+scale   its first output is multiplied by V                           1.01
+leaky   a Relu becomes LeakyRelu(alpha=V)                             0.01
+weight  its weight (input 1, an initializer) is multiplied by V       1.001
+bias    a BatchNormalization's bias (input 2) gets V added;           0.01
+        any other op gets V added to its first output
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                      "verify", "runner", "runner.py")
+DEFAULTS = {"scale": 1.01, "leaky": 0.01, "weight": 1.001, "bias": 0.01}
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("device_runner", RUNNER)
+    runner = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runner)
+    return runner
+
+
+def _const(graph, name, value):
+    graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+    return name
+
+
+def _apply_to_output(graph, node, op_type, value):
+    """Route node's first output through `op_type`(output, value): the node keeps its name."""
+    out = node.output[0]
+    node.output[0] = out + "__before_fault"
+    operand = _const(graph, out + "__fault_value", value)
+    graph.node.append(helper.make_node(op_type, [node.output[0], operand], [out],
+                                       name=node.name + "__fault"))
+
+
+def inject(model, kind, node_name, value):
+    """Rewrite `node_name` in `model` in place; False when the model has no such node."""
+    graph = model.graph
+    node = next((n for n in graph.node if n.name == node_name), None)
+    if node is None:
+        return False
+    if kind == "scale":
+        _apply_to_output(graph, node, "Mul", value)
+    elif kind == "leaky":
+        if node.op_type != "Relu":
+            raise SystemExit("faulty_runner: --fault leaky needs a Relu, %s is %s"
+                             % (node_name, node.op_type))
+        node.op_type = "LeakyRelu"
+        node.attribute.append(helper.make_attribute("alpha", float(value)))
+    elif kind == "weight" or (kind == "bias" and node.op_type == "BatchNormalization"):
+        index = 1 if kind == "weight" else 2
+        inits = {t.name: t for t in graph.initializer}
+        source = inits.get(node.input[index])
+        if source is None:
+            raise SystemExit("faulty_runner: input %d of %s is not an initializer"
+                             % (index, node_name))
+        array = numpy_helper.to_array(source)
+        array = array * value if kind == "weight" else array + value
+        node.input[index] = _const(graph, source.name + "__faulty", array.astype(array.dtype))
+    elif kind == "bias":
+        _apply_to_output(graph, node, "Add", value)
+    else:
+        raise SystemExit("faulty_runner: unknown fault %r" % kind)
+    # Nodes must stay topologically sorted: move the fault's node right after its target.
+    nodes = list(graph.node)
+    if nodes[-1].name == node_name + "__fault":
+        extra = nodes.pop()
+        nodes.insert(nodes.index(node) + 1, extra)
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return True
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="faulty_runner.py")
+    parser.add_argument("--fault", required=True, choices=sorted(DEFAULTS))
+    parser.add_argument("--node", required=True)
+    parser.add_argument("--value", type=float, default=None)
+    args, rest = parser.parse_known_args(argv[1:])
+    runner = _load_runner()
+    if rest == ["--describe"] or len(rest) != 1:
+        return runner.main([argv[0], *rest])
+    job_path = os.path.abspath(rest[0])
+    workdir = os.path.dirname(job_path)
+    with open(job_path) as fh:
+        job = json.load(fh)
+    model_path = job.get("model", "")
+    model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
+    value = DEFAULTS[args.fault] if args.value is None else args.value
+    if inject(model, args.fault, args.node, value):
+        faulty = os.path.join(workdir, "faulty-model.onnx")
+        with open(faulty, "wb") as fh:
+            fh.write(model.SerializeToString())
+        job["model"] = faulty
+        job_path = os.path.join(workdir, "job-faulty.json")
+        with open(job_path, "w") as fh:
+            json.dump(job, fh)
+    return runner.main([argv[0], job_path])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,88 @@
+"""`verify export`: the model inside an archive as an ordinary .onnx file (opens in Netron)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from verify.testcase import Testcase
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Where to write the model (default: ARCHIVE with the suffix .onnx).")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=None,
+              help="Also write each case's inputs and outputs as onnx_test_runner's "
+                   "test_data_set_N/input_K.pb and output_K.pb in this folder.")
+@json_option
+def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: bool) -> int:
+    """Write the ONNX model held in ARCHIVE to a file (open it in Netron, or any ONNX tool).
+
+    \b
+      verify export cnn.repro-block2_conv1.vtc -o block2_conv1.onnx
+      verify export cnn.vtc -o cnn.onnx --data cnn-data/    # plus test_data_set_0/*.pb
+    """
+    from verify.graph import parse_model
+    from verify.testcase import read_archive
+
+    tc = read_archive(archive)
+    target = output if output is not None else archive.with_suffix(".onnx")
+    if target.resolve() == archive.resolve():
+        raise UsageError(f"{target}: would overwrite the archive itself; pass -o model.onnx")
+    parse_model(tc.model_bytes, str(archive))  # a corrupt model is an error, not a file
+    if not target.parent.is_dir():
+        raise UsageError(f"{target}: folder {target.parent} does not exist")
+    _write_atomic(target, tc.model_bytes)
+    written = {"model": str(target)}
+    if data_dir is not None:
+        written["data"] = str(_write_test_data(tc, data_dir))
+    if as_json:
+        emit_json({"archive": str(archive), **written,
+                   "model_sha256": tc.provenance.get("model_sha256", "")})
+    else:
+        for what, where in written.items():
+            click.echo(f"wrote {what}: {where}")
+    return EXIT_OK
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _write_test_data(tc: "Testcase", folder: Path) -> Path:
+    """onnx_test_runner's layout: test_data_set_N/{input,output}_K.pb (TensorProto)."""
+    from onnx import numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, case in enumerate(tc.cases):
+        case_dir = folder / f"test_data_set_{i}"
+        case_dir.mkdir(exist_ok=True)
+        for kind, values in (("input", case.inputs), ("output", case.outputs)):
+            for k, (name, value) in enumerate(values.items()):
+                proto = numpy_helper.from_array(value, name)
+                _write_atomic(case_dir / f"{kind}_{k}.pb", proto.SerializeToString())
+    return folder

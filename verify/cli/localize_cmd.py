@@ -1,0 +1,215 @@
+"""`verify localize`: the report on the terminal, the JSON document, the exit code."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.cli import render
+from verify.errors import EXIT_MISMATCH, EXIT_OK
+
+if TYPE_CHECKING:
+    from verify.compare import TensorDiff
+    from verify.localize import LocalizeResult, NodeFinding, Step
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
+              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name "
+                   "from devices/.")
+@click.option("--case", "case_index", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which case of the archive to localize with.")
+@click.option("--no-dump", is_flag=True,
+              help="Do not compare every layer: bisect with subgraph runs instead "
+                   "(O(log n) device round trips; for models too big to dump).")
+@click.option("--fanout", type=click.IntRange(min=2), default=2, show_default=True,
+              help="Bisection: parts per round trip (more parts, fewer trips).")
+@click.option("--max-isolated", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Per-layer mode: how many ranked suspects to run in isolation.")
+@click.option("--budget", "budget_mb", type=click.IntRange(min=1), default=512,
+              show_default=True,
+              help="MB of activations per per-layer device run; a model needing more than "
+                   "this per layer-dump is bisected instead.")
+@click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]),
+              default="all", show_default=True, help="ONNX Runtime graph optimization level "
+                                                     "on the device.")
+@click.option("--provider", "providers", multiple=True, metavar="NAME",
+              help="Execution provider(s) on the device (default: the profile's).")
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Intra-op threads on the device (0: onnxruntime's default).")
+@click.option("-o", "--out-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder for the repro archive (default: beside ARCHIVE).")
+@click.option("--no-repro", is_flag=True, help="Do not write a repro archive.")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds each device round trip may take (default: the profile's).")
+@click.option("--insecure-host-key", is_flag=True,
+              help="ssh: accept an unknown or changed host key (not recommended).")
+@tolerance_options
+@json_option
+def localize(archive: Path, device_spec: str, case_index: int, no_dump: bool, fanout: int,
+             max_isolated: int, budget_mb: int, opt_level: str, providers: tuple[str, ...],
+             threads: int, out_dir: Path | None, no_repro: bool, timeout: float | None,
+             insecure_host_key: bool, atol: float | None, rtol: float | None,
+             tol_specs: tuple[str, ...], as_json: bool) -> int:
+    """Find the node that computes wrong on a device, and write a one-node repro archive.
+
+    Runs ARCHIVE's model on the device and compares every layer with the reference (or, with
+    --no-dump, bisects the graph with subgraphs fed reference inputs). Suspects are re-run in
+    isolation on the device, each fed the reference values of its inputs, so a node whose own
+    output is wrong ("faulty here") is told apart from one that only inherits error from
+    upstream ("propagated"). The failing node, or the smallest failing subgraph, is written
+    as ARCHIVE-STEM.repro-NODE.vtc, which fails on that device and passes on --device local.
+
+    \b
+      verify localize cnn.vtc --device adb:phone
+      verify localize cnn.vtc --device ssh:me@board --no-dump --json
+      verify run cnn.repro-block2_conv1.vtc --device adb:phone    # the repro fails there
+
+    Exit codes: 0 nothing over tolerance, 1 a faulty node or subgraph was found (repro
+    written), 2 bad input, 3 device trouble.
+    """
+    from verify import localize as loc
+
+    request = loc.LocalizeRequest(
+        archive=archive, device=device_spec, case_index=case_index,
+        mode="bisect" if no_dump else "auto", fanout=fanout, max_isolated=max_isolated,
+        budget_bytes=budget_mb << 20, opt_level=opt_level, threads=threads,
+        providers=providers, timeout=timeout, insecure_host_key=insecure_host_key, atol=atol,
+        rtol=rtol, tol_specs=tol_specs, out_dir=out_dir, write_repro=not no_repro)
+    printer = None if as_json else render.RunPrinter()
+    result = loc.localize(request, status=printer.status if printer else None)
+    if as_json:
+        emit_json(localize_document(result))
+    else:
+        print_report(result)
+    return EXIT_MISMATCH if result.found else EXIT_OK
+
+
+# --- rendering ---------------------------------------------------------------------------------
+def _units(x: float) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "-"
+    if math.isinf(x):
+        return "inf"
+    return f"{x:.3g}x tol"
+
+
+def _diff_line(d: "TensorDiff | None", fed: bool = False) -> str:
+    if d is None:
+        return "(fed as is)" if fed else "(not measured)"
+    mark = "ok  " if d.passed else "OVER"
+    return f"{mark} max_abs={render._g(d.max_abs)} ({_units(d.tol_units)})"
+
+
+def _worst(diffs: "tuple[TensorDiff, ...]") -> "TensorDiff | None":
+    from verify.localize.search import worst
+
+    return max(diffs, key=lambda d: worst([d]), default=None)
+
+
+def print_report(r: "LocalizeResult") -> None:
+    echo = click.echo
+    dev = r.device_info
+    echo(f"device {r.device}: {dev.get('arch', '?')} {dev.get('os', '')}, onnxruntime "
+         f"{dev.get('onnxruntime', '?')}; opt-level {r.opt_level}")
+    how = ("per-layer comparison, then suspects in isolation" if r.mode == "dump"
+           else "bisection with subgraphs fed reference inputs")
+    echo(f"localizing {r.archive} case {r.case_index}: {r.node_count} nodes, {how} "
+         f"(reference values: {r.reference_source})")
+    for d in r.outputs:
+        echo(f"output {d.name}: {_diff_line(d)}  [{d.rule}]")
+    if r.first_divergent is not None:
+        fd = r.first_divergent
+        echo(f"first tensor over tolerance in the full run: {fd.tensor} "
+             f"(node {fd.node}, {fd.op}) {_diff_line(fd.diff)}")
+    if r.path:
+        echo("path from the inputs to the suspect (error in the full run):")
+        for step in r.path:
+            where = "graph input" if step.op == "<input>" else f"{step.node} ({step.op})"
+            echo(f"  {step.tensor:<28} {where:<36} "
+                 f"{_diff_line(step.diff, step.op == '<input>')}")
+    if r.candidates:
+        echo("suspects run in isolation (own error: fed reference inputs; inherited: the "
+             "worst input in the full run):")
+        for c in r.candidates:
+            _print_finding(c, indent="  ")
+    if not r.found:
+        echo(click.style("=== no faulty node: every tensor compared is within tolerance",
+                         fg="green"))
+    else:
+        _print_suspect(r)
+    for note in r.notes:
+        echo(f"note: {note}")
+    trips = len(r.rounds)
+    echo(f"device round trips: {trips} "
+         f"({'; '.join(f'{x.purpose}' for x in r.rounds)})")
+
+
+def _print_finding(c: "NodeFinding", indent: str) -> None:
+    from verify.localize.search import worst
+
+    echo = click.echo
+    verdict = c.verdict
+    color = "red" if verdict == "faulty here" else "yellow"
+    echo(f"{indent}{c.name:<28} {c.op:<20} own {_units(worst(c.own)):<14} inherited "
+         f"{_units(worst(c.inherited)):<14} " + click.style(verdict, fg=color, bold=True))
+
+
+def _print_suspect(r: "LocalizeResult") -> None:
+    from verify.localize.search import worst
+
+    echo = click.echo
+    s, info = r.suspect, r.suspect_info or {}
+    assert s is not None
+    if r.verdict == "faulty here":
+        echo(click.style(f"=== FAULTY NODE: {s.name} ({s.op}) — faulty here", fg="red",
+                         bold=True))
+    else:
+        echo(click.style(f"=== FAILING SUBGRAPH of {len(r.subgraph)} nodes: {r.subgraph[0]} .. "
+                         f"{r.subgraph[-1]} (no part of it fails alone)", fg="red", bold=True))
+    attrs = ", ".join(f"{k}={v}" for k, v in info.get("attributes", {}).items())
+    echo(f"  node        {info.get('name', s.name)}  op {info.get('op', s.op)}"
+         + (f"  {attrs}" if attrs else ""))
+    for inp in info.get("inputs", []):
+        kind = "initializer" if inp["initializer"] else "input"
+        echo(f"  {kind:<11} {inp['name']}  {render.fmt_shape(inp['shape'] or ['?'])}")
+    if s.own:
+        w = _worst(s.own)
+        echo(f"  own error   {_diff_line(w)}  fed the reference inputs  [{w.rule if w else ''}]")
+        if w is not None and not w.passed and w.reason:
+            echo(f"              {w.reason}")
+    echo(f"  inherited   {_units(worst(s.inherited))} (worst input in the full run)")
+    if s.cumulative:
+        echo(f"  full run    {_diff_line(_worst(s.cumulative))} at its output")
+    if r.repro is not None:
+        echo(f"wrote repro: {r.repro}")
+        echo(f"  replay:    verify run {r.repro} --device {r.device} --opt-level {r.opt_level}")
+        echo(f"  reference: verify run {r.repro} --device local")
+
+
+def localize_document(r: "LocalizeResult") -> dict[str, Any]:
+    def step(x: "Step | None") -> Any:
+        return x.to_dict() if x is not None else None
+
+    return {
+        "archive": str(r.archive), "device": {"spec": r.device, **dict(r.device_info)},
+        "mode": r.mode, "case": r.case_index, "opt_level": r.opt_level,
+        "reference_source": r.reference_source, "nodes": r.node_count,
+        "verdict": r.verdict, "found": r.found,
+        "outputs": [d.to_dict() for d in r.outputs],
+        "first_divergent": step(r.first_divergent),
+        "suspect": ({**r.suspect.to_dict(), "node": dict(r.suspect_info or {}),
+                     "verdict": r.verdict} if r.suspect else None),
+        "subgraph": list(r.subgraph),
+        "path": [step(x) for x in r.path],
+        "candidates": [c.to_dict() for c in r.candidates],
+        "round_trips": len(r.rounds),
+        "rounds": [x.to_dict() for x in r.rounds],
+        "repro": str(r.repro) if r.repro else None,
+        "notes": list(r.notes),
+    }

@@ -1,0 +1,320 @@
+"""`verify localize`: from "outputs differ on the device" to the faulty node and a repro archive.
+
+Two searches, both on the device itself and both batching pieces into few round trips:
+- dump (a per-layer reference exists, from the archive or a host run): one per-layer run on
+  the device, rank nodes by where the error jumps, then run the candidates in isolation (each
+  fed the reference values of its inputs) side by side in one trip;
+- bisect (`--no-dump`, or too big to dump): cut the failing range into parts on single-tensor
+  cuts, run the parts with reference boundary inputs in one trip, keep the failing part.
+Either ends with a node whose own output is wrong ("faulty here"), or the smallest subgraph that
+fails while none of its parts does; that piece is written as a `.vtc` repro.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify.compare import TensorDiff, compare
+from verify.errors import UsageError
+from verify.graph import parse_model, saturation_floors
+from verify.localize.repro import effective_tolerances, repro_path, write_repro
+from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
+                                    path_to, rank_candidates, worst)
+from verify.pipeline import RunOptions, Status
+from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
+from verify.testcase import read_archive
+from verify.tolerance import tolerance_set
+
+MODES = ("auto", "dump", "bisect")
+FAULTY = "faulty here"
+PROPAGATED = "propagated"
+SUBGRAPH = "failing subgraph"
+CLEAN = "no faulty node"
+DEFAULT_BUDGET = 512 << 20
+
+
+@dataclass(frozen=True)
+class LocalizeRequest:
+    archive: Path
+    device: str = "local"
+    case_index: int = 0
+    mode: str = "auto"
+    fanout: int = 2
+    max_isolated: int = 16
+    budget_bytes: int = DEFAULT_BUDGET
+    opt_level: str = "all"
+    threads: int = 0
+    providers: Sequence[str] = ()
+    timeout: float | None = None
+    insecure_host_key: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    tol_specs: Sequence[str] = ()
+    out_dir: Path | None = None
+    write_repro: bool = True
+
+
+@dataclass(frozen=True)
+class Step:
+    """A tensor on the way from the inputs to the suspect, with its error in the full run."""
+
+    tensor: str
+    node: str
+    op: str
+    diff: TensorDiff | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensor": self.tensor, "node": self.node, "op": self.op,
+                "diff": self.diff.to_dict() if self.diff else None}
+
+
+@dataclass(frozen=True)
+class NodeFinding:
+    """One node judged in isolation: its own error (fed reference inputs) and what it inherited."""
+
+    index: int
+    name: str
+    op: str
+    own: tuple[TensorDiff, ...]
+    inherited: tuple[TensorDiff, ...]
+    cumulative: tuple[TensorDiff, ...]
+
+    @property
+    def verdict(self) -> str:
+        return FAULTY if not all(d.passed for d in self.own) else PROPAGATED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "op": self.op, "verdict": self.verdict,
+                "own_error": worst(self.own), "inherited_error": worst(self.inherited),
+                "own": [d.to_dict() for d in self.own],
+                "inherited": [d.to_dict() for d in self.inherited],
+                "cumulative": [d.to_dict() for d in self.cumulative]}
+
+
+@dataclass(frozen=True)
+class LocalizeResult:
+    archive: Path
+    device: str
+    device_info: Mapping[str, Any]
+    mode: str
+    case_index: int
+    opt_level: str
+    reference_source: str
+    node_count: int
+    outputs: tuple[TensorDiff, ...]           # final outputs in the full run
+    first_divergent: Step | None              # first tensor over tolerance in the full run
+    verdict: str                              # CLEAN, FAULTY or SUBGRAPH
+    suspect: NodeFinding | None
+    suspect_info: Mapping[str, Any] | None    # name, op, attributes, input shapes
+    subgraph: tuple[str, ...] = ()            # the failing piece's nodes (one when FAULTY)
+    candidates: tuple[NodeFinding, ...] = ()
+    path: tuple[Step, ...] = ()
+    rounds: tuple[Round, ...] = ()
+    repro: Path | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def found(self) -> bool:
+        return self.verdict != CLEAN
+
+
+def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeResult:
+    if req.mode not in MODES:
+        raise UsageError(f"--mode must be one of {', '.join(MODES)}")
+    if req.fanout < 2:
+        raise UsageError("--fanout must be at least 2")
+    tc = read_archive(req.archive)
+    if not 0 <= req.case_index < len(tc.cases):
+        raise UsageError(f"{req.archive}: --case {req.case_index} out of range (the archive "
+                         f"holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
+    from verify.execute import resolve_profile
+
+    model = parse_model(tc.model_bytes, str(req.archive))
+    ng = node_graph(model)
+    if not len(ng):
+        raise UsageError(f"{req.archive}: the model has no computing nodes to localize")
+    tolerances = tolerance_set(tc.tolerances, req.atol, req.rtol, req.tol_specs)
+    floors = saturation_floors(model)
+
+    def judge(name: str, actual: np.ndarray, reference: np.ndarray) -> TensorDiff:
+        return compare(name, actual, reference, tolerances.rule_for(name, floors.get(name, 0.0)))
+
+    profile = resolve_profile(req.device, req.insecure_host_key)
+    options = RunOptions(iterations=1, warmup=0, opt_level=req.opt_level, threads=req.threads,
+                         providers=tuple(req.providers), timeout=req.timeout)
+    device = DeviceRounds(profile, options, status)
+    case = tc.cases[req.case_index]
+    refs = References(tc.model_bytes, case.inputs, tc.path, req.case_index, req.budget_bytes)
+    mode = req.mode
+    if mode == "auto":
+        mode = "dump" if tc.has_layers or _activation_bytes(tc) <= req.budget_bytes else "bisect"
+    if mode == "dump" and tc.has_layers:
+        refs.load_archive_layers()
+    search = _Search(ng, refs, device, judge, req)
+    if mode == "dump":
+        outcome = search.by_dump(model, case.outputs)
+    else:
+        outcome = search.by_bisection(tc.model_bytes, case.outputs)
+    base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=req.case_index,
+                opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
+    if outcome.range is None:
+        return LocalizeResult(**base, device_info=device.device_info,
+                              reference_source=refs.source, first_divergent=None,
+                              verdict=CLEAN, suspect=None, suspect_info=None,
+                              rounds=tuple(device.rounds), notes=outcome.notes)
+    lo, hi = outcome.range
+    cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
+    own = outcome.own
+    suspect = NodeFinding(lo, ng.labels[lo], ng.nodes[lo].op_type,
+                          own if hi - lo == 1 else (),
+                          tuple(cumulative[t] for t in ng.reads(lo) if t in cumulative),
+                          tuple(cumulative[t] for t in ng.makes(lo) if t in cumulative))
+    verdict = FAULTY if hi - lo == 1 else SUBGRAPH
+    shapes = {n: tuple(np.shape(v)) for n, v in
+              refs.get(ng.reads(lo) + ng.makes(lo)).items()}
+    info = describe_node(ng, lo, shapes)
+    path = tuple(_step(ng, t, cumulative.get(t)) for t in
+                 path_to(ng, lo, lambda t: worst([cumulative[t]]) if t in cumulative else 0.0))
+    repro = None
+    if req.write_repro:
+        repro = repro_path(req.archive, ng.labels[lo] if hi - lo == 1 else
+                           f"{ng.labels[lo]}-{ng.labels[hi - 1]}", req.out_dir)
+        found = {"device": profile.spec, "device_info": dict(device.device_info),
+                 "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
+                 "verdict": verdict, "own_error_units": worst(own),
+                 "rule": own[0].rule if own else ""}
+        values = refs.get([*ng.segment_inputs(Segment(lo, hi)),
+                           *ng.segment_outputs(Segment(lo, hi))])
+        write_repro(repro, ng, Segment(lo, hi), values, tc, req.case_index,
+                    effective_tolerances(tc.tolerances, req.atol, req.rtol, tuple(req.tol_specs)),
+                    found)
+    first = next((d for d in outcome.first_order(ng, cumulative) if not d.passed), None)
+    return LocalizeResult(
+        **base, device_info=device.device_info, reference_source=refs.source,
+        first_divergent=_step(ng, first.name, first) if first else None,
+        verdict=verdict, suspect=suspect, suspect_info=info,
+        subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
+        rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+
+
+def _activation_bytes(tc: Any) -> int:
+    """What a per-layer reference of one case would hold: a host run decides, so estimate by
+    the inputs times the node count (no run needed), an upper bound on small models."""
+    per_input = sum(int(np.asarray(v).nbytes) for v in tc.cases[0].inputs.values())
+    return per_input * max(1, len(tc.tensor_order))
+
+
+def _step(ng: NodeGraph, tensor: str, diff: TensorDiff | None) -> Step:
+    i = ng.producer.get(tensor)
+    if i is None:
+        return Step(tensor, "", "<input>", diff)
+    return Step(tensor, ng.labels[i], ng.nodes[i].op_type, diff)
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    final: tuple[TensorDiff, ...]
+    range: tuple[int, int] | None
+    own: tuple[TensorDiff, ...] = ()
+    cumulative: Mapping[str, TensorDiff] = field(default_factory=dict)
+    candidates: tuple[NodeFinding, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def first_order(self, ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list[TensorDiff]:
+        names = [t for i in range(len(ng)) for t in ng.makes(i)]
+        return [cumulative[t] for t in names if t in cumulative]
+
+
+class _Search:
+    def __init__(self, ng: NodeGraph, refs: References, device: DeviceRounds, judge: Any,
+                 req: LocalizeRequest) -> None:
+        self.ng, self.refs, self.device, self.judge, self.req = ng, refs, device, judge, req
+
+    def by_dump(self, model: Any, reference_outputs: Mapping[str, np.ndarray]) -> _Outcome:
+        """One per-layer run (in chunks under the budget), rank, isolate candidates in one trip."""
+        from verify.graph import with_outputs
+
+        ng = self.ng
+        names = [t for i in range(len(ng)) for t in ng.makes(i)]
+        values = self.refs.get(names)
+        cumulative: dict[str, TensorDiff] = {}
+        notes: list[str] = []
+        for chunk in _chunks([n for n in names if n in values], values, self.req.budget_bytes):
+            marked, skipped = with_outputs(model, chunk)
+            if skipped:
+                notes.append(f"{len(skipped)} tensor(s) could not be marked as outputs")
+            outs = self.device.run(marked.SerializeToString(), self.refs.get(ng.graph_inputs),
+                                   f"per-layer run of {len(chunk)} tensors", nodes=len(ng))
+            for t in chunk:
+                if t in outs:
+                    cumulative[t] = self.judge(t, outs[t], values[t])
+        final = tuple(cumulative[o] for o in reference_outputs if o in cumulative)
+        failing_nodes = rank_candidates(ng, cumulative)
+        if not failing_nodes:
+            return _Outcome(final, None, cumulative=cumulative, notes=tuple(notes))
+        first = min(failing_nodes)
+        chosen = sorted(set(failing_nodes[:self.req.max_isolated]) | {first})
+        own = isolate(ng, self.refs, self.device, self.judge, chosen,
+                      f"{len(chosen)} suspect node(s) in isolation")
+        findings = tuple(
+            NodeFinding(i, ng.labels[i], ng.nodes[i].op_type, own[i],
+                        tuple(cumulative[t] for t in ng.reads(i) if t in cumulative),
+                        tuple(cumulative[t] for t in ng.makes(i) if t in cumulative))
+            for i in chosen)
+        faulty = [f for f in findings if f.verdict == FAULTY]
+        if faulty:
+            return _Outcome(final, (faulty[0].index, faulty[0].index + 1), faulty[0].own,
+                            cumulative, findings, tuple(notes))
+        notes.append("no node is wrong on its own: bisecting for the smallest failing subgraph")
+        outs = tuple(cumulative[t] for t in ng.makes(first))
+        b = bisect(ng, self.refs, self.device, self.judge, 0, first + 1, outs, self.req.fanout)
+        return _Outcome(final, (b.lo, b.hi), b.diffs, cumulative, findings, tuple(notes))
+
+    def by_bisection(self, model_bytes: bytes,
+                     reference_outputs: Mapping[str, np.ndarray]) -> _Outcome:
+        ng = self.ng
+        outs = self.device.run(model_bytes, self.refs.get(ng.graph_inputs), "the whole model",
+                               nodes=len(ng))
+        final = tuple(self.judge(o, outs[o], ref) for o, ref in reference_outputs.items()
+                      if o in outs)
+        if all(d.passed for d in final):
+            return _Outcome(final, None)
+        b = bisect(ng, self.refs, self.device, self.judge, 0, len(ng), final, self.req.fanout)
+        return _Outcome(final, (b.lo, b.hi), b.diffs)
+
+    def cumulative_for(self, lo: int, hi: int,
+                       known: Mapping[str, TensorDiff]) -> dict[str, TensorDiff]:
+        """Full-run errors on the way to `[lo, hi)`: known from a dump, else one prefix run."""
+        ng = self.ng
+        path = path_to(ng, lo)
+        wanted = [t for t in dict.fromkeys([*path, *ng.segment_inputs(Segment(lo, hi)),
+                                            *ng.makes(lo)]) if t in ng.producer]
+        if all(t in known for t in wanted):
+            return dict(known)
+        from verify.subgraph import build_batch
+
+        prefix = Segment(0, max(hi, lo + 1), extra_outputs=tuple(wanted))
+        values = self.refs.get([*ng.graph_inputs, *ng.segment_outputs(prefix), *wanted])
+        batch = build_batch(ng, [prefix], values)
+        outs = self.device.run(batch.model.SerializeToString(), batch.feeds(values),
+                               "errors on the path to the suspect", nodes=len(prefix))
+        return {**known, **{t: self.judge(t, outs[t], values[t]) for t in wanted if t in outs}}
+
+
+def _chunks(names: Sequence[str], values: Mapping[str, np.ndarray],
+            budget: int) -> list[list[str]]:
+    chunks: list[list[str]] = [[]]
+    size = 0
+    for n in names:
+        nbytes = int(values[n].nbytes)
+        if chunks[-1] and size + nbytes > budget:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(n)
+        size += nbytes
+    return [c for c in chunks if c]

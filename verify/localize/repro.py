@@ -1,0 +1,66 @@
+"""The repro archive: the failing node (or smallest failing subgraph) as an ordinary `.vtc`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from verify.graph import parse_model, sha256_bytes, tensor_order
+from verify.reference import reference_session, run_reference
+from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
+from verify.testcase import Case, Testcase, write_archive
+from verify.tolerance import tolerance_record
+
+
+def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
+    """`<dir>/<archive stem>.repro-<node>.vtc`, the node name made safe for a file name."""
+    folder = out_dir if out_dir is not None else archive.parent
+    return folder / f"{archive.stem}.repro-{sanitize(label)}.vtc"
+
+
+def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[str, Any],
+                source: Testcase, case_index: int, tolerances: Mapping[str, Any],
+                found: Mapping[str, Any]) -> Testcase:
+    """Cut `segment` out with its boundary inputs; ground truth is recomputed on this host.
+
+    The ground truth comes from the same reference `pack` uses (ONNX Runtime CPU, graph
+    optimizations off) run on the cut model, so `verify run --device local` passes it.
+    `found` (device, node, errors) goes into the provenance beside where the cut came from.
+    """
+    batch = build_batch(ng, [segment], reference, name=f"repro-{sanitize(found.get('node', ''))}")
+    model_bytes = batch.model.SerializeToString()
+    feeds = batch.feeds(reference)
+    where = f"{path.name}"
+    outputs = run_reference(reference_session(model_bytes, where), feeds, where)
+    prov = dict(source.provenance)
+    prov.update({
+        "model_file": path.name,
+        "model_sha256": sha256_bytes(model_bytes),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repro_of": {
+            "archive": str(source.path) if source.path else "",
+            "model_sha256": source.provenance.get("model_sha256", sha256_bytes(source.model_bytes)),
+            "case": case_index,
+            "nodes": [ng.labels[i] for i in range(segment.lo, segment.hi)],
+            "inputs_from": "reference values of the original model's tensors",
+            **dict(found),
+        },
+    })
+    tc = Testcase(model_bytes=model_bytes,
+                  cases=(Case(inputs=feeds, outputs=outputs,
+                              source=f"boundary reference values from {source.path} "
+                                     f"case {case_index}"),),
+                  tensor_order=tuple(tensor_order(parse_model(model_bytes, where))),
+                  tolerances=dict(tolerances), provenance=prov)
+    write_archive(path, tc)
+    return tc
+
+
+def effective_tolerances(stored: Mapping[str, Any], atol: float | None, rtol: float | None,
+                         specs: tuple[str, ...]) -> dict[str, Any]:
+    """The tolerance record that judged the search: command-line options over the archive's."""
+    if atol is None and rtol is None:
+        atol, rtol = stored.get("atol"), stored.get("rtol")
+    return tolerance_record(atol, rtol, [*specs, *stored.get("specs", [])])

@@ -1,0 +1,220 @@
+"""The two searches for the faulty node, on top of device round trips that batch many pieces.
+
+`DeviceRounds` sends one model (any number of pieces side by side) per round trip and counts the
+trips. `References` hands out reference values of intermediate tensors, from the archive's
+per-layer goldens or a host run. `rank_and_isolate` uses a per-layer comparison; `bisect`
+needs none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from verify.compare import TensorDiff
+from verify.devices import Profile
+from verify.pipeline import RunOptions, Status, run_on_device
+from verify.subgraph import Batch, NodeGraph, Segment, build_batch, split_points
+
+Judge = Callable[[str, np.ndarray, np.ndarray], TensorDiff]
+
+
+@dataclass(frozen=True)
+class Round:
+    """One device round trip: what it was for, how many pieces and nodes it ran."""
+
+    purpose: str
+    pieces: int
+    nodes: int
+    seconds: float
+    bytes_sent: int
+    failing: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"purpose": self.purpose, "pieces": self.pieces, "nodes": self.nodes,
+                "seconds": round(self.seconds, 3), "bytes_sent": self.bytes_sent,
+                "failing": list(self.failing)}
+
+
+class References:
+    """Reference values of one case's tensors: archive goldens first, else a host run, cached."""
+
+    def __init__(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
+                 archive: Path | None = None, case: int = 0,
+                 budget_bytes: int | None = None) -> None:
+        self._model_bytes = model_bytes
+        self._feeds = dict(feeds)
+        self._values: dict[str, np.ndarray] = dict(feeds)
+        self._archive = archive
+        self._case = case
+        self._budget = budget_bytes
+        self.source = "host"
+
+    def load_archive_layers(self) -> None:
+        from verify.testcase import iter_layers
+
+        assert self._archive is not None
+        for name, value in iter_layers(self._archive, self._case):
+            self._values.setdefault(name, value)
+        self.source = "archive"
+
+    def get(self, names: Iterable[str]) -> dict[str, np.ndarray]:
+        wanted = list(dict.fromkeys(names))
+        missing = [n for n in wanted if n not in self._values]
+        if missing:
+            from verify.capture import host_layers
+
+            for name, value in host_layers(self._model_bytes, self._feeds, missing,
+                                           budget_bytes=self._budget):
+                self._values[name] = np.asarray(value)
+        return {n: self._values[n] for n in wanted if n in self._values}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.get([name])[name]
+
+
+class DeviceRounds:
+    """Runs models on one device, one round trip each, and keeps the count."""
+
+    def __init__(self, profile: Profile, options: RunOptions, status: Status | None = None):
+        self.profile = profile
+        self.options = options
+        self.status = status
+        self.rounds: list[Round] = []
+        self.device_info: Mapping[str, object] = {}
+
+    def run(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray], purpose: str,
+            pieces: int = 1, nodes: int = 0) -> dict[str, np.ndarray]:
+        if self.status:
+            self.status(f"round {len(self.rounds) + 1}: {purpose}")
+        t0 = time.perf_counter()
+        run = run_on_device(self.profile, model_bytes, [feeds], self.options)
+        self.device_info = run.device
+        sent = int(run.transfers.get("bytes_put", 0))
+        self.rounds.append(Round(purpose, pieces, nodes, time.perf_counter() - t0, sent))
+        return dict(run.cases[0].outputs)
+
+    def mark_failing(self, failing: Sequence[str]) -> None:
+        last = self.rounds[-1]
+        self.rounds[-1] = Round(last.purpose, last.pieces, last.nodes, last.seconds,
+                                last.bytes_sent, tuple(failing))
+
+    def run_batch(self, batch: Batch, refs: Mapping[str, np.ndarray], judge: Judge,
+                  purpose: str) -> list[tuple[TensorDiff, ...]]:
+        """Run every piece of `batch` in one trip; per piece, the diffs of its outputs."""
+        nodes = sum(len(p.segment) for p in batch.pieces)
+        outputs = self.run(batch.model.SerializeToString(), batch.feeds(refs), purpose,
+                           pieces=len(batch.pieces), nodes=nodes)
+        return [tuple(judge(t, outputs[t], refs[t]) for t in piece.outputs)
+                for piece in batch.pieces]
+
+
+@dataclass(frozen=True)
+class BisectResult:
+    lo: int
+    hi: int
+    diffs: tuple[TensorDiff, ...]    # the failing segment's outputs, fed reference inputs
+    isolated: bool                   # True when [lo, hi) is one node
+
+
+def piece_io(ng: NodeGraph, segments: Sequence[Segment]) -> list[str]:
+    return [t for s in segments for t in (*ng.segment_inputs(s), *ng.segment_outputs(s))]
+
+
+def bisect(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
+           lo: int, hi: int, diffs: tuple[TensorDiff, ...], fanout: int = 2) -> BisectResult:
+    """Narrow a failing range `[lo, hi)` to the smallest part that fails on its own.
+
+    Each round cuts the range into about `fanout` parts (on single-tensor cuts where there are
+    some, so a cut does not split a residual branch), runs them all side by side with reference
+    boundary inputs in ONE device trip, and keeps the first failing part: O(log n) trips. When
+    no part fails alone (the failure needs errors from several parts to add up), the range
+    itself is the smallest failing subgraph.
+    """
+    while hi - lo > 1:
+        cuts = split_points(ng, lo, hi, fanout)
+        bounds = [lo, *cuts, hi]
+        segments = [Segment(a, b) for a, b in zip(bounds, bounds[1:])]
+        values = refs.get(piece_io(ng, segments))
+        batch = build_batch(ng, segments, values)
+        what = _range_label(ng, Segment(lo, hi))
+        results = device.run_batch(batch, values, judge,
+                                   f"bisect {what} ({hi - lo} nodes) in {len(segments)} parts")
+        failing = [(seg, d) for seg, d in zip(segments, results) if not all(x.passed for x in d)]
+        device.mark_failing([_range_label(ng, seg) for seg, _ in failing])
+        if not failing:
+            break
+        seg, diffs = failing[0]
+        lo, hi = seg.lo, seg.hi
+    return BisectResult(lo, hi, diffs, hi - lo == 1)
+
+
+def _range_label(ng: NodeGraph, seg: Segment) -> str:
+    if len(seg) == 1:
+        return ng.labels[seg.lo]
+    return f"{ng.labels[seg.lo]} .. {ng.labels[seg.hi - 1]}"
+
+
+def isolate(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
+            indices: Sequence[int], purpose: str) -> dict[int, tuple[TensorDiff, ...]]:
+    """Run each node alone, fed reference inputs, all in ONE device trip."""
+    segments = [Segment(i, i + 1) for i in sorted(set(indices))]
+    values = refs.get(piece_io(ng, segments))
+    batch = build_batch(ng, segments, values)
+    results = device.run_batch(batch, values, judge, purpose)
+    out = {seg.lo: d for seg, d in zip(segments, results)}
+    device.mark_failing([ng.labels[i] for i, d in out.items() if not all(x.passed for x in d)])
+    return out
+
+
+def worst(diffs: Iterable[TensorDiff]) -> float:
+    """The largest error in units of the tolerance (0 when there is nothing)."""
+    units = [_units(d) for d in diffs]
+    return max(units, default=0.0)
+
+
+def _units(d: TensorDiff) -> float:
+    if not d.passed and not np.isfinite(d.tol_units):
+        return float("inf")
+    return float(d.tol_units) if np.isfinite(d.tol_units) else 0.0
+
+
+def rank_candidates(ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list[int]:
+    """Nodes with an output over tolerance, where the error jumps most first.
+
+    A node whose inputs are all within tolerance while an output is not comes before any node
+    that inherited a failing input; within each group the larger jump (own / inherited) first.
+    """
+    scored = []
+    for i in range(len(ng)):
+        outs = [cumulative[t] for t in ng.makes(i) if t in cumulative]
+        if not outs or all(d.passed for d in outs):
+            continue
+        ins = [cumulative[t] for t in ng.reads(i) if t in cumulative]
+        inherited_ok = all(d.passed for d in ins)
+        jump = worst(outs) / max(worst(ins), 1e-3)
+        scored.append((not inherited_ok, -jump, i))
+    return [i for *_, i in sorted(scored)]
+
+
+def path_to(ng: NodeGraph, index: int, error_of: Callable[[str], float] | None = None) -> list[str]:
+    """Tensors from a graph input to node `index`'s input, walking back along the inputs with
+    the largest error (the first computed input when errors are unknown)."""
+    chain: list[str] = []
+    current = index
+    seen: set[str] = set()
+    while True:
+        reads = [t for t in ng.reads(current) if t not in seen]
+        if not reads:
+            break
+        pick = max(reads, key=error_of) if error_of else reads[0]
+        chain.append(pick)
+        seen.add(pick)
+        if pick not in ng.producer:
+            break
+        current = ng.producer[pick]
+    return list(reversed(chain))

@@ -123,7 +123,7 @@ def run_json(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> dict[st
 
 def verify_process(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> subprocess.Popen[str]:
     """`verify ARGV` as a child process (python -m verify.cli's entry point)."""
-    code = "import sys; from verify.cli import main; main(sys.argv[1:])"
+    code = "import sys; from verify.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], env=dict(env),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=str(REPO), **kwargs)

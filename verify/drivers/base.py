@@ -204,8 +204,12 @@ class Driver(ABC):
     def makedirs(self, path: str) -> None:
         self._makedirs_impl(path)
 
-    def remove(self, path: str) -> None:
-        self._remove_impl(path)
+    def remove(self, path: str, quiet: bool = False) -> None:
+        """Remove a file or directory tree; with quiet, a failure is ignored (cleanup on error)."""
+        if quiet:
+            self._try_remove(path)
+        else:
+            self._remove_impl(path)
 
     def exists(self, path: str) -> bool:
         return self._exists_impl(path)

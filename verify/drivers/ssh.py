@@ -31,6 +31,7 @@ import selectors
 import shlex
 import socket
 import stat
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,25 @@ from verify.errors import (ConnectError, DeviceTimeout, ProfileError, TransferEr
 # Without logging configured, paramiko's ERROR records would reach stderr through logging's
 # last-resort handler; verify reports the failure itself as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+def _quiet_prefetch_deaths(args: "threading.ExceptHookArgs") -> None:
+    """Drop the traceback of paramiko's SFTP prefetch thread when the link dies under it.
+
+    That helper thread queues a download's read requests; a link dropped meanwhile ends it
+    with an EOFError/OSError that nobody catches, and Python would print its traceback. The
+    download itself fails too and is reported as one line, so this one says nothing new.
+    """
+    tb, in_prefetch = args.exc_traceback, False
+    while tb is not None:
+        in_prefetch = in_prefetch or tb.tb_frame.f_code.co_name == "_prefetch_thread"
+        tb = tb.tb_next
+    if not (in_prefetch and issubclass(args.exc_type, (EOFError, OSError, paramiko.SSHException))):
+        _previous_excepthook(args)
+
+
+_previous_excepthook = threading.excepthook
+threading.excepthook = _quiet_prefetch_deaths
 
 _CHUNK = 1 << 16
 _KILL_TIMEOUT = 10.0  # bound on killing a timed-out command; a dead link must not hang it

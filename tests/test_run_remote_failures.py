@@ -1,0 +1,238 @@
+"""`verify run` / `verify devices check` when the device or the way to it fails: exit codes and
+the one-line messages, against the real sshd and adb server (no driver internals patched)."""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures_adb import free_port as adb_free_port
+from fixtures_devices import DeviceEnv, run_cli, verify_process
+from fixtures_ssh import free_port, keygen, process_alive
+
+MB = 1 << 20
+
+BIG_OUTPUT_RUNNER = """\
+import json, os, sys
+import numpy as np
+job = json.load(open(sys.argv[1]))
+os.makedirs("out", exist_ok=True)
+np.save("out/big.npy", np.arange(12 * 1024 * 1024, dtype=np.float32))
+json.dump({"contract": "verify-runner", "version": 1, "status": "ok", "load_ms": 0,
+           "prepare_ms": 0, "cases": [{"warmup_ms": [], "iter_ms": [1.0],
+                                       "outputs": {"sum_relu": "out/big.npy"}}]},
+          open("result.json", "w"))
+"""
+
+SLEEPER = "import os, sys, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+
+
+@pytest.fixture(autouse=True)
+def _no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+
+
+def _one_line_error(err: str) -> str:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("error: "), err
+    return err[len("error: "):-1]
+
+
+# --- ssh: host keys, authentication, reachability ---------------------------------------------
+def test_unknown_host_is_refused(device_env: DeviceEnv, sshd_server, small_vtc: Path,
+                                 tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    spec = device_env.ssh_profile("b", sshd_server, tmp_path / "d",
+                                  options={"known_hosts": str(known)})
+    code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
+    assert (code, out) == (3, "")
+    message = _one_line_error(err)
+    assert message.startswith(f"ssh:{sshd_server.address}: host key not in {known}; add it with "
+                              f"ssh-keyscan -p {sshd_server.port} 127.0.0.1 >> {known} ")
+    assert message.endswith("or pass --insecure-host-key")
+    assert not (tmp_path / "d").exists()  # refused before anything was done on the device
+
+    with pytest.warns(UserWarning, match="not checking the host key"):
+        code, out, err = run_cli(["run", small_vtc, "--device", spec, "--insecure-host-key",
+                                  "--iter", "1"], capsys)
+    assert code == 0, err
+
+
+def test_changed_host_key_is_refused(device_env: DeviceEnv, sshd_server, small_vtc: Path,
+                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = keygen(tmp_path / "other_key")
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{sshd_server.host_entry} {' '.join(other.split()[:2])}\n")
+    spec = device_env.ssh_profile("b", sshd_server, tmp_path / "d",
+                                  options={"known_hosts": str(known)})
+    code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
+    assert (code, out) == (3, "")
+    message = _one_line_error(err)
+    assert re.fullmatch(
+        rf"ssh:{re.escape(sshd_server.address)}: the host key changed: {re.escape(str(known))} "
+        r"has ssh-ed25519 \S+, the server sent ssh-ed25519 \S+; if the device was reinstalled, "
+        rf"remove the old key with ssh-keygen -R '\[127\.0\.0\.1\]:{sshd_server.port}' -f "
+        rf"{re.escape(str(known))}, otherwise someone may be intercepting the connection",
+        message), message
+
+
+def test_authentication_failure(device_env: DeviceEnv, sshd_server, small_vtc: Path,
+                                tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    keygen(tmp_path / "stranger")
+    spec = device_env.ssh_profile("b", sshd_server, tmp_path / "d",
+                                  options={"identity": str(tmp_path / "stranger")})
+    code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
+    assert (code, out) == (3, "")
+    assert _one_line_error(err) == (
+        f"ssh:{sshd_server.address}: authentication failed for user {sshd_server.user} "
+        f"(tried ssh-agent, ~/.ssh keys, {tmp_path / 'stranger'}); add your public key to the "
+        "device's ~/.ssh/authorized_keys or set options.identity")
+
+
+def test_devices_check_unreachable_ssh(device_env: DeviceEnv,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    code, out, err = run_cli(["devices", "check", f"ssh:me@127.0.0.1:{port}"], capsys)
+    assert (code, out) == (3, "")
+    assert _one_line_error(err) == (f"ssh:me@127.0.0.1:{port}: connection refused by 127.0.0.1 "
+                                    f"port {port}; is sshd running there?")
+
+
+def test_devices_check_without_an_adb_server(device_env: DeviceEnv,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    port = adb_free_port()
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(port))
+    code, out, err = run_cli(["devices", "check", "adb:SERIAL1"], capsys)
+    assert (code, out) == (3, "")
+    assert re.fullmatch(rf"cannot reach the adb server at 127\.0\.0\.1:{port} \(.+\); start it "
+                        rf"with `adb -P {port} start-server`", _one_line_error(err))
+
+
+# --- adb: which device ------------------------------------------------------------------------
+def test_several_adb_devices_without_a_serial(device_env: DeviceEnv, adb_server, adb_device,
+                                              adb_second_device, small_vtc: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server.port))
+    code, out, err = run_cli(["run", small_vtc, "--device", "adb"], capsys)
+    assert (code, out) == (2, "")
+    message = _one_line_error(err)
+    listed = re.fullmatch(r"several adb devices attached \((.+)\); pick one with "
+                          r"--device adb:SERIAL", message)
+    assert listed, message
+    assert {adb_device.address, adb_second_device.address} <= set(listed.group(1).split(", "))
+
+
+def test_adb_serial_not_attached(device_env: DeviceEnv, adb_server, adb_device,
+                                 small_vtc: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(adb_server.port))
+    code, out, err = run_cli(["devices", "check", "adb:127.0.0.1:1"], capsys)
+    assert (code, out) == (3, "")
+    message = _one_line_error(err)
+    assert message.startswith("adb device '127.0.0.1:1' is not attached; attached: ")
+    assert f"{adb_device.address} (device)" in message
+
+
+# --- the device runs too long, or dies --------------------------------------------------------
+def test_command_timeout_kills_the_runner_and_cleans_up(
+        device_env: DeviceEnv, sshd_server, small_vtc: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    pidfile = tmp_path / "runner.pid"
+    base = tmp_path / "d"
+    spec = device_env.ssh_profile("slow", sshd_server, base,
+                                  runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
+    code, out, err = run_cli(["run", small_vtc, "--device", spec, "--timeout", "2"], capsys)
+    assert (code, out) == (3, "")
+    message = _one_line_error(err)
+    assert message.startswith(f"ssh:{sshd_server.address}: {sys.executable} -c ")
+    assert message.endswith(" did not finish within 2 s")
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_alive(pid)
+    assert list((base / "jobs").iterdir()) == []
+
+
+def _watch(condition, action, stop: threading.Event) -> threading.Thread:
+    def loop() -> None:
+        while not stop.is_set():
+            if condition():
+                action()
+                return
+            time.sleep(0.005)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_server_killed_while_pulling_outputs(device_env: DeviceEnv, sshd_factory, small_vtc: Path,
+                                             tmp_path: Path) -> None:
+    """Exit 3 naming the transfer; no half-written output or temp file left on this side."""
+    import sys
+
+    server = sshd_factory()
+    runner = tmp_path / "big_runner.py"
+    runner.write_text(BIG_OUTPUT_RUNNER)
+    spec = device_env.ssh_profile("dying", server, tmp_path / "d",
+                                  runner=[sys.executable, str(runner)])
+    host_tmp = tmp_path / "host-tmp"
+    host_tmp.mkdir()
+    out_dir = tmp_path / "bin-out"
+
+    def pulling() -> bool:
+        return any(p.stat().st_size > MB for p in host_tmp.glob("verify-run-*/.out_*.part")
+                   if p.exists())
+
+    stop = threading.Event()
+    watcher = _watch(pulling, server.kill_sessions, stop)
+    proc = verify_process(["run", small_vtc, "--device", spec, "--bin-out-dump", out_dir],
+                          {**device_env.env, "TMPDIR": str(host_tmp)})
+    out, err = proc.communicate(timeout=120)
+    stop.set()
+    watcher.join()
+    assert (proc.returncode, out) == (3, "")
+    message = _one_line_error(err)
+    assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while fetching "
+                        r"\S+/jobs/[0-9a-f]+/out/big\.npy", message), message
+    assert not out_dir.exists()
+    assert list(host_tmp.iterdir()) == []
+
+
+def test_server_killed_while_pushing(device_env: DeviceEnv, sshd_factory, small_vtc: Path,
+                                     tmp_path: Path) -> None:
+    server = sshd_factory()
+    big = tmp_path / "libbig.so"
+    with open(big, "wb") as fh:
+        fh.truncate(256 * MB)
+    base = tmp_path / "d"
+    spec = device_env.ssh_profile("dying", server, base,
+                                  push=[{"src": str(big), "dest": "lib/libbig.so"}])
+
+    def pushing() -> bool:
+        return any(p.stat().st_size > MB for p in (base / "cache").glob("*.part-*")
+                   if p.exists())
+
+    stop = threading.Event()
+    watcher = _watch(pushing, server.kill_sessions, stop)
+    proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
+    out, err = proc.communicate(timeout=120)
+    stop.set()
+    watcher.join()
+    assert (proc.returncode, out) == (3, "")
+    message = _one_line_error(err)
+    assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while copying "
+                        rf"{re.escape(str(big))} to \S+/cache/[0-9a-f]{{64}}\.so\.part-[0-9a-f]+",
+                        message), message
+    assert not [p for p in (base / "cache").iterdir() if p.name.endswith(".so")]  # no final .so
+    assert not os.path.exists(base / "lib" / "libbig.so")

@@ -1,0 +1,343 @@
+"""`verify bench`: one archive on one device under several settings — latency and correctness.
+
+The ONNX Runtime counterpart of trying load_and_run's optimization switches (nchw44,
+fast-run, winograd) and checking each one's speed and output: each setting is one job through
+`pipeline.run_on_device` (the model and inputs stay in the device's cache after the first),
+timed like `verify run`, its outputs checked against the archive's ground truth with the
+archive's tolerances. With `repeat` > 1 the settings run in interleaved rounds (A B C A B C …)
+so a drift of the machine's speed hits every setting alike.
+
+A setting is `KEY=VALUE` pairs joined by commas:
+  opt=disable|basic|extended|all     graph optimization level
+  threads=N                          intra-op threads (0: onnxruntime's default)
+  provider=NAME[+NAME…]              execution providers in order (cpu, cuda, … or full names)
+  layout=auto|nchw                   auto: onnxruntime's layout transforms (NCHWc blocked
+                                     convolutions on x86 at opt=all, NHWC where a provider
+                                     prefers it); nchw: both transformers disabled
+  spin=0|1                           intra-op threads spin while waiting (allow_spinning)
+  prepack=0|1                        kernels may pre-pack weights (0: session.disable_prepacking)
+  any.dotted.key=VALUE               a raw onnxruntime session config entry
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify.check import check_outputs
+from verify.compare import TensorDiff
+from verify.errors import UsageError
+from verify.execute import resolve_profile
+from verify.graph import parse_model, saturation_floors
+from verify.pipeline import OPT_LEVELS, ProgressFactory, RunOptions, Status, run_on_device
+from verify.testcase import read_archive
+from verify.tolerance import tolerance_set
+
+# onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
+DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
+LAYOUT_TRANSFORMERS = "NchwcTransformer;NhwcTransformer"
+SPINNING = "session.intra_op.allow_spinning"
+DISABLE_PREPACKING = "session.disable_prepacking"
+LAYOUTS = ("auto", "nchw")
+PROVIDER_NAMES = {
+    "cpu": "CPU", "cuda": "CUDA", "tensorrt": "Tensorrt", "rocm": "ROCM", "openvino": "OpenVINO",
+    "dml": "Dml", "coreml": "CoreML", "nnapi": "Nnapi", "qnn": "QNN", "xnnpack": "Xnnpack",
+    "acl": "ACL", "armnn": "ArmNN", "webgpu": "WebGpu",
+}
+# two-sided 95% Student t quantiles by degrees of freedom; 1.96 beyond the table
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+NOISY_CV = 0.10  # sd above this fraction of the mean earns a note
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to run the model; `label` is how tables and JSON name it."""
+
+    opt_level: str = "all"
+    threads: int = 0
+    providers: tuple[str, ...] = ()
+    layout: str = "auto"
+    session_config: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        parts = [f"opt={self.opt_level}"]
+        if self.threads:
+            parts.append(f"threads={self.threads}")
+        if self.providers:
+            parts.append("provider=" + "+".join(p.removesuffix("ExecutionProvider")
+                                                 for p in self.providers))
+        if self.layout != "auto":
+            parts.append(f"layout={self.layout}")
+        parts += [f"{k}={v}" for k, v in self.session_config]
+        return ",".join(parts)
+
+    def config(self) -> dict[str, str]:
+        cfg = dict(self.session_config)
+        if self.layout == "nchw":
+            cfg[DISABLE_OPTIMIZERS] = ";".join(
+                x for x in (cfg.get(DISABLE_OPTIMIZERS), LAYOUT_TRANSFORMERS) if x)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "opt_level": self.opt_level, "threads": self.threads,
+                "providers": list(self.providers), "layout": self.layout,
+                "session_config": self.config()}
+
+
+def provider_name(text: str) -> str:
+    """'cuda' -> 'CUDAExecutionProvider'; full names pass through."""
+    text = text.strip()
+    if text.endswith("ExecutionProvider"):
+        return text
+    short = PROVIDER_NAMES.get(text.lower())
+    if short is None:
+        raise UsageError(f"unknown provider {text!r}: give a full name such as "
+                         f"CPUExecutionProvider or one of {', '.join(PROVIDER_NAMES)}")
+    return short + "ExecutionProvider"
+
+
+def parse_setting(text: str) -> Setting:
+    """A Setting from 'opt=all,threads=1,layout=nchw' (see the module docstring)."""
+    fields: dict[str, Any] = {}
+    config: list[tuple[str, str]] = []
+    for item in (p.strip() for p in text.split(",")):
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise UsageError(f"--setting {text!r}: expected KEY=VALUE pairs joined by commas, "
+                             f"got {item!r}")
+        if key == "opt":
+            fields["opt_level"] = _choice(value, OPT_LEVELS, "opt", text)
+        elif key == "threads":
+            fields["threads"] = _count(value, "threads", text)
+        elif key == "provider":
+            fields["providers"] = tuple(provider_name(p) for p in value.split("+"))
+        elif key == "layout":
+            fields["layout"] = _choice(value, LAYOUTS, "layout", text)
+        elif key == "spin":
+            config.append((SPINNING, _choice(value, ("0", "1"), "spin", text)))
+        elif key == "prepack":
+            flag = _choice(value, ("0", "1"), "prepack", text)
+            config.append((DISABLE_PREPACKING, "1" if flag == "0" else "0"))
+        elif "." in key:
+            config.append((key, value))
+        else:
+            raise UsageError(f"--setting {text!r}: unknown key {key!r}; valid: opt, threads, "
+                             "provider, layout, spin, prepack, or a dotted onnxruntime session "
+                             "config key")
+    return Setting(**fields, session_config=tuple(config))
+
+
+def _choice(value: str, valid: Sequence[str], key: str, text: str) -> str:
+    if value not in valid:
+        raise UsageError(f"--setting {text!r}: {key} must be one of {', '.join(valid)}, "
+                         f"got {value!r}")
+    return value
+
+
+def _count(value: str, key: str, text: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise UsageError(f"--setting {text!r}: {key} must be a whole number >= 0, got {value!r}")
+    return n
+
+
+def grid(opt_levels: Iterable[str] = ("all",), threads: Iterable[int] = (0,),
+         providers: Iterable[tuple[str, ...]] = ((),),
+         layouts: Iterable[str] = ("auto",)) -> list[Setting]:
+    """Every combination, in the order given (the first is the baseline)."""
+    return [Setting(o, t, p, lay) for o, t, p, lay in
+            itertools.product(opt_levels, threads, providers, layouts)]
+
+
+# --- running ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchRequest:
+    archive: Path
+    settings: tuple[Setting, ...]
+    device: str = "local"
+    iterations: int = 10
+    warmup: int = 1
+    repeat: int = 1
+    case_index: int | None = None
+    timeout: float | None = None
+    insecure_host_key: bool = False
+    atol: float | None = None
+    rtol: float | None = None
+    tol_specs: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency of one inference, milliseconds; ci_* is the 95% interval of the mean."""
+
+    n: int
+    avg: float
+    sd: float
+    min: float
+    max: float
+    median: float
+    ci_low: float
+    ci_high: float
+
+    @staticmethod
+    def of(ms: Sequence[float]) -> "Timing":
+        n = len(ms)
+        avg = math.fsum(ms) / n
+        sd = statistics.stdev(ms) if n > 1 else 0.0
+        t = _T975[n - 2] if 2 <= n <= len(_T975) + 1 else 1.96
+        half = t * sd / math.sqrt(n)
+        return Timing(len(ms), avg, sd, min(ms), max(ms), statistics.median(ms),
+                      avg - half, avg + half)
+
+    def overlaps(self, other: "Timing") -> bool:
+        return self.ci_low <= other.ci_high and other.ci_low <= self.ci_high
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f"{k}_ms" if k != "n" else k: v for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class SettingResult:
+    setting: Setting
+    iter_ms: tuple[float, ...]
+    timing: Timing
+    speedup: float                 # the baseline's mean over this one's
+    prepare_ms: float              # session creation, first round
+    diffs: tuple[TensorDiff, ...]  # every checked output of every case
+
+    @property
+    def passed(self) -> bool:
+        return all(d.passed for d in self.diffs)
+
+    @property
+    def worst(self) -> TensorDiff | None:
+        """The output closest to (or furthest over) its tolerance."""
+        return max(self.diffs, key=lambda d: (not d.passed, _units(d)), default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        worst = self.worst
+        return {"setting": self.setting.to_dict(), "timing": self.timing.to_dict(),
+                "speedup": self.speedup, "prepare_ms": self.prepare_ms,
+                "iter_ms": list(self.iter_ms), "passed": self.passed,
+                "max_abs": max((d.max_abs for d in self.diffs), default=None),
+                "worst": None if worst is None else worst.to_dict()}
+
+
+@dataclass(frozen=True)
+class BenchReport:
+    archive: str
+    device: Mapping[str, Any]
+    cases: tuple[int, ...]
+    iterations: int
+    warmup: int
+    repeat: int
+    results: tuple[SettingResult, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"archive": self.archive, "device": dict(self.device), "cases": list(self.cases),
+                "iterations": self.iterations, "warmup": self.warmup, "repeat": self.repeat,
+                "baseline": self.results[0].setting.label,
+                "results": [r.to_dict() for r in self.results],
+                "passed": self.passed, "notes": list(self.notes)}
+
+
+def _units(d: TensorDiff) -> float:
+    return -1.0 if math.isnan(d.tol_units) else d.tol_units
+
+
+def bench(request: BenchRequest, *, status: Status | None = None,
+          progress: ProgressFactory | None = None) -> BenchReport:
+    """Run every setting (in `repeat` interleaved rounds), time it and check its outputs."""
+    if not request.settings:
+        raise UsageError("no settings to compare: give --opt-levels/--threads/--providers/"
+                         "--layouts or --setting")
+    labels = [s.label for s in request.settings]
+    dup = next((x for x in labels if labels.count(x) > 1), None)
+    if dup is not None:
+        raise UsageError(f"setting {dup!r} is given twice")
+    if request.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    tc = read_archive(request.archive)
+    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
+    indices = tuple(range(len(tc.cases)))
+    if request.case_index is not None:
+        if not 0 <= request.case_index < len(tc.cases):
+            raise UsageError(f"{request.archive}: --case {request.case_index} out of range "
+                             f"(the archive holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
+        indices = (request.case_index,)
+    feeds = [tc.cases[i].inputs for i in indices]
+    floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
+    profile = resolve_profile(request.device, request.insecure_host_key)
+    say = status or (lambda _m: None)
+    times: dict[str, list[float]] = {s.label: [] for s in request.settings}
+    prepare: dict[str, float] = {}
+    diffs: dict[str, list[TensorDiff]] = {s.label: [] for s in request.settings}
+    device: Mapping[str, Any] = {}
+    for round_no in range(request.repeat):
+        for s in request.settings:
+            say(f"round {round_no + 1}/{request.repeat}: {s.label}")
+            options = RunOptions(iterations=request.iterations, warmup=request.warmup,
+                                 opt_level=s.opt_level, threads=s.threads, providers=s.providers,
+                                 session_config=s.config(), timeout=request.timeout)
+            run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress)
+            device = run.device
+            prepare.setdefault(s.label, run.prepare_ms)
+            for pos, ci in enumerate(indices):
+                times[s.label].extend(run.cases[pos].iter_ms)
+                if round_no == 0:
+                    diffs[s.label].extend(check_outputs(
+                        run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
+                        f"{profile.spec} ({s.label})"))
+    timings = {label: Timing.of(ms) for label, ms in times.items()}
+    base = timings[labels[0]]
+    results = tuple(SettingResult(s, tuple(times[s.label]), timings[s.label],
+                                  base.avg / timings[s.label].avg if timings[s.label].avg > 0
+                                  else math.inf, prepare[s.label], tuple(diffs[s.label]))
+                    for s in request.settings)
+    return BenchReport(str(request.archive), {"spec": profile.spec, **dict(device)}, indices,
+                       request.iterations, request.warmup, request.repeat, results,
+                       tuple(timing_notes(results)))
+
+
+def timing_notes(results: Sequence[SettingResult]) -> list[str]:
+    """Where the timings cannot carry a comparison: intervals overlapping the baseline's, or a
+    spread too large for the mean to mean much."""
+    notes = []
+    base = results[0]
+    if base.timing.n < 2:
+        notes.append("one timed iteration per setting: no spread to judge a difference by; "
+                     "use --iter 5 or more")
+        return notes
+    for r in results:
+        cv = r.timing.sd / r.timing.avg if r.timing.avg > 0 else 0.0
+        if cv > NOISY_CV:
+            notes.append(f"{r.setting.label}: sd is {cv:.0%} of the mean; the machine is noisy "
+                         "or the iterations differ (compare min and median too)")
+    for r in results[1:]:
+        if r.timing.overlaps(base.timing):
+            notes.append(
+                f"{r.setting.label} vs {base.setting.label}: the 95% intervals of the mean "
+                f"overlap ({_ci(r.timing)} vs {_ci(base.timing)}): the {r.speedup:.2f}x is "
+                "within the noise; use more --iter or --repeat")
+    return notes
+
+
+def _ci(t: Timing) -> str:
+    return f"{t.avg:.3f} ± {t.ci_high - t.avg:.3f} ms"

@@ -1,0 +1,147 @@
+"""`verify bench`: one archive, several settings, one table of latency and error."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.cli import render
+from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from verify.bench import BenchReport, Setting
+
+DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _words(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    if not words:
+        raise UsageError(f"empty list {text!r}")
+    return words
+
+
+def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,
+                  layouts: str | None, explicit: tuple[str, ...]) -> list["Setting"]:
+    """The cartesian grid of the list options, then each --setting; the default grid is
+    every opt level."""
+    from verify.bench import grid, parse_setting
+
+    lists = [opt_levels, threads, providers, layouts]
+    settings = []
+    if any(x is not None for x in lists) or not explicit:
+        opts = _words(opt_levels) or (list(DEFAULT_OPT_LEVELS) if not any(lists) else ["all"])
+        # every word goes through parse_setting, so the grid validates like --setting does
+        one = [parse_setting(f"opt={o}").opt_level for o in opts]
+        nthreads = [parse_setting(f"threads={t}").threads for t in _words(threads) or ["0"]]
+        provs = [parse_setting(f"provider={p}").providers for p in _words(providers) or []] \
+            or [()]
+        lays = [parse_setting(f"layout={x}").layout for x in _words(layouts) or ["auto"]]
+        settings = grid(one, nthreads, provs, lays)
+    return settings + [parse_setting(s) for s in explicit]
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
+              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name.")
+@click.option("--opt-levels", default=None, metavar="LIST",
+              help="Graph optimization levels to try, e.g. disable,all "
+                   "(default: disable,basic,extended,all when no other setting is given).")
+@click.option("--threads", default=None, metavar="LIST", help="Intra-op thread counts, e.g. 1,2.")
+@click.option("--providers", default=None, metavar="LIST",
+              help="Execution providers, e.g. cpu,cuda; 'cuda+cpu' is one setting with a "
+                   "fallback.")
+@click.option("--layouts", default=None, metavar="LIST",
+              help="auto (onnxruntime's NCHWc/NHWC layout transforms) and/or nchw (none).")
+@click.option("--setting", "explicit", multiple=True, metavar="KEY=V[,KEY=V]",
+              help="One setting, repeatable: opt=, threads=, provider=, layout=, spin=0|1, "
+                   "prepack=0|1, or a dotted onnxruntime session config key.")
+@click.option("--iter", "iterations", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Timed iterations per case and round.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed warmup runs per case and round.")
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Rounds over all settings, interleaved (A B A B …), pooled per setting.")
+@click.option("--case", "case_index", type=int, default=None,
+              help="Use only this case of the archive (default: all, pooled).")
+@click.option("--timeout", type=float, default=None,
+              help="Seconds each setting's job may take on the device.")
+@click.option("--insecure-host-key", is_flag=True,
+              help="ssh: accept an unknown or changed host key (not recommended).")
+@tolerance_options
+@json_option
+def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str | None,
+          providers: str | None, layouts: str | None, explicit: tuple[str, ...],
+          iterations: int, warmup: int, repeat: int, case_index: int | None,
+          timeout: float | None, insecure_host_key: bool, atol: float | None,
+          rtol: float | None, tol_specs: tuple[str, ...], as_json: bool) -> int:
+    """Run ARCHIVE on one device under several settings and compare them: latency (avg, sd,
+    min, max), speed-up over the first setting, and each setting's error against the
+    ground truth with pass/fail. Notes say when the spread is too large for a difference to
+    mean anything. Exit 1 if any setting's outputs are over tolerance.
+
+    \b
+      verify bench cnn.vtc --device local
+      verify bench cnn.vtc --device arm64 --opt-levels disable,all --threads 1,2
+      verify bench cnn.vtc --setting opt=all --setting opt=all,layout=nchw --repeat 3
+    """
+    from verify.bench import BenchRequest, bench as run_bench
+
+    settings = settings_from(opt_levels, threads, providers, layouts, explicit)
+    request = BenchRequest(archive=archive, settings=tuple(settings), device=device_spec,
+                           iterations=iterations, warmup=warmup, repeat=repeat,
+                           case_index=case_index, timeout=timeout,
+                           insecure_host_key=insecure_host_key, atol=atol, rtol=rtol,
+                           tol_specs=tol_specs)
+    live = None if as_json else render.RunPrinter()
+    report = run_bench(request, status=live.status if live else None)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        print_report(report)
+    return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def print_report(report: "BenchReport") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    dev = report.device
+    echo = click.echo
+    echo(f"device {dev.get('spec')}: {dev.get('arch', '?')}, onnxruntime "
+         f"{dev.get('onnxruntime', '?')}; {len(report.cases)} case(s), warmup {report.warmup}, "
+         f"{report.iterations} iteration(s) x {report.repeat} round(s) per setting")
+    table = Table(show_edge=False, pad_edge=False)
+    for col, right in (("setting", False), ("avg ms", True), ("sd", True), ("min", True),
+                       ("max", True), ("speed-up", True), ("max error", True),
+                       ("rule", False), ("check", False)):
+        table.add_column(col, justify="right" if right else "left")
+    for r in report.results:
+        t, worst = r.timing, r.worst
+        check = "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]"
+        table.add_row(r.setting.label, f"{t.avg:.3f}", f"{t.sd:.3f}", f"{t.min:.3f}",
+                      f"{t.max:.3f}", f"{r.speedup:.2f}x",
+                      "-" if worst is None else f"{worst.max_abs:.3g}",
+                      "" if worst is None else f"{worst.name}: {worst.rule}", check)
+    Console(highlight=False, soft_wrap=False,
+            width=None if sys.stdout.isatty() else 160).print(table)
+    for r in report.results:
+        for d in r.diffs:
+            if not d.passed and d.reason:
+                echo(f"{r.setting.label}: {d.name}: {d.reason}")
+    for note in report.notes:
+        echo(f"note: {note}")
+    if report.passed:
+        echo(click.style(f"=== PASS: every setting within tolerance ({len(report.results)} "
+                         "settings)", fg="green"))
+    else:
+        bad = sum(1 for r in report.results if not r.passed)
+        echo(click.style(f"=== FAIL: {bad} of {len(report.results)} setting(s) over tolerance",
+                         fg="red", bold=True))

@@ -1,0 +1,88 @@
+"""`verify ci`: nightly gates over a suite of testcases x devices x option sets.
+
+suite (TOML) -> jobs (matrix, --only, --shard) -> schedule (devices in parallel, retries)
+-> gates (accuracy, regression, latency, determinism; baselines in goldens/) -> reports
+(JUnit XML, Markdown, JSON, HTML). docs/suite.md documents the suite file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from verify.ci.jobs import Job, expand, parse_shard, select
+from verify.ci.report import RunInfo, atomic_write_text, markdown, to_json, verdict
+from verify.ci.results import JobResult
+from verify.ci.schedule import CiRun, run_jobs
+from verify.ci.suite import Suite, SuiteError, load_suite
+
+__all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError", "load_suite",
+           "parse_shard", "plan", "run_suite", "verdict", "write_reports"]
+
+
+@dataclass(frozen=True)
+class CiRequest:
+    suite: Path
+    only: Sequence[str] = ()
+    shard: tuple[int, int] | None = None
+    update_goldens: bool = False
+    require_baselines: bool = False
+    baselines: Path | None = None       # overrides the suite's [suite] baselines
+
+
+@dataclass(frozen=True)
+class CiOutcome:
+    suite: Suite
+    results: tuple[JobResult, ...]
+    info: RunInfo
+
+    @property
+    def verdict(self) -> str:
+        return verdict(self.results)
+
+
+def plan(request: CiRequest) -> tuple[Suite, list[Job], int]:
+    """The suite, the jobs this run will do, and how many the whole suite has."""
+    suite = load_suite(request.suite)
+    jobs = expand(suite)
+    return suite, select(jobs, request.only, request.shard), len(jobs)
+
+
+def run_suite(request: CiRequest,
+              on_result: Callable[[JobResult], None] | None = None) -> CiOutcome:
+    started = time.monotonic()
+    suite, jobs, total = plan(request)
+    ci = CiRun(suite_name=suite.name, baselines=request.baselines or suite.baselines,
+               update_goldens=request.update_goldens,
+               require_baselines=request.require_baselines)
+    results = run_jobs(jobs, ci, on_result)
+    info = RunInfo(suite_name=suite.name, suite_file=str(request.suite), total_jobs=total,
+                   shard=request.shard, only=tuple(request.only),
+                   update_goldens=request.update_goldens, seconds=time.monotonic() - started)
+    return CiOutcome(suite, tuple(results), info)
+
+
+def write_reports(outcome: CiOutcome, *, junit: Path | None = None, markdown_path: Path | None = None,
+                  json_path: Path | None = None, html_path: Path | None = None) -> dict[str, str]:
+    """Write the requested reports atomically; returns {kind: path}."""
+    written: dict[str, str] = {}
+    results, info = outcome.results, outcome.info
+    if junit is not None:
+        from verify.ci.junit import write_junit
+
+        write_junit(junit, results, info)
+        written["junit"] = str(junit)
+    if markdown_path is not None:
+        atomic_write_text(markdown_path, markdown(results, info))
+        written["markdown"] = str(markdown_path)
+    if json_path is not None:
+        atomic_write_text(json_path, to_json(results, info))
+        written["json"] = str(json_path)
+    if html_path is not None:
+        from verify.ci.html import html_report
+
+        atomic_write_text(html_path, html_report(results, info))
+        written["html"] = str(html_path)
+    return written

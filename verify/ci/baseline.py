@@ -1,0 +1,108 @@
+"""Baselines: what a job measured when someone last ran `verify ci --update-goldens`.
+
+One JSON file per job at `<baselines>/<suite>/<testcase>/<device>/<options>.json`, keys sorted
+and indented so a change reads well in a diff. Written only on purpose (--update-goldens);
+a missing file is reported as such, never created silently.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify import __version__
+from verify.ci.jobs import Job
+from verify.ci.results import JobResult, Latency, TensorError, num, unnum
+from verify.errors import UsageError
+
+FORMAT = "verify-ci-baseline"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """The figures the regression and latency gates compare against."""
+
+    path: Path
+    outputs: Mapping[str, float]      # "case0/prob" -> max_abs
+    layers: Mapping[str, float]       # "case0/conv1:0" -> max_abs (when captured per layer)
+    latency: Latency | None
+    model_sha256: str = ""
+    info: Mapping[str, Any] = field(default_factory=dict)
+
+
+def baseline_path(root: Path, suite_name: str, job: Job) -> Path:
+    return root / suite_name / job.testcase / job.device.name / f"{job.options.name}.json"
+
+
+def load(path: Path) -> Baseline | None:
+    """The baseline at `path`, or None when there is none; a malformed one is a UsageError."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: unreadable baseline ({exc}); fix it or rewrite it with "
+                         "--update-goldens") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"{path}: not a verify ci baseline (format is not {FORMAT!r})")
+    if int(data.get("version", 0)) > VERSION:
+        raise UsageError(f"{path}: baseline version {data.get('version')} is newer than this "
+                         f"verify understands ({VERSION}); upgrade verify")
+    try:
+        lat = data.get("latency")
+        latency = Latency(tuple(unnum(x) for x in lat["samples_ms"])) if lat else None
+        return Baseline(
+            path=path,
+            outputs={k: unnum(v["max_abs"]) for k, v in data.get("outputs", {}).items()},
+            layers={k: unnum(v["max_abs"]) for k, v in data.get("layers", {}).items()},
+            latency=latency, model_sha256=str(data.get("model_sha256", "")),
+            info={k: data.get(k) for k in ("created_utc", "device", "verify")})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{path}: malformed baseline ({type(exc).__name__}: {exc}); rewrite it "
+                         "with --update-goldens") from None
+
+
+def _tensor_record(t: TensorError) -> dict[str, Any]:
+    return {"max_abs": num(t.max_abs), "threshold": num(t.threshold),
+            "tol_units": num(t.tol_units), "rule": t.rule}
+
+
+def document(result: JobResult, suite_name: str, model_sha256: str) -> dict[str, Any]:
+    """The baseline document for a job's result (what --update-goldens writes)."""
+    job = result.job
+    doc: dict[str, Any] = {
+        "format": FORMAT, "version": VERSION, "suite": suite_name, "job": job.id,
+        "testcase": job.testcase, "archive": job.archive.name, "model_sha256": model_sha256,
+        "device": {"name": job.device.name, "spec": job.device.spec,
+                   **{k: result.device.get(k) for k in ("arch", "os", "python", "onnxruntime")
+                      if result.device.get(k) is not None}},
+        "options": job.options.to_dict(), "iterations": job.iterations, "warmup": job.warmup,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "verify": __version__,
+        "outputs": {t.key: _tensor_record(t) for t in result.outputs},
+        "latency": result.latency.to_dict() if result.latency else None,
+    }
+    if result.layers:
+        doc["layers"] = {t.key: _tensor_record(t) for t in result.layers}
+    return doc
+
+
+def write(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write atomically (temp file + rename), keys sorted, one value per line."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,151 @@
+"""The four gates. Each takes measured figures (and a baseline) and returns a GateResult.
+
+- accuracy: every output (and, when captured, every layer) within tolerance of the ground truth.
+- regression: no output's (layer's) max|x - r| grew past `factor * max(baseline, min_units *
+  threshold)`; the `min_units` floor keeps an error of 0 in the baseline from turning the
+  last-bit noise of a new build into a "regression".
+- latency: the median of this run's per-iteration samples against the baseline's; fails only
+  when, with the stated one-sided confidence, the median ratio exceeds 1 + threshold (a seeded
+  bootstrap over both sets of samples) and the median grew by at least `min_delta_ms`.
+- determinism: a second run on the same device gave bit-identical outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from verify.ci.results import (FAIL, NO_BASELINE, PASS, GateResult, Latency, TensorError, num)
+from verify.ci.suite import GateSettings
+
+BOOTSTRAP_ROUNDS = 2000
+
+
+def accuracy(outputs: Sequence[TensorError], layers: Sequence[TensorError] = ()) -> GateResult:
+    bad = [t for t in outputs if not t.passed]
+    bad_layers = [t for t in layers if not t.passed]
+    first_layer = min(bad_layers, key=lambda t: (t.case, t.index)) if bad_layers else None
+    details = {"outputs_checked": len(outputs), "outputs_failed": len(bad),
+               "layers_checked": len(layers), "layers_failed": len(bad_layers),
+               "first_failing_output": bad[0].to_dict() if bad else None,
+               "first_divergent_layer": first_layer.to_dict() if first_layer else None}
+    if not bad and not bad_layers:
+        what = f"{len(outputs)} output(s)" + (f", {len(layers)} layer(s)" if layers else "")
+        return GateResult("accuracy", PASS, f"{what} within tolerance", details)
+    parts = []
+    if bad:
+        parts.append(f"{len(bad)} of {len(outputs)} output(s) over tolerance; first "
+                     f"{bad[0].numbers()}")
+    if first_layer:
+        parts.append(f"first divergent layer #{first_layer.index} {first_layer.op} "
+                     f"{first_layer.numbers()}")
+    return GateResult("accuracy", FAIL, "; ".join(parts), details)
+
+
+def _worse(rows: Sequence[TensorError], base: Mapping[str, float],
+           settings: GateSettings) -> tuple[list[dict[str, object]], list[str]]:
+    worse, new = [], []
+    for t in rows:
+        if t.key not in base:
+            new.append(t.key)
+            continue
+        b = base[t.key]
+        slack = settings.regression_min_units * t.threshold if math.isfinite(t.threshold) else 0.0
+        limit = settings.regression_factor * max(b, slack) if math.isfinite(b) else math.inf
+        if math.isnan(t.max_abs) or t.max_abs > limit:
+            worse.append({"tensor": t.name, "case": t.case, "index": t.index,
+                          "max_abs": num(t.max_abs), "baseline_max_abs": num(b),
+                          "limit": num(limit), "ratio": num(t.max_abs / b) if b else "inf"})
+    return worse, new
+
+
+def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
+               base_outputs: Mapping[str, float] | None, base_layers: Mapping[str, float],
+               settings: GateSettings, baseline_name: str) -> GateResult:
+    if base_outputs is None:
+        return GateResult("regression", NO_BASELINE, f"no baseline at {baseline_name}")
+    worse, new = _worse(outputs, base_outputs, settings)
+    worse_layers, new_layers = _worse(layers, base_layers, settings) if base_layers else ([], [])
+    details = {"factor": settings.regression_factor, "min_units": settings.regression_min_units,
+               "worse_outputs": worse, "worse_layers": worse_layers,
+               "not_in_baseline": new + new_layers, "baseline": baseline_name}
+    if not worse and not worse_layers:
+        note = f" ({len(new + new_layers)} tensor(s) not in the baseline)" if new + new_layers else ""
+        return GateResult("regression", PASS, f"no error grew beyond {settings.regression_factor:g}x "
+                                              f"the baseline{note}", details)
+    first = (worse or worse_layers)[0]
+    kind = "output" if worse else "layer"
+    return GateResult(
+        "regression", FAIL,
+        f"{len(worse)} output(s), {len(worse_layers)} layer(s) worse than "
+        f"{settings.regression_factor:g}x the baseline; first {kind} {first['tensor']}: "
+        f"max_abs={_g(first['max_abs'])} vs baseline {_g(first['baseline_max_abs'])} "
+        f"(limit {_g(first['limit'])})", details)
+
+
+def _g(x: float | str) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _seed(job_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "big")
+
+
+def median_ratio_bound(current: Sequence[float], base: Sequence[float], confidence: float,
+                       seed: int, rounds: int = BOOTSTRAP_ROUNDS) -> float:
+    """Lower one-sided bootstrap bound of median(current) / median(base)."""
+    rng = np.random.default_rng(seed)
+    c, b = np.asarray(current, float), np.asarray(base, float)
+    mc = np.median(rng.choice(c, (rounds, c.size)), axis=1)
+    mb = np.median(rng.choice(b, (rounds, b.size)), axis=1)
+    ratios = mc / np.maximum(mb, 1e-12)
+    return float(np.quantile(ratios, 1.0 - confidence))
+
+
+def latency(current: Latency | None, base: Latency | None, settings: GateSettings,
+            job_id: str, baseline_name: str) -> GateResult:
+    if base is None or not base.samples_ms:
+        return GateResult("latency", NO_BASELINE, f"no baseline at {baseline_name}")
+    if current is None or not current.samples_ms:
+        return GateResult("latency", FAIL, "no timing samples from this run")
+    cm, bm = current.median_ms, base.median_ms
+    ratio = cm / bm if bm > 0 else math.inf
+    bound = median_ratio_bound(current.samples_ms, base.samples_ms,
+                               settings.latency_confidence, _seed(job_id))
+    limit = 1.0 + settings.latency_threshold
+    slower = bound > limit and cm - bm >= settings.latency_min_delta_ms
+    details = {"median_ms": num(cm), "baseline_median_ms": num(bm), "ratio": num(ratio),
+               "ratio_lower_bound": num(bound), "confidence": settings.latency_confidence,
+               "threshold": settings.latency_threshold, "min_delta_ms": settings.latency_min_delta_ms,
+               "samples": len(current.samples_ms), "baseline_samples": len(base.samples_ms)}
+    conf = f"{settings.latency_confidence:.0%}"
+    text = (f"median {cm:.4g} ms vs baseline {bm:.4g} ms ({ratio:.2f}x; {conf} lower bound "
+            f"{bound:.2f}x, limit {limit:.2f}x)")
+    return GateResult("latency", FAIL if slower else PASS,
+                      ("slower: " if slower else "") + text, details)
+
+
+def determinism(first: Sequence[Mapping[str, np.ndarray]],
+                second: Sequence[Mapping[str, np.ndarray]]) -> GateResult:
+    """Bit-identical outputs across two runs (NaNs with the same bits count as equal)."""
+    differing = []
+    for ci, (a_case, b_case) in enumerate(zip(first, second)):
+        for name, a in a_case.items():
+            b = b_case.get(name)
+            if b is None or a.shape != b.shape or a.dtype != b.dtype \
+                    or a.tobytes() != b.tobytes():
+                diff = math.nan
+                if b is not None and a.shape == b.shape and a.dtype.kind in "fiu":
+                    diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)),
+                                        initial=0.0))
+                differing.append({"case": ci, "tensor": name, "max_abs": num(diff)})
+    details = {"differing": differing}
+    if not differing:
+        return GateResult("determinism", PASS, "two runs gave bit-identical outputs", details)
+    d = differing[0]
+    return GateResult("determinism", FAIL,
+                      f"{len(differing)} output(s) differ between two runs; first {d['tensor']} "
+                      f"(case {d['case']}) by max_abs={_g(d['max_abs'])}", details)

@@ -1,0 +1,181 @@
+"""The HTML report: one self-contained file (no scripts, no CDN; plots are embedded PNGs).
+
+A table of every job, then per failing job a plot of per-layer error against layer index
+(log scale, the tolerance as a line, the first divergent tensor marked; the final outputs
+when no layers were captured) and its latency samples against the baseline's.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from verify.ci.report import RunInfo, verdict
+from verify.ci.results import ERROR, FAILED, PASSED, JobResult, TensorError, overall
+from verify.errors import UsageError
+
+ZERO_FLOOR = 1e-12   # errors of exactly 0 are drawn here (a log axis has no 0)
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1b1f23}
+h1{font-size:22px;margin:0 0 4px} h2{font-size:18px;margin:28px 0 8px}
+table{border-collapse:collapse;margin:12px 0} th,td{border:1px solid #d0d7de;padding:4px 8px;
+text-align:left;vertical-align:top} th{background:#f6f8fa}
+.passed{color:#1a7f37;font-weight:600} .failed{color:#cf222e;font-weight:600}
+.error{color:#9a6700;font-weight:600} .muted{color:#57606a} code{font-size:13px}
+.job{border:1px solid #d0d7de;border-radius:6px;padding:8px 16px;margin:16px 0}
+img{max-width:100%;height:auto}
+"""
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("--html needs matplotlib: pip install 'verify[report]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _error_axes(ax: Any, r: JobResult) -> None:
+    rows = list(r.layers) or list(r.outputs)
+    what = "layer" if r.layers else "output"
+    if not rows:
+        ax.text(0.5, 0.5, "no tensors compared", ha="center", va="center")
+        return
+    rows.sort(key=lambda t: (t.case, t.index))
+    xs = list(range(len(rows)))
+    ys = [max(t.max_abs, ZERO_FLOOR) if math.isfinite(t.max_abs) else ZERO_FLOOR for t in rows]
+    tol = [max(t.threshold, ZERO_FLOOR) if math.isfinite(t.threshold) else math.nan for t in rows]
+    ax.semilogy(xs, ys, "o-", color="#0969da", ms=4, lw=1.2, label="max |x - r| (this run)")
+    # padded by half a step on each side, so a single tensor still shows its tolerance
+    ax.step([xs[0] - 0.5, *xs, xs[-1] + 0.5], [tol[0], *tol, tol[-1]], where="mid",
+            color="#cf222e", ls="--", lw=1.2, label="tolerance")
+    base = [r.baseline_errors.get(t.key) for t in rows]
+    if any(b is not None for b in base):
+        ax.semilogy(xs, [max(b, ZERO_FLOOR) if b is not None and math.isfinite(b) else math.nan
+                         for b in base], "s:", color="#8c959f", ms=3, label="baseline")
+    first, label, color = r.first_divergent, "first divergent", "#cf222e"
+    if first is None:  # within tolerance but worse than the baseline: mark the first regression
+        first, label, color = _first_regressed(r, rows), "first regression", "#bc4c00"
+    if first is not None and first in rows:
+        i = rows.index(first)
+        ax.plot([i], [ys[i]], "X", color=color, ms=13, zorder=5, label=f"{label}: {first.name}")
+        ax.annotate(first.name, (i, ys[i]), textcoords="offset points", xytext=(8, 8),
+                    color=color, fontsize=9)
+    ax.set_xlabel(f"{what} index (topological order)" if r.layers else "output index")
+    ax.set_ylabel("max abs error (log)")
+    ax.set_title(f"per-{what} error vs tolerance")
+    if len(rows) <= 12:
+        ax.set_xticks(xs, [t.name[:14] for t in rows], rotation=30, ha="right", fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+
+
+def _first_regressed(r: JobResult, rows: Sequence[TensorError]) -> TensorError | None:
+    gate = next((g for g in r.gates if g.gate == "regression" and g.status == "fail"), None)
+    if gate is None:
+        return None
+    worse = {(w["case"], w["tensor"]) for w in [*gate.details["worse_outputs"],
+                                                 *gate.details["worse_layers"]]}
+    return next((t for t in rows if (t.case, t.name) in worse), None)
+
+
+def _latency_axes(ax: Any, r: JobResult, threshold: float) -> None:
+    series = [("baseline", r.baseline_latency), ("this run", r.latency)]
+    series = [(n, s.samples_ms) for n, s in series if s is not None and s.samples_ms]
+    if not series:
+        ax.text(0.5, 0.5, "no latency samples", ha="center", va="center")
+        return
+    ax.boxplot([s for _, s in series], showfliers=True)
+    ax.set_xticks(range(1, len(series) + 1), [n for n, _ in series])
+    for k, (_, s) in enumerate(series, 1):
+        ax.plot([k] * len(s), s, ".", color="#0969da", alpha=0.5)
+    if r.baseline_latency is not None and r.baseline_latency.samples_ms:
+        limit = r.baseline_latency.median_ms * (1 + threshold)
+        ax.axhline(limit, color="#cf222e", ls="--", lw=1.2,
+                   label=f"baseline median +{threshold:.0%}")
+        ax.legend(fontsize=8)
+    ax.set_ylabel("per-iteration latency (ms)")
+    ax.set_title("latency vs baseline")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def job_figure(r: JobResult) -> str:
+    """The failing job's two plots as a base64 PNG."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    try:
+        _error_axes(left, r)
+        _latency_axes(right, r, r.job.settings.latency_threshold)
+        fig.suptitle(r.job.id, fontsize=11)
+        return _png(fig)
+    finally:
+        plt.close(fig)
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _row(r: JobResult) -> str:
+    gates = "<br>".join(f"{_e(g.gate)}: <span class='{'failed' if g.status == 'fail' else 'muted'}'>"
+                        f"{_e(g.status)}</span>" for g in r.gates)
+    med = f"{r.latency.median_ms:.4g}" if r.latency and r.latency.samples_ms else "–"
+    base = (f"{r.baseline_latency.median_ms:.4g}" if r.baseline_latency
+            and r.baseline_latency.samples_ms else "–")
+    arch = r.device.get("arch", "")
+    return (f"<tr><td><a href='#{_e(r.job.id)}'><code>{_e(r.job.id)}</code></a></td>"
+            f"<td>{_e(r.job.device.name)} <span class='muted'>{_e(arch)}</span></td>"
+            f"<td class='{r.status}'>{r.status}</td><td>{gates or '–'}</td>"
+            f"<td>{med}</td><td>{base}</td><td>{_e(r.summary())}</td></tr>")
+
+
+def _section(r: JobResult) -> str:
+    parts = [f"<div class='job' id='{_e(r.job.id)}'><h2><code>{_e(r.job.id)}</code> "
+             f"<span class='{r.status}'>{r.status}</span></h2><ul>"]
+    if r.status == ERROR:
+        parts.append(f"<li>{_e(r.error_kind)} error after {r.attempts} attempt(s): "
+                     f"{_e(r.error)}</li></ul></div>")
+        return "".join(parts)
+    parts += [f"<li><b>{_e(g.gate)}</b>: {_e(g.message)}</li>" for g in r.failed_gates]
+    first = r.first_divergent
+    if first is not None:
+        parts.append(f"<li>first divergent tensor: <code>{_e(first.name)}</code> "
+                     f"({_e(first.op or 'output')}, #{first.index}) {_e(first.numbers())}</li>")
+    parts += [f"<li class='muted'>{_e(n)}</li>" for n in r.notes if not n.startswith("Traceback")]
+    parts.append(f"</ul><img alt='per-layer error and latency of {_e(r.job.id)}' "
+                 f"src='data:image/png;base64,{job_figure(r)}'></div>")
+    return "".join(parts)
+
+
+def html_report(results: Sequence[JobResult], info: RunInfo) -> str:
+    counts = overall(results)
+    v = verdict(results)
+    cls = {"passed": "passed", "failed": "failed"}.get(v, "error")
+    rows = "".join(_row(r) for r in results)
+    sections = "".join(_section(r) for r in results if r.status in (FAILED, ERROR))
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>verify ci: {_e(info.suite_name)}</title>
+<style>{_CSS}</style></head><body>
+<h1>verify ci: {_e(info.suite_name)} — <span class="{cls}">{_e(v)}</span></h1>
+<p class="muted">{counts[PASSED]} passed · {counts[FAILED]} failed · {counts[ERROR]} error(s) —
+{_e(info.scope(len(results)))}, {info.seconds:.1f} s, {_e(info.created_utc)},
+suite <code>{_e(info.suite_file)}</code></p>
+<table><thead><tr><th>job</th><th>device</th><th>status</th><th>gates</th>
+<th>median ms</th><th>baseline ms</th><th>summary</th></tr></thead><tbody>{rows}</tbody></table>
+{sections or '<p class="passed">Every job held every gate.</p>'}
+</body></html>
+"""

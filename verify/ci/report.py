@@ -1,0 +1,179 @@
+"""The run's verdict, the JSON document with every figure, and the Markdown summary."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify import __version__
+from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASS, PASSED, UPDATED,
+                               JobResult, missing_baselines, overall)
+from verify.ci.suite import GATES
+
+FORMAT = "verify-ci-report"
+VERSION = 1
+GREEN, RED, ERR = "passed", "failed", "error"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What was asked of this run, for the reports' headers."""
+
+    suite_name: str
+    suite_file: str
+    total_jobs: int
+    shard: tuple[int, int] | None = None
+    only: Sequence[str] = ()
+    update_goldens: bool = False
+    seconds: float = 0.0
+    created_utc: str = field(default_factory=lambda: _dt.datetime.now(
+        _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def scope(self, ran: int) -> str:
+        parts = [f"{ran} of {self.total_jobs} job(s)"]
+        if self.shard:
+            parts.append(f"shard {self.shard[0]}/{self.shard[1]}")
+        if self.only:
+            parts.append("--only " + " ".join(self.only))
+        if self.update_goldens:
+            parts.append("--update-goldens")
+        return ", ".join(parts)
+
+
+def verdict(results: Sequence[JobResult]) -> str:
+    """failed when a gate failed; else input-error, internal-error or device-error when a job
+    errored (in that order); else passed. The CLI maps these to exit codes 1, 2, 4, 3 and 0.
+    """
+    if any(r.status == FAILED for r in results):
+        return "failed"
+    errors = [r for r in results if r.status == ERROR]
+    if any(r.error_kind == "input" for r in errors):
+        return "input-error"
+    if any(r.error_kind == "internal" for r in errors):
+        return "internal-error"
+    if errors:
+        return "device-error"
+    return "passed"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def document(results: Sequence[JobResult], info: RunInfo) -> dict[str, Any]:
+    return {
+        "format": FORMAT, "version": VERSION, "verify": __version__,
+        "suite": info.suite_name, "suite_file": info.suite_file, "created_utc": info.created_utc,
+        "scope": info.scope(len(results)),
+        "shard": f"{info.shard[0]}/{info.shard[1]}" if info.shard else None,
+        "only": list(info.only), "update_goldens": info.update_goldens,
+        "seconds": round(info.seconds, 3), "verdict": verdict(results),
+        "counts": overall(results), "missing_baselines": missing_baselines(results),
+        "jobs": [r.to_dict() for r in results],
+    }
+
+
+def to_json(results: Sequence[JobResult], info: RunInfo) -> str:
+    return json.dumps(document(results, info), indent=2) + "\n"
+
+
+# --- Markdown ---------------------------------------------------------------------------------
+
+_MARK = {PASS: "✅", FAIL: "❌", NO_BASELINE: "⚪ no baseline", UPDATED: "📝 updated"}
+_STATUS = {PASSED: "✅ passed", FAILED: "❌ failed", ERROR: "⚠️ error"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _gate_cell(result: JobResult, gate: str) -> str:
+    g = next((g for g in result.gates if g.gate == gate), None)
+    if g is None:
+        return "–"
+    mark = _MARK.get(g.status, g.status)
+    if gate == "latency" and g.status in (PASS, FAIL):
+        return f"{mark} {_g(g.details['median_ms'])} ms ({_g(g.details['ratio'])}x)"
+    if gate == "regression" and g.status == FAIL:
+        worst = [*g.details["worse_outputs"], *g.details["worse_layers"]]
+        return f"{mark} {_g(worst[0]['ratio'])}x" if worst else mark
+    return mark
+
+
+def _g(x: float | str) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
+def _device_label(r: JobResult) -> str:
+    arch = r.device.get("arch")
+    return f"{r.job.device.name} ({arch})" if arch else r.job.device.name
+
+
+def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
+    counts = overall(results)
+    v = verdict(results)
+    head = {"passed": "✅ all gates held", "failed": "❌ a gate failed",
+            "device-error": "⚠️ device errors", "input-error": "⚠️ errors",
+            "internal-error": "⚠️ internal errors"}[v]
+    used = [g for g in GATES if any(x.gate == g for r in results for x in r.gates)]
+    lines = [f"## verify ci: {info.suite_name} — {head}", "",
+             f"{counts[PASSED]} passed · {counts[FAILED]} failed · {counts[ERROR]} error(s) "
+             f"— {info.scope(len(results))}, {info.seconds:.1f} s", "",
+             "| job | device | status | " + " | ".join(used) + " |",
+             "|---|---|---|" + "---|" * len(used)]
+    for r in results:
+        cells = [f"`{r.job.id}`", _device_label(r), _STATUS[r.status],
+                 *[_gate_cell(r, g) for g in used]]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    failed = [r for r in results if r.status == FAILED]
+    if failed:
+        lines += ["", "### Failures", ""]
+        for r in failed:
+            lines.append(f"- **`{r.job.id}`**")
+            for g in r.failed_gates:
+                lines.append(f"  - {g.gate}: {_cell(g.message)}")
+            first = r.first_divergent
+            if first is not None:
+                lines.append(f"  - first divergent tensor: `{first.name}` ({first.op or 'output'},"
+                             f" #{first.index}, case {first.case}): max_abs={first.max_abs:.3g}, "
+                             f"threshold={first.threshold:.3g}, {first.tol_units:.3g}x tolerance")
+    errored = [r for r in results if r.status == ERROR]
+    if errored:
+        lines += ["", "### Errors", ""]
+        lines += [f"- **`{r.job.id}`** ({r.error_kind}, {r.attempts} attempt(s)): {_cell(r.error)}"
+                  for r in errored]
+    missing = missing_baselines(results)
+    if missing:
+        lines += ["", "### Missing baselines", "",
+                  f"{len(missing)} job(s) have no baseline; regression and latency were not "
+                  f"judged for them. Record baselines on purpose with "
+                  f"`verify ci {info.suite_file} --update-goldens` and commit them:", ""]
+        lines += [f"- `{m}`" for m in missing]
+    notes = [(r.job.id, n) for r in results for n in r.notes if not n.startswith("Traceback")]
+    if notes:
+        lines += ["", "### Notes", ""] + [f"- `{j}`: {_cell(n)}" for j, n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def gate_counts(results: Sequence[JobResult]) -> Mapping[str, Mapping[str, int]]:
+    counts: dict[str, dict[str, int]] = {}
+    for r in results:
+        for g in r.gates:
+            counts.setdefault(g.gate, {}).setdefault(g.status, 0)
+            counts[g.gate][g.status] += 1
+    return counts

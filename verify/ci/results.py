@@ -1,0 +1,175 @@
+"""What a CI run produces: per-tensor errors, latency samples, gate verdicts, job results."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from verify.ci.jobs import Job
+from verify.compare import TensorDiff
+
+PASS, FAIL, NO_BASELINE, UPDATED = "pass", "fail", "no-baseline", "updated"
+PASSED, FAILED, ERROR = "passed", "failed", "error"
+
+
+def num(x: float) -> float | str:
+    """A float for JSON: 6 significant digits; non-finite values as strings."""
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(f"{x:.6g}")
+
+
+def unnum(x: Any) -> float:
+    """The inverse of `num` ("nan", "inf" and "-inf" parse as floats)."""
+    return float(x)
+
+
+@dataclass(frozen=True)
+class TensorError:
+    """One output (or one layer) of one case against its reference."""
+
+    case: int
+    index: int          # output position, or the tensor's topological index for layers
+    name: str
+    op: str
+    passed: bool
+    rule: str
+    max_abs: float
+    threshold: float
+    tol_units: float
+    max_rel: float = math.nan
+    cosine: float = math.nan
+    sqnr_db: float = math.nan
+    n_outside: int = 0
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"case{self.case}/{self.name}"
+
+    @staticmethod
+    def from_diff(case: int, index: int, diff: TensorDiff, op: str = "") -> TensorError:
+        return TensorError(case=case, index=index, name=diff.name, op=op, passed=diff.passed,
+                           rule=diff.rule, max_abs=diff.max_abs, threshold=diff.threshold,
+                           tol_units=diff.tol_units, max_rel=diff.max_rel, cosine=diff.cosine,
+                           sqnr_db=diff.sqnr_db, n_outside=diff.n_outside, reason=diff.reason)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"case": self.case, "index": self.index, "name": self.name, "op": self.op,
+                "passed": self.passed, "rule": self.rule, "max_abs": num(self.max_abs),
+                "threshold": num(self.threshold), "tol_units": num(self.tol_units),
+                "max_rel": num(self.max_rel), "cosine": num(self.cosine),
+                "sqnr_db": num(self.sqnr_db), "n_outside": self.n_outside, "reason": self.reason}
+
+    def numbers(self) -> str:
+        """One line with the figures a failure message carries."""
+        return (f"{self.name} (case {self.case}): max_abs={self.max_abs:.3g} "
+                f"threshold={self.threshold:.3g} ({self.tol_units:.3g}x tolerance), "
+                f"{self.n_outside} element(s) outside [{self.rule}]")
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Per-iteration inference times of a job (all cases), in milliseconds."""
+
+    samples_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.samples_ms) if self.samples_ms else math.nan
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.samples_ms
+        return {"n": len(s), "median_ms": num(self.median_ms),
+                "mean_ms": num(statistics.fmean(s)) if s else "nan",
+                "sd_ms": num(statistics.stdev(s)) if len(s) > 1 else 0.0,
+                "min_ms": num(min(s)) if s else "nan", "max_ms": num(max(s)) if s else "nan",
+                "samples_ms": [num(x) for x in s]}
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    status: str                      # pass, fail, no-baseline, updated
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gate": self.gate, "status": self.status, "message": self.message,
+                "details": dict(self.details)}
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: Job
+    status: str                      # passed, failed, error
+    gates: tuple[GateResult, ...] = ()
+    outputs: tuple[TensorError, ...] = ()
+    layers: tuple[TensorError, ...] = ()
+    latency: Latency | None = None
+    baseline_latency: Latency | None = None
+    baseline_errors: Mapping[str, float] = field(default_factory=dict)  # key -> max_abs
+    device: Mapping[str, Any] = field(default_factory=dict)
+    error: str = ""
+    error_kind: str = ""             # device, input or internal
+    attempts: int = 0
+    seconds: float = 0.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed_gates(self) -> list[GateResult]:
+        return [g for g in self.gates if g.status == FAIL]
+
+    @property
+    def first_divergent(self) -> TensorError | None:
+        """The first tensor over tolerance: per layer when captured, else among the outputs."""
+        for rows in (self.layers, self.outputs):
+            bad = [t for t in rows if not t.passed]
+            if bad:
+                return min(bad, key=lambda t: (t.case, t.index))
+        return None
+
+    def summary(self) -> str:
+        """One line: why the job failed or errored, or that it passed."""
+        if self.status == ERROR:
+            return f"{self.error_kind} error: {self.error}"
+        failed = self.failed_gates
+        if failed:
+            return "; ".join(f"{g.gate}: {g.message}" for g in failed)
+        return "all gates held"
+
+    def to_dict(self) -> dict[str, Any]:
+        j = self.job
+        first = self.first_divergent
+        return {
+            "id": j.id, "testcase": j.testcase, "archive": str(j.archive),
+            "device": {"name": j.device.name, "spec": j.device.spec, **dict(self.device)},
+            "options": j.options.to_dict(), "iterations": j.iterations, "warmup": j.warmup,
+            "status": self.status, "summary": self.summary(),
+            "error": {"kind": self.error_kind, "message": self.error} if self.error else None,
+            "attempts": self.attempts, "seconds": num(self.seconds),
+            "gates": [g.to_dict() for g in self.gates],
+            "first_divergent": first.to_dict() if first else None,
+            "outputs": [t.to_dict() for t in self.outputs],
+            "layers": [t.to_dict() for t in self.layers],
+            "latency": self.latency.to_dict() if self.latency else None,
+            "baseline_latency": self.baseline_latency.to_dict() if self.baseline_latency else None,
+            "notes": list(self.notes),
+        }
+
+
+def overall(results: Sequence[JobResult]) -> dict[str, int]:
+    counts = {PASSED: 0, FAILED: 0, ERROR: 0}
+    for r in results:
+        counts[r.status] += 1
+    return counts
+
+
+def missing_baselines(results: Sequence[JobResult]) -> list[str]:
+    return [r.job.id for r in results if any(g.status == NO_BASELINE for g in r.gates)]

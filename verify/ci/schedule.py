@@ -1,0 +1,190 @@
+"""Running a suite's jobs: devices in parallel, one job at a time per device.
+
+A job that fails on the transport (ConnectError, TransferError, DeviceTimeout) is retried; a
+mismatch never is (it is a result, not an error). A device still unreachable after the retries
+marks its remaining jobs as errors without trying them; every other device goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from verify import execute
+from verify.ci import baseline as baselines
+from verify.ci import gates, layers
+from verify.ci.jobs import Job
+from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASSED, UPDATED, GateResult,
+                               JobResult, Latency, TensorError)
+from verify.errors import (ConnectError, DeviceError, DeviceTimeout, TransferError, UsageError,
+                           VerifyError)
+
+RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
+RETRY_PAUSE_S = 1.0
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CiRun:
+    """How to run: where baselines live, and whether to rewrite them."""
+
+    suite_name: str
+    baselines: Path
+    update_goldens: bool = False
+    require_baselines: bool = False
+
+
+class _Attempts:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+def _retrying(fn: Callable[[], T], retries: int, attempts: _Attempts) -> T:
+    while True:
+        attempts.count += 1
+        try:
+            return fn()
+        except RETRYABLE:
+            if attempts.count > retries:
+                raise
+            time.sleep(RETRY_PAUSE_S * attempts.count)
+
+
+def run_jobs(jobs: Sequence[Job], ci: CiRun,
+             on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
+    """Run every job; results come back in the order of `jobs`."""
+    by_device: dict[str, list[int]] = {}
+    for i, job in enumerate(jobs):
+        by_device.setdefault(job.device.name, []).append(i)
+    results: list[JobResult | None] = [None] * len(jobs)
+    lock = threading.Lock()
+
+    def device_worker(indices: list[int]) -> None:
+        down: str | None = None
+        for i in indices:
+            job = jobs[i]
+            if down is not None:
+                result = JobResult(job, ERROR, error=f"not run: {down}", error_kind="device")
+            else:
+                result = run_job(job, ci)
+                if result.error_kind == "device" and result.notes and \
+                        result.notes[-1].startswith("unreachable"):
+                    down = f"device {job.device.name} was unreachable earlier in this run " \
+                           f"({result.error})"
+            results[i] = result
+            if on_result is not None:
+                with lock:
+                    on_result(result)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(by_device)),
+                            thread_name_prefix="verify-ci") as pool:
+        for fut in [pool.submit(device_worker, idx) for idx in by_device.values()]:
+            fut.result()
+    return [r for r in results if r is not None]
+
+
+def run_job(job: Job, ci: CiRun) -> JobResult:
+    """Run one job and judge it; errors become an `error` result, never an exception."""
+    started = time.monotonic()
+    attempts = _Attempts()
+    try:
+        result = _run_and_judge(job, ci, attempts)
+    except ConnectError as exc:
+        result = JobResult(job, ERROR, error=str(exc), error_kind="device",
+                           notes=("unreachable after retries",))
+    except DeviceError as exc:
+        result = JobResult(job, ERROR, error=str(exc), error_kind="device")
+    except UsageError as exc:
+        result = JobResult(job, ERROR, error=str(exc), error_kind="input")
+    except VerifyError as exc:
+        result = JobResult(job, ERROR, error=str(exc), error_kind="internal")
+    except Exception as exc:  # a bug must not take the other jobs down; keep its trace
+        result = JobResult(job, ERROR, error=f"{type(exc).__name__}: {exc}",
+                           error_kind="internal", notes=(traceback.format_exc(),))
+    return replace(result, attempts=attempts.count, seconds=time.monotonic() - started)
+
+
+def _request(job: Job, **extra: Any) -> execute.RunRequest:
+    fields: dict[str, Any] = dict(
+        archive=job.archive, device=job.device.spec, iterations=job.iterations,
+        warmup=job.warmup, providers=job.options.providers, opt_level=job.options.opt_level,
+        threads=job.options.threads, timeout=job.timeout, atol=job.tolerance.atol,
+        rtol=job.tolerance.rtol, tol_specs=job.tolerance.specs)
+    return execute.RunRequest(**{**fields, **extra})
+
+
+def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:
+    ops = {t.name: t.op for t in outcome.testcase.tensor_order}
+    rows = []
+    for check in outcome.checks:
+        for k, diff in enumerate(check.diffs or ()):
+            rows.append(TensorError.from_diff(check.index, k, diff, ops.get(diff.name, "")))
+    return tuple(rows)
+
+
+def model_sha256(outcome: execute.RunOutcome) -> str:
+    stored = outcome.testcase.provenance.get("model_sha256")
+    return str(stored) if stored else hashlib.sha256(outcome.testcase.model_bytes).hexdigest()
+
+
+def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
+    outcome = _retrying(lambda: execute.run(_request(job)), job.retries, attempts)
+    outputs = _outputs(outcome)
+    latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms))
+    layer_rows: tuple[TensorError, ...] = ()
+    notes: list[str] = list(outcome.notes)
+    if job.settings.layers and ("accuracy" in job.gates or "regression" in job.gates):
+        layer_rows, note = layers.capture(job, lambda: _retrying(
+            lambda: layers.run_with_dump(job, _request), job.retries, _Attempts()))
+        notes.extend(note)
+    path = baselines.baseline_path(ci.baselines, ci.suite_name, job)
+    shown = _shown(path)
+    base = baselines.load(path)
+    sha = model_sha256(outcome)
+    if base is not None and base.model_sha256 and base.model_sha256 != sha and not ci.update_goldens:
+        notes.append(f"the baseline was recorded for another model (sha256 {base.model_sha256[:12]}…,"
+                     f" now {sha[:12]}…); refresh it with --update-goldens if the change is intended")
+    verdicts: list[GateResult] = []
+    if "accuracy" in job.gates:
+        verdicts.append(gates.accuracy(outputs, layer_rows))
+    if "determinism" in job.gates:
+        again = _retrying(lambda: execute.run(_request(job, iterations=1, warmup=0)),
+                          job.retries, _Attempts())
+        verdicts.append(gates.determinism([c.outputs for c in outcome.run.cases],
+                                          [c.outputs for c in again.run.cases]))
+    result = JobResult(job, PASSED, outputs=outputs, layers=layer_rows, latency=latency,
+                       baseline_latency=base.latency if base else None,
+                       baseline_errors={**base.outputs, **base.layers} if base else {},
+                       device=dict(outcome.run.device))
+    if ci.update_goldens:
+        if any(g.status == FAIL for g in verdicts):
+            notes.append(f"baseline not written: a gate failed ({shown} left as it was)")
+        else:
+            baselines.write(path, baselines.document(result, ci.suite_name, sha))
+            verdicts += [GateResult(g, UPDATED, f"baseline written to {shown}")
+                         for g in ("regression", "latency") if g in job.gates]
+    else:
+        if "regression" in job.gates:
+            verdicts.append(gates.regression(outputs, layer_rows, base.outputs if base else None,
+                                             base.layers if base else {}, job.settings, shown))
+        if "latency" in job.gates:
+            verdicts.append(gates.latency(latency, base.latency if base else None, job.settings,
+                                          job.id, shown))
+    failed = any(g.status == FAIL or (ci.require_baselines and g.status == NO_BASELINE)
+                 for g in verdicts)
+    return replace(result, status=FAILED if failed else PASSED, gates=tuple(verdicts),
+                   notes=tuple(notes))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,392 @@
+"""Suite files (TOML): testcases x devices x option sets, tolerances, iterations and gates.
+
+The format is documented in docs/suite.md. `load_suite(path)` returns a frozen `Suite`; every
+mistake is a `SuiteError` (exit 2) naming the file, the line when it can be found, and the key.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from verify.compare import parse_tolerance
+from verify.errors import ProfileError, UsageError
+from verify.pipeline import OPT_LEVELS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GATES = ("accuracy", "regression", "latency", "determinism")
+DEFAULT_GATES = ("accuracy", "regression", "latency")
+NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+class SuiteError(ProfileError):
+    """The suite file is malformed; the message names the line or key at fault (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Tolerances layered over an archive's own: tensor globs first, then a global atol/rtol."""
+
+    atol: float | None = None
+    rtol: float | None = None
+    specs: tuple[str, ...] = ()
+
+    def over(self, outer: Tolerance) -> Tolerance:
+        """This (more specific) layer in front of `outer`."""
+        return Tolerance(self.atol if self.atol is not None else outer.atol,
+                         self.rtol if self.rtol is not None else outer.rtol,
+                         (*self.specs, *outer.specs))
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """How each gate decides (docs/suite.md, "Gates")."""
+
+    layers: bool = False              # accuracy and regression also per layer
+    regression_factor: float = 2.0    # error may grow by at most this factor ...
+    regression_min_units: float = 0.01  # ... over max(baseline error, this x tolerance)
+    latency_threshold: float = 0.25   # allowed slowdown of the median (0.25 = 25 %)
+    latency_confidence: float = 0.95  # one-sided confidence of the bootstrap bound
+    latency_min_delta_ms: float = 0.05  # slowdowns smaller than this never fail
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str
+    spec: str
+    iterations: int | None = None
+    warmup: int | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True)
+class OptionSet:
+    name: str = "default"
+    opt_level: str = "all"
+    threads: int = 0
+    providers: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "opt_level": self.opt_level, "threads": self.threads,
+                "providers": list(self.providers)}
+
+
+@dataclass(frozen=True)
+class TestcaseEntry:
+    name: str
+    archive: Path
+    devices: tuple[str, ...]
+    options: tuple[str, ...]
+    gates: tuple[str, ...]
+    iterations: int | None = None
+    warmup: int | None = None
+    timeout: float | None = None
+    tolerance: Tolerance = Tolerance()
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: Path
+    name: str
+    baselines: Path
+    iterations: int
+    warmup: int
+    timeout: float | None
+    retries: int
+    gates: tuple[str, ...]
+    settings: GateSettings
+    tolerance: Tolerance
+    devices: Mapping[str, Device]
+    options: Mapping[str, OptionSet]
+    testcases: tuple[TestcaseEntry, ...]
+    raw_text: str = field(default="", repr=False)
+
+
+# --- locating keys in the source, for messages ------------------------------------------------
+
+def _line_of(text: str, where: Sequence[str | int]) -> int | None:
+    """Best-effort line number of a key path like ("testcase", 1, "iterations")."""
+    names = [w for w in where if isinstance(w, str)]
+    nth = next((w for w in where if isinstance(w, int)), 0)
+    if not names:
+        return None
+    top = names[0]
+    key_re = re.compile(rf'^\s*"?{re.escape(names[-1])}"?\s*=')
+    current, counts = "", {}
+    for no, line in enumerate(text.splitlines(), 1):
+        m = re.match(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$", line)
+        if m:
+            current = m.group(1).replace('"', "").replace(" ", "")
+            counts[current] = counts.get(current, -1) + 1
+            if current == ".".join(names) and counts.get(top, 0) == nth:
+                return no
+            continue
+        if current == ".".join(names[:-1]) and counts.get(top, 0) == nth and key_re.match(line):
+            return no
+    return None
+
+
+class _Reader:
+    """Typed access to the parsed TOML that raises SuiteError naming the key (and line)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.text = path, text
+
+    def fail(self, where: Sequence[str | int], message: str) -> SuiteError:
+        line = _line_of(self.text, where)
+        parts = []
+        for w in where:
+            parts.append(f"[{w}]" if isinstance(w, int) else ("." if parts else "") + w)
+        key = "".join(parts)
+        at = f"line {line}: " if line else ""
+        return SuiteError(f"{self.path}: {at}{key}: {message}")
+
+    def table(self, data: Mapping[str, Any], where: Sequence[str | int],
+              known: Sequence[str]) -> Mapping[str, Any]:
+        if not isinstance(data, dict):
+            raise self.fail(where, "must be a table")
+        for key in data:
+            if key not in known:
+                raise self.fail([*where, key], f"unknown key (known: {', '.join(known)})")
+        return data
+
+    def get(self, data: Mapping[str, Any], where: Sequence[str | int], key: str, kind: str,
+            default: Any = None) -> Any:
+        if key not in data:
+            return default
+        value = data[key]
+        at = [*where, key]
+        if kind == "str":
+            if not isinstance(value, str) or not value:
+                raise self.fail(at, "must be a non-empty string")
+        elif kind == "name":
+            if not isinstance(value, str) or not NAME_RE.fullmatch(value):
+                raise self.fail(at, "must be a name of letters, digits and _ . + -")
+        elif kind in ("int", "count"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (kind == "count"):
+                raise self.fail(at, f"must be an integer >= {int(kind == 'count')}")
+        elif kind in ("float", "positive"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0 or (kind == "positive" and value == 0):
+                raise self.fail(at, "must be a number > 0" if kind == "positive"
+                                else "must be a number >= 0")
+            value = float(value)
+        elif kind == "bool":
+            if not isinstance(value, bool):
+                raise self.fail(at, "must be true or false")
+        elif kind == "strings":
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise self.fail(at, "must be a string or a list of strings")
+            value = tuple(value)
+        return value
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+_SUITE_KEYS = ("name", "baselines", "iterations", "warmup", "timeout", "retries", "gates",
+               "tolerance")
+_TOL_KEYS = ("atol", "rtol", "tensors")
+_GATE_KEYS = {"accuracy": ("layers",), "regression": ("factor", "min_units"),
+              "latency": ("threshold", "confidence", "min_delta_ms"), "determinism": ()}
+_DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout")
+_OPTION_KEYS = ("name", "opt_level", "threads", "providers")
+_TESTCASE_KEYS = ("name", "path", "devices", "options", "gates", "iterations", "warmup",
+                  "timeout", "tolerance")
+
+
+def load_suite(path: Path) -> Suite:
+    """Read and validate a suite file; globs are expanded relative to its folder."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SuiteError(f"{path}: suite file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SuiteError(f"{path}: cannot read the suite file: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SuiteError(f"{path}: not valid TOML: {exc}") from None
+    return parse_suite(data, path, text)
+
+
+def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
+    r = _Reader(path, text)
+    r.table(data, [], ("suite", "gate", "device", "options", "testcase"))
+    base = path.parent
+    s = r.table(data.get("suite", {}), ["suite"], _SUITE_KEYS)
+    name = r.get(s, ["suite"], "name", "name", path.stem)
+    baselines = base / r.get(s, ["suite"], "baselines", "str", "baselines")
+    gates = _gates(r, s, ["suite"], DEFAULT_GATES)
+    settings = _settings(r, data.get("gate", {}))
+    tolerance = _tolerance(r, s.get("tolerance", {}), ["suite", "tolerance"])
+    devices = _devices(r, data.get("device", []))
+    options = _options(r, data.get("options", [{}]))
+    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates)
+    if not testcases:
+        raise r.fail(["testcase"], "the suite lists no testcase; add a [[testcase]] with a path")
+    return Suite(path=path, name=name, baselines=baselines,
+                 iterations=r.get(s, ["suite"], "iterations", "count", 10),
+                 warmup=r.get(s, ["suite"], "warmup", "int", 1),
+                 timeout=r.get(s, ["suite"], "timeout", "positive", None),
+                 retries=r.get(s, ["suite"], "retries", "int", 1),
+                 gates=gates, settings=settings, tolerance=tolerance, devices=devices,
+                 options=options, testcases=testcases, raw_text=text)
+
+
+def _gates(r: _Reader, data: Mapping[str, Any], where: list[str | int],
+           default: tuple[str, ...]) -> tuple[str, ...]:
+    gates = r.get(data, where, "gates", "strings", default)
+    for g in gates:
+        if g not in GATES:
+            raise r.fail([*where, "gates"], f"unknown gate {g!r} (known: {', '.join(GATES)})")
+    return tuple(dict.fromkeys(gates))
+
+
+def _settings(r: _Reader, data: Any) -> GateSettings:
+    r.table(data, ["gate"], tuple(_GATE_KEYS))
+    for gate, keys in _GATE_KEYS.items():
+        r.table(data.get(gate, {}), ["gate", gate], keys)
+    acc, reg, lat = data.get("accuracy", {}), data.get("regression", {}), data.get("latency", {})
+    d = GateSettings()
+    factor = r.get(reg, ["gate", "regression"], "factor", "positive", d.regression_factor)
+    if factor < 1:
+        raise r.fail(["gate", "regression", "factor"], "must be >= 1")
+    confidence = r.get(lat, ["gate", "latency"], "confidence", "positive", d.latency_confidence)
+    if not 0.5 <= confidence < 1:
+        raise r.fail(["gate", "latency", "confidence"], "must be in [0.5, 1), e.g. 0.95")
+    return GateSettings(
+        layers=r.get(acc, ["gate", "accuracy"], "layers", "bool", False),
+        regression_factor=factor,
+        regression_min_units=r.get(reg, ["gate", "regression"], "min_units", "float",
+                                   d.regression_min_units),
+        latency_threshold=r.get(lat, ["gate", "latency"], "threshold", "float",
+                                d.latency_threshold),
+        latency_confidence=confidence,
+        latency_min_delta_ms=r.get(lat, ["gate", "latency"], "min_delta_ms", "float",
+                                   d.latency_min_delta_ms))
+
+
+def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerance:
+    r.table(data, where, _TOL_KEYS)
+    tensors = data.get("tensors", {})
+    if not isinstance(tensors, dict):
+        raise r.fail([*where, "tensors"], 'must be a table of "GLOB" = "KEY=V[,KEY=V]" or "exact"')
+    specs = []
+    for glob_, setting in tensors.items():
+        if not isinstance(setting, str):
+            raise r.fail([*where, "tensors", glob_], 'must be a string like "atol=1e-4" or "exact"')
+        spec = f"{glob_}:{setting}"
+        try:
+            parse_tolerance(spec)
+        except UsageError as exc:
+            raise r.fail([*where, "tensors", glob_], str(exc)) from None
+        specs.append(spec)
+    return Tolerance(r.get(data, where, "atol", "float"), r.get(data, where, "rtol", "float"),
+                     tuple(specs))
+
+
+def _array(r: _Reader, items: Any, key: str) -> list[Mapping[str, Any]]:
+    if isinstance(items, dict):
+        items = [items]
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise r.fail([key], f"must be written as [[{key}]] tables")
+    return items
+
+
+def _unique(r: _Reader, seen: Mapping[str, Any], name: str, where: list[str | int]) -> None:
+    if name in seen:
+        raise r.fail([*where, "name"], f"duplicate name {name!r}")
+
+
+def _devices(r: _Reader, items: Any) -> dict[str, Device]:
+    devices: dict[str, Device] = {}
+    for i, d in enumerate(_array(r, items, "device")):
+        where: list[str | int] = ["device", i]
+        r.table(d, where, _DEVICE_KEYS)
+        spec = r.get(d, where, "spec", "str", None)
+        name = r.get(d, where, "name", "name", spec if spec and NAME_RE.fullmatch(spec) else None)
+        if name is None:
+            raise r.fail([*where, "name"], "needs a name (letters, digits, _ . + -)")
+        _unique(r, devices, name, where)
+        devices[name] = Device(name, spec or name, r.get(d, where, "iterations", "count"),
+                               r.get(d, where, "warmup", "int"),
+                               r.get(d, where, "timeout", "positive"))
+    if not devices:
+        devices["local"] = Device("local", "local")
+    return devices
+
+
+def _options(r: _Reader, items: Any) -> dict[str, OptionSet]:
+    options: dict[str, OptionSet] = {}
+    for i, o in enumerate(_array(r, items, "options")):
+        where: list[str | int] = ["options", i]
+        r.table(o, where, _OPTION_KEYS)
+        name = r.get(o, where, "name", "name", "default")
+        _unique(r, options, name, where)
+        level = r.get(o, where, "opt_level", "str", "all")
+        if level not in OPT_LEVELS:
+            raise r.fail([*where, "opt_level"], f"must be one of {', '.join(OPT_LEVELS)}")
+        options[name] = OptionSet(name, level, r.get(o, where, "threads", "int", 0),
+                                  r.get(o, where, "providers", "strings", ()))
+    return options or {"default": OptionSet()}
+
+
+def _pick(r: _Reader, data: Mapping[str, Any], where: list[str | int], key: str,
+          known: Mapping[str, Any]) -> tuple[str, ...]:
+    names = r.get(data, where, key, "strings", tuple(known))
+    for n in names:
+        if n not in known:
+            raise r.fail([*where, key], f"no [[{'device' if key == 'devices' else key}]] named "
+                                        f"{n!r} (known: {', '.join(known)})")
+    return tuple(names)
+
+
+def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device],
+               options: Mapping[str, OptionSet], gates: tuple[str, ...]) -> tuple[TestcaseEntry, ...]:
+    entries: list[TestcaseEntry] = []
+    names: dict[str, Path] = {}
+    for i, t in enumerate(_array(r, items, "testcase")):
+        where: list[str | int] = ["testcase", i]
+        r.table(t, where, _TESTCASE_KEYS)
+        pattern = r.get(t, where, "path", "str")
+        if pattern is None:
+            raise r.fail(where, "needs a path (a .vtc file or a glob such as '../testcases/*.vtc')")
+        full = pattern if Path(pattern).is_absolute() else str(base / pattern)
+        found = sorted(Path(p) for p in glob.glob(full, recursive=True))
+        if not found:
+            raise r.fail([*where, "path"], f"{pattern!r} matches no file (relative to {base})")
+        explicit = r.get(t, where, "name", "name")
+        if explicit and len(found) > 1:
+            raise r.fail([*where, "name"], f"a name needs a path naming one file; "
+                                          f"{pattern!r} matches {len(found)}")
+        common = dict(devices=_pick(r, t, where, "devices", devices),
+                      options=_pick(r, t, where, "options", options),
+                      gates=_gates(r, t, where, gates),
+                      iterations=r.get(t, where, "iterations", "count"),
+                      warmup=r.get(t, where, "warmup", "int"),
+                      timeout=r.get(t, where, "timeout", "positive"),
+                      tolerance=_tolerance(r, t.get("tolerance", {}), [*where, "tolerance"]))
+        for archive in found:
+            name = explicit or archive.stem
+            if not NAME_RE.fullmatch(name):
+                raise r.fail([*where, "path"], f"{archive.name}: the testcase name {name!r} may "
+                                               "only hold letters, digits and _ . + -")
+            if name in names:
+                raise r.fail([*where, "path"], f"testcase name {name!r} is used twice "
+                                               f"({names[name]} and {archive}); give one a name")
+            names[name] = archive
+            entries.append(TestcaseEntry(name=name, archive=archive, **common))
+    return tuple(entries)

@@ -1,0 +1,103 @@
+"""`verify ci`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.errors import EXIT_DEVICE, EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
+
+EXIT_FOR = {"passed": EXIT_OK, "failed": EXIT_MISMATCH, "input-error": EXIT_USAGE,
+            "internal-error": EXIT_INTERNAL, "device-error": EXIT_DEVICE}
+_MARK = {"passed": "PASS ", "failed": "FAIL ", "error": "ERROR"}
+
+
+def _line(result) -> str:  # type: ignore[no-untyped-def]
+    gates = "  ".join(f"{g.gate}={g.status}" for g in result.gates)
+    tail = result.summary() if result.status != "passed" else gates
+    return f"{_MARK[result.status]} {result.job.id}  ({result.seconds:.1f} s)  {tail}"
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("suite", type=click.Path(path_type=Path))
+@click.option("--junit", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Write JUnit XML: one testcase per job, failures carry the numbers.")
+@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path), default=None,
+              metavar="FILE", help="Write a Markdown summary (e.g. \"$GITHUB_STEP_SUMMARY\").")
+@click.option("--report-json", "json_path", type=click.Path(path_type=Path), default=None,
+              metavar="FILE", help="Write the JSON report with every figure.")
+@click.option("--html", "html_path", type=click.Path(path_type=Path), default=None,
+              metavar="FILE", help="Write the HTML report (offline; plots per failing job).")
+@click.option("--update-goldens", is_flag=True,
+              help="Record this run's errors and latencies as the baselines (on purpose; "
+                   "commit the files it writes). Jobs failing accuracy keep their old baseline.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Run only shard I of N (stable: a job's shard depends on its id and N).")
+@click.option("--only", multiple=True, metavar="PATTERN",
+              help="Run only jobs whose id (testcase/device/options) matches this glob, or "
+                   "with this testcase, device or option-set name. Repeatable.")
+@click.option("--baselines", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Baselines folder (default: the suite's [suite] baselines).")
+@click.option("--require-baselines", is_flag=True,
+              help="Fail jobs that have no baseline instead of reporting them.")
+@click.option("--list", "list_only", is_flag=True, help="List the selected jobs and exit.")
+@json_option
+def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: Path | None,
+       html_path: Path | None, update_goldens: bool, shard: str | None, only: tuple[str, ...],
+       baselines: Path | None, require_baselines: bool, list_only: bool, as_json: bool) -> int:
+    """Run the nightly gates of a SUITE file and write reports.
+
+    Runs every testcase x device x option set of the suite (devices in parallel, one job at a
+    time per device), judges the gates (accuracy, regression and latency against the
+    baselines, determinism) and writes the reports asked for. The suite format is in
+    docs/suite.md.
+
+    \b
+      verify ci goldens/suites/sample.toml --junit ci.xml --markdown summary.md --html ci.html
+      verify ci nightly.toml --shard 2/4 --junit shard2.xml
+      verify ci nightly.toml --only 'cnn/*' --update-goldens   # then commit goldens/baselines
+
+    Exit codes: 0 every gate held; 1 a gate failed; 2 a bad suite file (the line or key is
+    named) or a bad testcase; 3 only device errors.
+    """
+    import verify.ci as ci_lib
+    from verify.ci.jobs import shard_of
+
+    request = ci_lib.CiRequest(suite=suite, only=only,
+                               shard=ci_lib.parse_shard(shard) if shard else None,
+                               update_goldens=update_goldens,
+                               require_baselines=require_baselines, baselines=baselines)
+    if list_only:
+        _, jobs, total = ci_lib.plan(request)
+        if as_json:
+            emit_json({"total": total, "jobs": [j.id for j in jobs]})
+        else:
+            for job in jobs:
+                n = request.shard[1] if request.shard else 1
+                click.echo(f"{job.id}" + (f"  (shard {shard_of(job.id, n)}/{n})" if n > 1 else ""))
+            click.echo(f"{len(jobs)} of {total} job(s)", err=True)
+        return EXIT_OK
+    show = None if as_json else (lambda r: click.echo(_line(r)))
+    outcome = ci_lib.run_suite(request, on_result=show)
+    written = ci_lib.write_reports(outcome, junit=junit, markdown_path=markdown_path,
+                                   json_path=json_path, html_path=html_path)
+    if as_json:
+        from verify.ci.report import document
+
+        emit_json({**document(outcome.results, outcome.info), "written": written})
+    else:
+        from verify.ci.results import missing_baselines, overall
+
+        counts = overall(outcome.results)
+        click.echo(f"=== {outcome.verdict.upper()}: {counts['passed']} passed, "
+                   f"{counts['failed']} failed, {counts['error']} error(s) — "
+                   f"{outcome.info.scope(len(outcome.results))}")
+        missing = missing_baselines(outcome.results)
+        if missing and not update_goldens:
+            click.echo(f"{len(missing)} job(s) have no baseline; record them with "
+                       f"`verify ci {suite} --update-goldens` and commit them", err=True)
+        for kind, path in written.items():
+            click.echo(f"wrote {kind}: {path}", err=True)
+    return EXIT_FOR[outcome.verdict]

@@ -13,26 +13,14 @@ from typing import Any
 
 import pytest
 
+from fixtures_profile import only_line, verify
 from verify.bench import (DISABLE_OPTIMIZERS, LAYOUT_TRANSFORMERS, Setting, SettingResult,
                           Timing, parse_setting, timing_notes)
-from verify.cli import main
 from verify.cli.bench_cmd import settings_from
 from verify.errors import UsageError
 
 TESTS = Path(__file__).resolve().parent
 
-
-def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def only_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    return lines[0]
 
 
 # --- settings ------------------------------------------------------------------------------------

@@ -11,29 +11,17 @@ from typing import Any
 
 import pytest
 
+from fixtures_profile import only_line, verify
 from verify.cli import main
 from verify.profile import load_profile
 
 WARMUP, ITERS = 2, 3  # per case; the archive has two cases
 
 
-def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def doc(capsys: pytest.CaptureFixture[str], *args: object) -> dict[str, Any]:
     code, out, err = verify(capsys, "profile", *args, "--json")
     assert code == 0, err
     return json.loads(out)
-
-
-def only_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -114,7 +114,8 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
         res = driver.run(argv, timeout=timeout, check=False)
         if res.status != 0:
             raise RunnerError(f"{profile.spec}: the runner could not start "
-                              f"({shlex.join(argv[:3])}… exited {res.status}): {_tail(res.stderr)}")
+                              f"({shlex.join(argv[:3])}… exited {res.status}): "
+                              f"{_tail(res.stderr) or _tail(res.stdout) or 'no output'}")
         try:
             info = json.loads(res.stdout)
         except json.JSONDecodeError:

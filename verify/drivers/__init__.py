@@ -8,11 +8,13 @@ MissingDependency naming the extra to install, and breaks nothing else.
 from __future__ import annotations
 
 import importlib
+import os
 from importlib.metadata import entry_points
+from pathlib import Path
 
-from verify.devices import Profile
+from verify.devices import Profile, arm64_root
 from verify.drivers.base import Driver, DriverConfig
-from verify.errors import MissingDependency, UsageError
+from verify.errors import ConnectError, MissingDependency, UsageError
 
 _BUILTIN: dict[str, tuple[str, str, str]] = {
     # name: (module, class, extra that provides its dependency)
@@ -48,8 +50,23 @@ def driver_class(transport: str) -> type[Driver]:
 
 def make_driver(profile: Profile) -> Driver:
     """An unopened driver for the profile's device."""
+    if profile.transport == "local":
+        _check_local_paths(profile)
     config = DriverConfig(transport=profile.transport, address=profile.address,
                           base_dir=profile.base_dir, env=dict(profile.env),
                           connect_timeout=profile.connect_timeout,
                           command_timeout=profile.command_timeout, options=dict(profile.options))
     return driver_class(profile.transport)(config)
+
+
+def _check_local_paths(profile: Profile) -> None:
+    """The program a local profile starts, and any path into the emulated ARM64 root, must
+    exist: qemu-user exits 1 without a word when its root or guest program is missing."""
+    root = arm64_root()
+    for argv in (profile.python, profile.runner):
+        for i, word in enumerate(argv):
+            in_root = Path(word).is_absolute() and Path(word).is_relative_to(root)
+            if ((i == 0 and word.startswith("/")) or in_root) and not os.path.exists(word):
+                hint = "; build the emulated ARM64 userland with python " \
+                    "scripts/build_arm64_root.py" if in_root else ""
+                raise ConnectError(f"{profile.spec}: {word} does not exist{hint}")

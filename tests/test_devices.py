@@ -1,0 +1,180 @@
+"""Device specs, profiles (the shipped ones included), `verify devices list` and `check`."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures_devices import REPO, DeviceEnv, run_cli, run_json
+from verify.devices import CPU, CUDA, load_profile, profile_dirs, resolve
+from verify.errors import ProfileError, UsageError
+
+SHIPPED = {"local", "cuda", "board", "phone", "arm64"}
+
+
+# --- the spec grammar -------------------------------------------------------------------------
+@pytest.mark.parametrize("spec, transport, address, name", [
+    ("ssh:me@192.0.2.10:2222", "ssh", "me@192.0.2.10:2222", "ssh:me@192.0.2.10:2222"),
+    ("ssh:board.lan", "ssh", "board.lan", "ssh:board.lan"),
+    ("adb:R58M12ABCDE", "adb", "R58M12ABCDE", "adb:R58M12ABCDE"),
+    ("adb", "adb", "", "adb"),
+])
+def test_builtin_specs(device_env: DeviceEnv, spec: str, transport: str, address: str,
+                       name: str) -> None:
+    p = resolve(spec)
+    assert (p.transport, p.address, p.spec, p.source) == (transport, address, name, None)
+    assert p.providers == (CPU,)
+
+
+def test_shipped_profiles_back_local_and_cuda(device_env: DeviceEnv) -> None:
+    local = resolve("local")
+    assert (local.transport, local.providers, local.source) == \
+        ("local", (CPU,), REPO / "devices" / "local.toml")
+    gpu = resolve("cuda")
+    assert (gpu.transport, gpu.spec, gpu.providers) == ("local", "cuda", (CUDA, CPU))
+    assert gpu.provider_options[CUDA]["device_id"] == 0
+    second = resolve("cuda:1")
+    assert (second.spec, second.provider_options[CUDA]["device_id"]) == ("cuda:1", 1)
+    assert second.provider_options[CUDA]["cudnn_conv_algo_search"] == "EXHAUSTIVE"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("", "device spec '' is empty"),
+    ("cuda:x", "device 'cuda:x': cuda takes a GPU index, e.g. cuda:0"),
+    ("ssh:me@host:port", "device 'ssh:me@host:port': expected ssh:user@host[:port]"),
+    ("nosuch", "unknown device 'nosuch': no profile nosuch.toml in "),
+    ("ssh:phone", "device 'ssh:phone': profile "),
+])
+def test_bad_specs_are_usage_errors(device_env: DeviceEnv, spec: str, message: str) -> None:
+    with pytest.raises(UsageError) as info:
+        resolve(spec)
+    assert str(info.value).startswith(message)
+
+
+def test_profile_by_name_or_by_transport_and_name(device_env: DeviceEnv) -> None:
+    device_env.write_profile("pi", {"transport": "ssh", "address": "pi@10.0.0.2",
+                                    "python": "/usr/bin/python3 -X utf8"})
+    for spec in ("pi", "ssh:pi"):
+        p = resolve(spec)
+        assert (p.name, p.spec, p.target, p.python) == \
+            ("pi", "pi", "ssh:pi@10.0.0.2", ("/usr/bin/python3", "-X", "utf8"))
+    with pytest.raises(UsageError, match="profile .*pi.toml is for transport 'ssh', not 'adb'"):
+        resolve("adb:pi")
+
+
+def test_profiles_on_verify_devices_win_over_shipped_ones(device_env: DeviceEnv) -> None:
+    device_env.write_profile("board", {"transport": "ssh", "address": "me@mine"})
+    assert resolve("board").address == "me@mine"
+
+
+def test_placeholders(device_env: DeviceEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VERIFY_ARM64_ROOT", "/opt/arm64")
+    monkeypatch.setenv("SDK", "/opt/sdk")
+    path = device_env.write_profile("p", {
+        "transport": "adb", "base_dir": "/data/local/tmp/v",
+        "runner": ["{base_dir}/bin/r", "--root", "{arm64_root}"],
+        "env": {"LD_LIBRARY_PATH": "{base_dir}/lib:{env:SDK}/lib"},
+        "push": [{"src": "build/r", "dest": "bin/r"}]})
+    p = load_profile(path)
+    assert p.runner == ("/data/local/tmp/v/bin/r", "--root", "/opt/arm64")
+    assert p.env == {"LD_LIBRARY_PATH": "/data/local/tmp/v/lib:/opt/sdk/lib"}
+    assert (p.push[0].src, p.push[0].dest) == (path.parent / "build" / "r", "bin/r")
+    assert load_profile(REPO / "devices" / "arm64.toml").python[2] == "/opt/arm64"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("transport = ", "not valid TOML"),
+    ('transport = "ssh"\nadress = "x"', "unknown key 'adress'"),
+    ("address = 'x'", "'transport' must be one of"),
+    ('transport = "ssh"\npython = 3', "'python' must be a list of strings"),
+    ('transport = "ssh"\n[[push]]\nsrc = "a"', "push[0] needs string keys src and dest"),
+])
+def test_malformed_profiles(device_env: DeviceEnv, text: str, message: str) -> None:
+    path = device_env.profiles / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ProfileError) as info:
+        resolve("bad")
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+
+
+def test_every_shipped_profile_loads() -> None:
+    found = {p.stem: load_profile(p) for p in (REPO / "devices").glob("*.toml")}
+    assert SHIPPED <= set(found)
+    assert found["board"].transport == "ssh" and found["phone"].transport == "adb"
+    assert found["phone"].runner and found["phone"].env["LD_LIBRARY_PATH"].endswith("/lib")
+    assert found["arm64"].python[0] == "qemu-aarch64-static"
+
+
+# --- verify devices list / check ---------------------------------------------------------------
+def test_devices_list(device_env: DeviceEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("mine", {"transport": "ssh", "address": "me@box",
+                                      "description": "my box"})
+    doc = run_json(["devices", "list"], capsys)
+    assert doc["search_path"][0] == str(device_env.profiles)
+    rows = {r["name"]: r for r in doc["profiles"]}
+    assert SHIPPED | {"mine"} <= set(rows)
+    assert (rows["mine"]["spec"], rows["mine"]["description"]) == ("ssh:me@box", "my box")
+    assert rows["phone"]["runner"] == "native" and rows["arm64"]["runner"] == "python"
+    code, out, err = run_cli(["devices", "list"], capsys)
+    assert code == 0 and err == ""
+    names = [line.split()[0] for line in out.splitlines()[2:]]
+    assert SHIPPED | {"mine"} <= set(names)
+
+
+def test_devices_list_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["devices", "list", "--help"], ["devices", "check", "--help"]):
+        code, out, _ = run_cli(argv, capsys)
+        assert code == 0 and "verify devices " in out.split("\n", 2)[2]
+
+
+def test_devices_check_local(device_env: DeviceEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    info = run_json(["devices", "check", "local"], capsys)
+    assert (info["arch"], info["spec"], info["transport"]) == (platform.machine(), "local", "local")
+    assert info["python"] == platform.python_version()
+    assert CPU in info["providers"] and info["free_disk_bytes"] > 0
+    code, out, err = run_cli(["devices", "check", "local"], capsys)
+    assert code == 0 and out.splitlines()[0] == "device local: reachable"
+    assert f"  arch         {platform.machine()}" in out.splitlines()
+
+
+def test_devices_check_ssh_and_adb(device_env: DeviceEnv, sshd_server, adb_server, adb_device,
+                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ssh = device_env.ssh_profile("b", sshd_server, tmp_path / "b")
+    adb = device_env.adb_profile("p", adb_server, adb_device, adb_device.sandbox / "chk" / "v")
+    for spec, transport in ((ssh, "ssh"), (adb, "adb")):
+        info = run_json(["devices", "check", spec], capsys)
+        assert (info["transport"], info["arch"], info["onnxruntime"]) == \
+            (transport, platform.machine(), __import__("onnxruntime").__version__)
+
+
+def test_devices_check_a_runner_that_cannot_start(device_env: DeviceEnv,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("broken", {"transport": "local", "python": [
+        sys.executable, "-c", "import sys; sys.stderr.write('no onnxruntime here\\n'); sys.exit(1)"]})
+    code, out, err = run_cli(["devices", "check", "broken"], capsys)
+    assert (code, out) == (3, "")
+    assert err.startswith("error: broken: the runner could not start (")
+    assert err.endswith(" exited 1): no onnxruntime here\n")
+
+
+def test_devices_check_missing_arm64_root(device_env: DeviceEnv, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("VERIFY_ARM64_ROOT", str(tmp_path / "no-root"))
+    code, out, err = run_cli(["devices", "check", "arm64"], capsys)
+    assert (code, out) == (3, "")
+    assert err == (f"error: arm64: {tmp_path / 'no-root'} does not exist; build the emulated "
+                   "ARM64 userland with python scripts/build_arm64_root.py\n")
+
+
+def test_devices_check_unknown_device_is_a_usage_error(device_env: DeviceEnv,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["devices", "check", "nosuch"], capsys)
+    assert (code, out) == (2, "")
+    dirs = ", ".join(str(d) for d in profile_dirs())
+    assert dirs.startswith(str(device_env.profiles))
+    assert err == (f"error: unknown device 'nosuch': no profile nosuch.toml in {dirs}; use "
+                   "local, cuda[:N], ssh:user@host[:port], adb[:SERIAL] or a profile name\n")

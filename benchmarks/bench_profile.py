@@ -20,7 +20,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,19 +28,10 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.path)
 from verify.profile import ModelIndex, analyze, load_profile
 
 CNN = Path(__file__).resolve().parent.parent / "goldens" / "models" / "cnn.onnx"
-
-
-def best_seconds(fn: Callable[[], object], reps: int) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def session(profile_prefix: str | None) -> ort.InferenceSession:

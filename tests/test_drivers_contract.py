@@ -1,0 +1,145 @@
+"""The contract every driver passes, run against each real transport: put, get, run, timeout,
+missing file, dead peer. local, ssh (real sshd), adb with and without the shell protocol (real
+adb server + device end). A third-party driver can be checked by adding it to DRIVERS."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from fixtures_ssh import process_alive
+from verify.devices import Profile
+from verify.drivers import make_driver
+from verify.drivers.base import Driver
+from verify.errors import EXIT_DEVICE, DeviceError, DeviceTimeout, TransferError
+
+DRIVERS = ["local", "ssh", "adb", "adb-v1"]
+
+
+@dataclass
+class Target:
+    profile: Profile
+    kill: Callable[[], None] | None  # makes the peer vanish (None: there is no peer)
+
+
+def _target(kind: str, request: pytest.FixtureRequest, tmp_path: Path, own: bool) -> Target:
+    """A device of that kind; `own` gives it a server/device end of its own that may be killed."""
+    if kind == "local":
+        return Target(Profile(name="local", transport="local", base_dir=str(tmp_path / "dev"),
+                              python=(sys.executable,)), None)
+    if kind == "ssh":
+        server = request.getfixturevalue("sshd_factory")() if own \
+            else request.getfixturevalue("sshd_server")
+        return Target(server.profile(str(tmp_path / "dev")), server.kill_sessions)
+    from fixtures_adb import adb_profile_for
+
+    server = request.getfixturevalue("adb_server")
+    if own:
+        device = server.attach(tmp_path / "own-sandbox", shell_v2=kind == "adb")
+        request.addfinalizer(lambda: server.detach(device))
+    else:
+        device = request.getfixturevalue("adb_device" if kind == "adb" else "adb_device_v1")
+    base = device.sandbox / f"c-{secrets.token_hex(4)}" / "verify"
+    return Target(adb_profile_for(server, device, base), device.kill)
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest, tmp_path: Path,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Driver]:
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    with make_driver(_target(request.param, request, tmp_path, own=False).profile) as d:
+        d.makedirs(d.base_dir)
+        yield d
+
+
+def test_put_get_round_trip_with_progress(driver: Driver, tmp_path: Path) -> None:
+    data = os.urandom(3 * (1 << 20) + 17)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    remote = f"{driver.base_dir}/sub/dir/file.bin"
+    driver.makedirs(f"{driver.base_dir}/sub/dir")
+    pushed: list[int] = []
+    driver.put(src, remote, progress=pushed.append)
+    pulled: list[int] = []
+    back = tmp_path / "back" / "file.bin"
+    driver.get(remote, back, progress=pulled.append)
+    assert back.read_bytes() == data
+    assert sum(pushed) == sum(pulled) == len(data)
+    assert (driver.stats.files_put, driver.stats.bytes_put) == (1, len(data))
+    assert (driver.stats.files_got, driver.stats.bytes_got) == (1, len(data))
+    assert [p.name for p in back.parent.iterdir()] == ["file.bin"]  # no temp file left
+
+
+def test_push_cached_sends_once(driver: Driver, tmp_path: Path) -> None:
+    src = tmp_path / "model.onnx"
+    src.write_bytes(os.urandom(1000))
+    copy = tmp_path / "renamed.onnx"
+    copy.write_bytes(src.read_bytes())
+    first = driver.push_cached(src)
+    assert driver.push_cached(copy) == first and driver.exists(first)
+    assert (driver.stats.files_put, driver.stats.files_cached) == (1, 1)
+
+
+def test_run_status_output_env_and_cwd(driver: Driver) -> None:
+    work = driver.make_workdir()
+    code = ("import os, sys; print(sys.argv[1:]); print(os.getcwd()); print(os.environ['V']); "
+            "sys.stderr.write('warn\\n'); sys.exit(3)")
+    res = driver.run([sys.executable, "-c", code, "a b", "$HOME", "'q'", ";rm -rf /"],
+                     env={"V": "x y"}, cwd=work, check=False)
+    assert res.status == 3
+    lines = res.stdout.splitlines()
+    assert (lines[0], lines[2]) == (str(["a b", "$HOME", "'q'", ";rm -rf /"]), "x y")
+    assert lines[1] in (work, os.path.realpath(work))
+    assert res.stderr.rstrip("\n") == "warn"  # adb without shell_v2 loses trailing newlines
+    with pytest.raises(DeviceError) as info:
+        driver.run([sys.executable, "-c", code, "x"], env={"V": "1"})
+    assert info.value.exit_code == EXIT_DEVICE and "exited with status 3: warn" in str(info.value)
+    driver.remove(work)
+    assert not driver.exists(work)
+
+
+def test_timeout_stops_the_command(driver: Driver, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    code = f"import os, time; open({str(pidfile)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    started = time.monotonic()
+    with pytest.raises(DeviceTimeout, match="did not finish within 1 s"):
+        driver.run([sys.executable, "-c", code], timeout=1)
+    assert time.monotonic() - started < 30
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while process_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_alive(pid)
+    assert driver.run(["echo", "still usable"]).stdout == "still usable\n"
+
+
+def test_get_of_a_missing_file(driver: Driver, tmp_path: Path) -> None:
+    dest = tmp_path / "out" / "x.npy"
+    with pytest.raises(TransferError) as info:
+        driver.get(f"{driver.base_dir}/no/such.npy", dest)
+    assert info.value.exit_code == EXIT_DEVICE and "no/such.npy" in str(info.value)
+    assert not dest.exists() and list(dest.parent.iterdir()) == []
+    assert not driver.exists(f"{driver.base_dir}/no/such.npy")
+
+
+@pytest.mark.parametrize("kind", DRIVERS)
+def test_dead_peer_is_a_device_error(kind: str, request: pytest.FixtureRequest, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ANDROID_SERIAL", raising=False)
+    target = _target(kind, request, tmp_path, own=True)
+    if target.kill is None:
+        pytest.skip("the local transport has no peer that could die")
+    with make_driver(target.profile) as d:
+        assert d.run(["true"]).status == 0
+        target.kill()
+        with pytest.raises(DeviceError) as info:
+            d.run(["echo", "anyone there?"], timeout=20)
+        assert info.value.exit_code == EXIT_DEVICE

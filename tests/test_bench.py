@@ -200,3 +200,20 @@ def test_bad_bench_usage(capsys: pytest.CaptureFixture[str], cnn_two_cases: Path
 def test_missing_archive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = verify(capsys, "bench", tmp_path / "none.vtc")
     assert code == 2 and only_line(err) == f"error: {tmp_path / 'none.vtc'}: no such file"
+
+
+@pytest.mark.arm64
+@pytest.mark.slow
+def test_bench_on_the_emulated_arm64_target(capsys: pytest.CaptureFixture[str],
+                                            cnn_two_cases: Path, private_cache: Path) -> None:
+    from verify.devices import arm64_root
+
+    if not (arm64_root() / "usr" / "bin" / "python3.11").exists():
+        pytest.skip("no emulated arm64 root: python scripts/build_arm64_root.py")
+    code, out, err = verify(capsys, "bench", cnn_two_cases, "--device", "arm64", "--case", "0",
+                            "--opt-levels", "disable,all", "--iter", "2", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["device"]["arch"] == "aarch64" and doc["passed"] is True
+    assert [r["setting"]["label"] for r in doc["results"]] == ["opt=disable", "opt=all"]
+    assert all(len(r["iter_ms"]) == 2 and r["max_abs"] is not None for r in doc["results"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -16,9 +17,12 @@ from verify import devices
 from verify.check import CaseCheck, check_outputs
 from verify.devices import Profile
 from verify.errors import InputError, UsageError
-from verify.graph import parse_model, saturation_floors
+from verify.graph import parse_model, saturation_floors, sha256_bytes
 from verify.inputs import load_array_file, model_inputs
-from verify.pipeline import DeviceRun, ProgressFactory, RunOptions, Status, run_on_device
+from verify.dump import (MANIFEST, io_dump_text, json_safe, manifest_header, prepare_dir,
+                         write_json_atomic, write_text_atomic)
+from verify.pipeline import (DeviceRun, DumpSpec, ProgressFactory, RunOptions, Status,
+                             run_on_device)
 from verify.testcase import Testcase, read_archive
 from verify.tolerance import tolerance_set
 
@@ -42,6 +46,11 @@ class RunRequest:
     atol: float | None = None
     rtol: float | None = None
     tol_specs: Sequence[str] = ()
+    bin_io_dump: Path | None = None       # a dump directory of every layer (dump.py)
+    io_dump: Path | None = None           # the text form, one block per tensor
+    dump_budget_mb: float | None = None   # marked activations per chunk (default: sized to it)
+    dump_filter: str | None = None        # regex on tensor or node names
+    dump_stats_only: bool = False         # stats computed on the device, no tensor transferred
 
 
 @dataclass(frozen=True)
@@ -98,9 +107,10 @@ def run(request: RunRequest, *, status: Status | None = None,
                          opt_level=request.opt_level, threads=request.threads,
                          providers=tuple(request.providers), profile=request.profile_path is not None,
                          keep=request.keep, timeout=request.timeout)
+    dump_spec = _dump_spec(request)
     with tempfile.TemporaryDirectory(prefix="verify-out-") as tmp:
         device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
-                                   progress=progress, local_out=Path(tmp))
+                                   progress=progress, local_out=Path(tmp), dump=dump_spec)
         written: dict[str, str] = {}
         if request.profile_path is not None and device_run.profile_file is not None:
             _atomic_copy(device_run.profile_file, request.profile_path)
@@ -119,8 +129,85 @@ def run(request: RunRequest, *, status: Status | None = None,
         notes.append("inputs overridden with --input: no ground truth to check against")
     if request.bin_out_dump is not None:
         written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
+    if device_run.dump is not None:
+        written.update(write_layer_dumps(request, tc, indices, device_run))
     return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
                       notes=tuple(notes), written=written)
+
+
+def _dump_spec(request: RunRequest) -> DumpSpec | None:
+    if request.bin_io_dump is None and request.io_dump is None:
+        if request.dump_stats_only or request.dump_filter is not None \
+                or request.dump_budget_mb is not None:
+            raise UsageError("--dump-filter, --dump-budget-mb and --dump-stats-only need "
+                             "--bin-io-dump DIR or --io-dump FILE")
+        return None
+    if request.dump_budget_mb is not None and not request.dump_budget_mb > 0:
+        raise UsageError(f"--dump-budget-mb must be > 0, got {request.dump_budget_mb:g}")
+    if request.dump_filter is not None:
+        plan_dump_filter_check(request.dump_filter)
+    dest = None
+    if request.bin_io_dump is not None:
+        dest = prepare_dir(request.bin_io_dump)
+        dest = None if request.dump_stats_only else dest
+    budget = (int(request.dump_budget_mb * (1 << 20)) if request.dump_budget_mb is not None
+              else None)
+    return DumpSpec(dest=dest, budget_bytes=budget, dump_filter=request.dump_filter)
+
+
+def plan_dump_filter_check(pattern: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--dump-filter {pattern!r}: not a regular expression: {exc}") from None
+
+
+def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
+                      device_run: DeviceRun) -> dict[str, str]:
+    """The dump's manifest (written last, completing the folder) and the text io-dump."""
+    capture = device_run.dump
+    assert capture is not None
+    plan = capture.plan
+    info = {t.name: t for t in plan.tensors}
+    optimized_only = set(plan.optimized_only)
+    cases = []
+    for ci, records in zip(indices, capture.records):
+        tensors = []
+        for rec in records:
+            t = info[rec["name"]]
+            tensors.append({
+                "index": t.index, "name": t.name, "node": t.node, "op": t.op,
+                "origin": "optimized" if t.name in optimized_only else "model",
+                "floor": plan.floors.get(t.name, 0.0), "dtype": rec["dtype"],
+                "shape": rec["shape"], "file": rec.get("file"),
+                "stats": {k: rec.get(k) for k in ("min", "max", "mean", "std", "nan", "inf",
+                                                  "first")}})
+        cases.append({"case": ci, "tensors": tensors})
+    written: dict[str, str] = {}
+    opts = device_run.options
+    header = manifest_header(
+        device=device_run.device, spec=device_run.spec, providers=device_run.providers,
+        options={"opt_level": opts.opt_level, "threads": opts.threads,
+                 "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
+                 "filter": request.dump_filter, "stats_only": request.dump_stats_only},
+        model_sha256=sha256_bytes(tc.model_bytes), graph=plan.graph, outputs=plan.outputs)
+    if request.bin_io_dump is not None:
+        manifest = {**header, "cases": cases,
+                    "optimized_only": list(plan.optimized_only),
+                    "fused_away": [{"name": t.name, "node": t.node, "op": t.op}
+                                   for t in plan.fused_away],
+                    "fused_into": {k: list(v) for k, v in plan.fused_into.items()},
+                    "filtered_out": plan.filtered_out}
+        write_json_atomic(Path(request.bin_io_dump) / MANIFEST, json_safe(manifest))
+        written["bin_io_dump"] = str(request.bin_io_dump)
+    if request.io_dump is not None:
+        lines = [f"verify io-dump of {tc.path.name if tc.path else 'model'} on {device_run.spec}"
+                 f" (opt-level {opts.opt_level}, {plan.graph} graph)"]
+        text = io_dump_text(lines, [(c["case"], [{**t, **t["stats"]} for t in c["tensors"]])
+                                    for c in cases])
+        write_text_atomic(Path(request.io_dump), text)
+        written["io_dump"] = str(request.io_dump)
+    return written
 
 
 def write_out_dump(folder: Path, indices: Sequence[int], device_run: DeviceRun) -> Path:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -154,3 +154,91 @@ def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
             chain.append(current.op_type)
         floors[name] = saturating_floor(node.op_type, chain)
     return floors
+
+
+def inferred_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """The type of every tensor onnx knows or can infer: the graph's inputs, outputs and
+    value_info, then shape inference (which may fail on ops it does not know: those tensors
+    simply stay unknown)."""
+    types: dict[str, onnx.TypeProto] = {}
+
+    def take(infos: Iterable[onnx.ValueInfoProto]) -> None:
+        for vi in infos:
+            if vi.name not in types and vi.type.WhichOneof("value") is not None \
+                    and _known_elem_type(vi.type):
+                types[vi.name] = vi.type
+
+    graph = model.graph
+    take(graph.input)
+    take(graph.output)
+    take(graph.value_info)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - onnx raises assorted errors for ops it cannot infer
+        return types
+    take(inferred.graph.value_info)
+    take(inferred.graph.output)
+    return types
+
+
+def _known_elem_type(tp: onnx.TypeProto) -> bool:
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return tp.tensor_type.elem_type != onnx.TensorProto.UNDEFINED
+    return kind is not None
+
+
+def with_outputs(model: onnx.ModelProto, names: Sequence[str], *,
+                 types: dict[str, onnx.TypeProto] | None = None
+                 ) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of `model` whose graph outputs are its own outputs plus `names` (in order, once
+    each), typed by shape inference; and the names skipped because their type could not be
+    inferred. Names that are already outputs are kept once. Pass `types`
+    (`inferred_types(model)`) to mark several sets without re-running inference."""
+    types = inferred_types(model) if types is None else types
+    marked = onnx.ModelProto()
+    marked.CopyFrom(model)
+    present = {o.name for o in marked.graph.output}
+    skipped: list[str] = []
+    for name in names:
+        if name in present:
+            continue
+        tp = types.get(name)
+        if tp is None:
+            skipped.append(name)
+            continue
+        vi = marked.graph.output.add()
+        vi.name = name
+        vi.type.CopyFrom(tp)
+        present.add(name)
+    return marked, skipped
+
+
+def fused_away(original: onnx.ModelProto, kept: Iterable[str]) -> dict[str, list[str]]:
+    """For each tensor of `original` that is in `kept` (the tensors of an optimized graph), the
+    original tensors that optimization fused into its producer: those not kept, reached
+    walking up from it through tensors that are not kept either."""
+    kept = set(kept)
+    producer: dict[str, onnx.NodeProto] = {}
+    for node in original.graph.node:
+        for out in node.output:
+            if out:
+                producer[out] = node
+    groups: dict[str, list[str]] = {}
+    for name in producer:
+        if name not in kept:
+            continue
+        found: list[str] = []
+        stack = [i for i in producer[name].input if i]
+        seen: set[str] = set()
+        while stack:
+            t = stack.pop()
+            if t in seen or t in kept or t not in producer:
+                continue
+            seen.add(t)
+            found.append(t)
+            stack.extend(i for i in producer[t].input if i)
+        if found:
+            order = {t: i for i, t in enumerate(producer)}
+            groups[name] = sorted(found, key=order.__getitem__)
+    return groups

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from verify import __version__
+from verify.capture import host_layers
 from verify.graph import load_model, sha256_bytes, tensor_order
 from verify.inputs import InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import reference_session, run_reference
@@ -26,6 +27,7 @@ class PackOptions:
     pre: Preprocess = Preprocess()
     tolerances: Mapping[str, object] = field(default_factory=dict)
     layers: bool = False
+    layers_budget_bytes: int | None = None   # default: sized to the model and this machine
 
 
 def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
@@ -70,8 +72,13 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
                   tensor_order=tuple(tensor_order(model)),
                   tolerances=dict(options.tolerances),
                   provenance={**provenance(model_bytes, model_path), "seed": options.seed,
-                              "data": list(options.data)})
-    write_archive(out, tc)
+                              "data": list(options.data)},
+                  has_layers=options.layers)
+    del model, session
+    # Per-layer references stream from the chunked capture straight into the archive.
+    layers = ([host_layers(model_bytes, case.inputs, budget_bytes=options.layers_budget_bytes)
+               for case in cases] if options.layers else None)
+    write_archive(out, tc, layers)
     return tc
 
 

@@ -7,6 +7,7 @@ content-addressed cache, a job file in, a result file out (docs/runner-contract.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 import tempfile
@@ -17,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.capture import DumpPlan, plan_dump
 from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver, Progress
@@ -63,6 +65,26 @@ class CaseRun:
 
 
 @dataclass(frozen=True)
+class DumpSpec:
+    """A per-layer capture after the run: `dest` receives the .npy files (None: stats only)."""
+
+    dest: Path | None = None
+    budget_bytes: int | None = None
+    dump_filter: str | None = None
+
+
+@dataclass(frozen=True)
+class DumpCapture:
+    """What a dump captured: the plan, the budget used, and per case the runner's records
+    (name, dtype, shape, stats, and `file`, its name inside `DumpSpec.dest`, or None)."""
+
+    plan: DumpPlan
+    budget_bytes: int
+    records: tuple[tuple[Mapping[str, Any], ...], ...]
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class DeviceRun:
     device: Mapping[str, Any]
     spec: str
@@ -74,6 +96,7 @@ class DeviceRun:
     providers: tuple[str, ...]
     profile_file: Path | None = None
     workdir: str | None = None
+    dump: DumpCapture | None = None
 
 
 def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
@@ -129,8 +152,12 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
 def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],
                   options: RunOptions, *, status: Status | None = None,
                   progress: ProgressFactory | None = None,
-                  local_out: Path | None = None) -> DeviceRun:
+                  local_out: Path | None = None, dump: DumpSpec | None = None) -> DeviceRun:
     """Run a model on a device for each case's inputs; return timings and outputs.
+
+    With `dump`, a second job then captures every tensor (see `_run_dump`): of the model
+    itself at opt-level disable, else of the optimized model onnxruntime wrote during the run,
+    so the dump shows the graph that ran. The timed run's outputs come from the unmarked model.
 
     The model, runner and inputs go through the device's content-addressed cache, so a
     second run of the same testcase sends only the job file.
@@ -174,6 +201,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                     "outputs_dir": "out", "result": "result.json",
                     "profile": "profile.json" if options.profile else None,
                 }
+                if dump is not None and options.opt_level != "disable":
+                    job["optimized_model_path"] = _OPTIMIZED
                 job_file = tmp / "job.json"
                 job_file.write_text(json.dumps(job, indent=1))
                 driver.put(job_file, f"{workdir}/job.json")
@@ -194,6 +223,11 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 if options.profile and result.get("profile"):
                     profile_file = (local_out or tmp) / "profile.json"
                     driver.get(f"{workdir}/{result['profile']}", profile_file)
+                capture = None
+                if dump is not None:
+                    capture = _run_dump(driver, profile, runner_argv(profile, runner_path),
+                                        workdir, tmp, job, model_bytes, dump, say,
+                                        options.timeout)
             finally:
                 if not options.keep:  # quiet while failing: a dead link must not hide why
                     driver.remove(workdir, quiet=sys.exc_info()[1] is not None)
@@ -202,14 +236,65 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                              cases=tuple(case_runs), transfers=driver.stats.as_dict(),
                              options=options, providers=tuple(providers),
                              profile_file=profile_file,
-                             workdir=workdir if options.keep else None)
+                             workdir=workdir if options.keep else None, dump=capture)
+
+
+_OPTIMIZED = "optimized.onnx"
+
+
+def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, tmp: Path,
+              job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec,
+              say: Status, timeout: float | None) -> DumpCapture:
+    """The dump job: plan on the host (onnx), capture on the device in bounded chunks (the
+    runner, opt-level disable on the model that ran), then pull each tensor file."""
+    optimized = None
+    model_ref = job["model"]
+    if "optimized_model_path" in job:
+        local = tmp / _OPTIMIZED
+        driver.get(f"{workdir}/{_OPTIMIZED}", local)
+        optimized = local.read_bytes()
+        model_ref = _OPTIMIZED
+    plan = plan_dump(model_bytes, optimized, dump.dump_filter)
+    if not plan.tensors:
+        raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
+    dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
+                "optimized_model_path": None, "result": "dump_result.json",
+                "dump": {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
+                         "budget_bytes": dump.budget_bytes, "dir": "dump",
+                         "save": dump.dest is not None}}
+    job_file = tmp / "dump_job.json"
+    job_file.write_text(json.dumps(dump_job, indent=1))
+    driver.put(job_file, f"{workdir}/dump_job.json")
+    say(f"dumping {len(plan.tensors)} tensors on {profile.spec}")
+    res = driver.run([*argv, f"{workdir}/dump_job.json"], cwd=workdir,
+                     timeout=timeout, check=False)
+    result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile,
+                           name="dump_result.json")
+    info = result.get("dump") or {}
+    records = []
+    for case_records in info.get("cases", []):
+        kept = []
+        for rec in case_records:
+            if rec is None:
+                continue
+            rec = dict(rec)
+            if rec.get("file") and dump.dest is not None:
+                name = rec["file"].rsplit("/", 1)[-1]
+                part = dump.dest / f".{name}.part"
+                driver.get(f"{workdir}/{rec['file']}", part)
+                os.replace(part, dump.dest / name)
+                rec["file"] = name
+            kept.append(rec)
+        records.append(tuple(kept))
+    return DumpCapture(plan, int(info.get("budget_bytes", 0)), tuple(records),
+                       float(info.get("ms", 0.0)) / 1000.0)
 
 
 def _fetch_result(driver: Driver, workdir: str, tmp: Path, status: int, stderr: str,
-                  profile: Profile) -> dict[str, Any]:
-    local = tmp / "result.json"
+                  profile: Profile, name: str = "result.json") -> dict[str, Any]:
+    local = tmp / name
     try:
-        driver.get(f"{workdir}/result.json", local)
+        driver.get(f"{workdir}/{name}", local)
     except DeviceError:
         how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
         raise RunnerError(f"{profile.spec}: the runner {how} without writing a result: "

@@ -91,7 +91,7 @@ def emit_json(data: Any) -> None:
 
 def _register() -> None:
     """Import the command modules; each adds its commands to `cli`."""
-    from verify.cli import bench_cmd, ci_cmd, devices_cmd, export_cmd, inspect_cmd, localize_cmd, pack_cmd, profile_cmd, run_cmd  # noqa: F401,E501
+    from verify.cli import bench_cmd, ci_cmd, devices_cmd, diff_cmd, export_cmd, inspect_cmd, localize_cmd, pack_cmd, profile_cmd, run_cmd  # noqa: F401,E501
 
 
 _register()

@@ -8,9 +8,15 @@ replace it.
 
     python runner.py JOB.json      run the job; writes the result file the job names
     python runner.py --describe    print a JSON description of this device and exit
+
+A job with a "dump" entry captures intermediate tensors instead of timing: the model is
+rewritten here (graph outputs appended at the protobuf wire level, no onnx package needed)
+once per chunk of tensors whose sizes fit the memory budget, so no more than one chunk of
+activations is alive at a time; each tensor is streamed to an .npy file named by index.
 """
 
 import json
+import mmap
 import os
 import platform
 import sys
@@ -145,6 +151,12 @@ def run_job(job, workdir):
     import onnxruntime as ort
 
     result = {"contract": CONTRACT, "version": CONTRACT_VERSION, "status": "ok", "cases": []}
+    if job.get("optimized_model_path"):
+        job = dict(job, optimized_model_path=os.path.join(workdir, job["optimized_model_path"]))
+    if job.get("dump"):
+        result["load_ms"] = result["prepare_ms"] = 0.0
+        run_dump(np, ort, job, workdir, result)
+        return result
     t0 = time.perf_counter()
     with open(os.path.join(workdir, job["model"]), "rb") as fh:
         model_bytes = fh.read()
@@ -195,6 +207,268 @@ def run_job(job, workdir):
         result["profile"] = job["profile"]
         result["profile_warmup_runs"] = warmup
     return result
+
+
+# --- per-layer dumps ---------------------------------------------------------------------------
+# The model is rewritten at the protobuf wire level: ModelProto.graph is field 7, and
+# GraphProto.output (field 12) is a repeated ValueInfoProto, so appending outputs means appending
+# `12: {1: name}` records to the graph's bytes and re-encoding its length. onnxruntime infers the
+# type of an output given by name only.
+_GRAPH_FIELD = 7
+_OUTPUT_TAG = b"\x62"      # field 12, wire type 2
+_NAME_TAG = b"\x0a"        # field 1, wire type 2
+_MIB = 1 << 20
+STAT_FIRST = 8             # how many leading values the stats keep
+_STAT_BLOCK = 1 << 20      # elements per block when computing stats (bounded temporaries)
+ITEMSIZE = {"float": 4, "float16": 2, "double": 8, "bfloat16": 2, "int8": 1, "uint8": 1,
+            "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+            "bool": 1, "string": 8, "float8e4m3fn": 1, "float8e5m2": 1}
+
+
+def _varint(n):
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _read_varint(buf, pos):
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise JobError("model", "not an ONNX model (truncated protobuf)")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def _graph_span(buf):
+    """(tag start, value start, value end) of ModelProto.graph in serialized bytes."""
+    pos, n = 0, len(buf)
+    while pos < n:
+        start = pos
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            if field == _GRAPH_FIELD:
+                return start, pos, pos + length
+            pos += length
+        else:
+            raise JobError("model", "not an ONNX model (protobuf wire type %d)" % wire)
+    raise JobError("model", "not an ONNX model (no graph)")
+
+
+def model_with_outputs(buf, names):
+    """The pieces (bytes-like, in order) of `buf`, a serialized ModelProto, with graph outputs
+    `names` appended (by name only). Join them, or write them one by one to avoid a copy."""
+    start, vstart, vend = _graph_span(buf)
+    extra = bytearray()
+    for name in names:
+        raw = name.encode("utf-8")
+        vi = _NAME_TAG + _varint(len(raw)) + raw
+        extra += _OUTPUT_TAG + _varint(len(vi)) + vi
+    head = _varint((_GRAPH_FIELD << 3) | 2) + _varint(vend - vstart + len(extra))
+    view = memoryview(buf)
+    return [view[:start], head, view[vstart:vend], bytes(extra), view[vend:]]
+
+
+def write_model_with_outputs(src, dst, names):
+    with open(src, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        buf = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+        try:
+            pieces = model_with_outputs(buf, names)
+            with open(dst, "wb") as out:
+                for piece in pieces:
+                    out.write(piece)
+            for piece in pieces:
+                if isinstance(piece, memoryview):
+                    piece.release()
+        finally:
+            if size:
+                buf.close()
+
+
+def total_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def default_budget(model_bytes, memory=None):
+    """Bytes of marked activations one chunk may hold: a quarter of the model's size, at least
+    16 MiB (a plain run holds the weights, so this keeps a dump run near 1.3x of its peak
+    memory), at most 1/16 of the machine's memory."""
+    budget = max(16 * _MIB, model_bytes // 4)
+    memory = total_memory() if memory is None else memory
+    if memory:
+        budget = min(budget, max(memory // 16, _MIB))
+    return int(budget)
+
+
+def output_nbytes(ort_type, shape, symbols):
+    """Estimated bytes of an output from onnxruntime's type and shape; None when unknown."""
+    kind = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else None
+    if kind not in ITEMSIZE or shape is None:
+        return None
+    n = ITEMSIZE[kind]
+    for dim in shape:
+        if isinstance(dim, int) and dim >= 0:
+            n *= dim
+        elif isinstance(dim, str) and dim in symbols:
+            n *= symbols[dim]
+        else:
+            return None
+    return n
+
+
+def plan_chunks(names, sizes, budget):
+    """Split `names` (in order) into consecutive chunks whose estimated sizes fit `budget`;
+    a tensor over the budget goes alone, an unknown size counts as the largest known one."""
+    known = [s for s in sizes if s is not None]
+    guess = max(known) if known else budget
+    chunks, current, used = [], [], 0
+    for name, size in zip(names, sizes):
+        size = guess if size is None else size
+        if current and used + size > budget:
+            chunks.append(current)
+            current, used = [], 0
+        current.append(name)
+        used += size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def tensor_stats(np, value, first=STAT_FIRST):
+    """min, max, mean, std (float64 sums over finite values), NaN/Inf counts, first values;
+    computed block by block so no full-size temporary is made."""
+    a = np.asarray(value)
+    stats = {"dtype": str(a.dtype), "shape": [int(d) for d in a.shape], "size": int(a.size),
+             "nan": 0, "inf": 0, "min": None, "max": None, "mean": None, "std": None,
+             "first": []}
+    if a.dtype.kind not in "biuf":
+        return stats
+    flat = a.reshape(-1)
+    stats["first"] = [v.item() if a.dtype.kind != "b" else bool(v) for v in flat[:first]]
+    count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
+    for start in range(0, flat.size, _STAT_BLOCK):
+        block = flat[start:start + _STAT_BLOCK]
+        if a.dtype.kind == "f":
+            finite = np.isfinite(block)
+            nan = int(np.count_nonzero(np.isnan(block)))
+            stats["nan"] += nan
+            stats["inf"] += int(block.size - np.count_nonzero(finite)) - nan
+            if not finite.all():
+                block = block[finite]
+        if block.size == 0:
+            continue
+        b64 = block.astype(np.float64)
+        bmean = float(b64.mean())
+        bm2 = float(np.dot(b64 - bmean, b64 - bmean))
+        n = count + block.size
+        delta = bmean - (total / count if count else 0.0)
+        mean = (total / count if count else 0.0) + delta * block.size / n
+        m2 = m2 + bm2 + delta * delta * count * block.size / n
+        total, count = mean * n, n
+        bmin, bmax = block.min().item(), block.max().item()
+        lo = bmin if lo is None else min(lo, bmin)
+        hi = bmax if hi is None else max(hi, bmax)
+    if count:
+        stats.update({"min": _plain(lo), "max": _plain(hi), "mean": total / count,
+                      "std": (m2 / count) ** 0.5})
+    return stats
+
+
+def _plain(v):
+    return bool(v) if isinstance(v, bool) else v
+
+
+def _fed_symbols(sess, feeds):
+    symbols = {}
+    for inp in sess.get_inputs():
+        value = feeds.get(inp.name)
+        for dim, actual in zip(inp.shape, getattr(value, "shape", ())):
+            if isinstance(dim, str):
+                symbols[dim] = int(actual)
+    return symbols
+
+
+def capture_chunks(np, ort, model, tensors, outputs, cases, budget, session_job, scratch):
+    """Yield (case index, name, value) for every name in `tensors` (in order, chunk by chunk;
+    within a chunk case by case). Graph inputs come from the feeds; the other tensors are
+    fetched from a session on `model` (a file) with that chunk's tensors appended as outputs,
+    so at most about `budget` bytes of marked activations are alive at a time."""
+    outputs = set(outputs)
+    fed = set()
+    for feeds in cases:
+        fed.update(feeds)
+    marked = [n for n in tensors if n not in fed and n not in outputs]
+    path = os.path.join(scratch, "_marked.onnx")
+    write_model_with_outputs(model, path, marked)
+    sess = make_session(ort, path, session_job)  # everything marked: types and shapes
+    os.remove(path)
+    symbols = _fed_symbols(sess, cases[0] if cases else {})
+    sizes = {o.name: output_nbytes(o.type, o.shape, symbols) for o in sess.get_outputs()}
+    chunks = plan_chunks(tensors, [0 if n in fed else sizes.get(n) for n in tensors], budget)
+    if len(chunks) > 1:
+        sess = None
+    for chunk in chunks:
+        fetch = [n for n in chunk if n not in fed]
+        if fetch and sess is None:
+            write_model_with_outputs(model, path, [n for n in fetch if n not in outputs])
+            sess = make_session(ort, path, session_job)
+            os.remove(path)
+        for ci, feeds in enumerate(cases):
+            values = dict(zip(fetch, run_once(sess, feeds, fetch))) if fetch else {}
+            for name in chunk:
+                value = feeds[name] if name in fed else values.pop(name)
+                yield ci, name, value
+                del value
+        sess = None
+
+
+def run_dump(np, ort, job, workdir, result):
+    """Capture the job's dump tensors (job["dump"]) into .npy files named by index, with
+    per-tensor stats in the result; with "save" false, the stats only."""
+    spec = job["dump"]
+    out_rel = spec.get("dir", "dump")
+    out_dir = os.path.join(workdir, out_rel)
+    os.makedirs(out_dir, exist_ok=True)
+    model = os.path.join(workdir, job["model"])
+    session_job = dict(job, opt_level="disable", optimized_model_path=None, profile=None)
+    tensors = list(spec["tensors"])
+    index = {name: i for i, name in enumerate(tensors)}
+    save = bool(spec.get("save", True))
+    first = int(spec.get("first", STAT_FIRST))
+    cases = [load_inputs(np, case, workdir) for case in job["cases"]]
+    budget = int(spec.get("budget_bytes") or default_budget(os.path.getsize(model)))
+    records = [[None] * len(tensors) for _ in cases]
+    t0 = time.perf_counter()
+    for ci, name, value in capture_chunks(np, ort, model, tensors, spec.get("outputs", []),
+                                          cases, budget, session_job, out_dir):
+        rec = tensor_stats(np, value, first)
+        rec["name"] = name
+        rec["file"] = None
+        if save:
+            rec["file"] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
+            np.save(os.path.join(workdir, rec["file"]), np.asarray(value), allow_pickle=False)
+        records[ci][index[name]] = rec
+    result["dump"] = {"budget_bytes": budget, "ms": _now_ms(t0), "cases": records}
+    result["cases"] = [{"warmup_ms": [], "iter_ms": [], "outputs": {}} for _ in cases]
 
 
 def write_json_atomic(path, data):

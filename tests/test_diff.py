@@ -1,0 +1,217 @@
+"""`verify diff` through the CLI: clean diffs across opt levels, every bad input (exit code and
+message), and the report's table, --top, --only-failing, --json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_dump import CNN, REPO
+from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 (fixtures)
+from verify.cli import main
+from verify.compare import ToleranceSet
+from verify.diff import diff_captures
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def dump_copy(cnn_dumps: dict[str, Path], tmp_path: Path) -> Path:
+    """A private copy of the opt-disable dump, to damage."""
+    return Path(shutil.copytree(cnn_dumps["disable"], tmp_path / "copy"))
+
+
+def test_opt_disable_and_all_diff_cleanly_with_fused_tensors_listed(
+        cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                             "--show-missing")
+    assert code == 0, err
+    assert out.splitlines()[-1] == "=== PASS: 18 tensors within tolerance"
+    assert "only in reference: 20 tensor(s) (20 fused away by the actual side's optimizer)" in out
+    assert "  stem/conv:0 (Conv): fused away by the actual side's optimizer" in out
+    assert "only in actual: 11 tensor(s)" in out
+    assert "magnitude k=2^-14 floor=2^-4" in out  # the rule judging Softmax's prob
+
+
+def test_dump_against_archive_layers_json(cnn_dumps: dict[str, Path], cnn_layers_vtc: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    # the archive was packed with seed 7 random inputs, as the dumps: same inputs
+    code, out, _ = run_cli(capsys, "diff", cnn_dumps["disable"], cnn_layers_vtc, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["passed"] is True and doc["first_divergent"] is None
+    assert doc["counts"] == {"compared": 38, "failed": 0, "only_in_actual": 0,
+                             "only_in_reference": 0}
+    row = doc["rows"][-1]
+    assert row["name"] == "prob" and row["diff"]["topk"]["top1"] == 1.0
+    assert set(row["diff"]) >= {"max_abs", "max_rel", "mean_abs", "cosine", "sqnr_db",
+                                "frac_outside", "nan_actual", "inf_reference", "rule"}
+
+
+def test_tight_tolerance_fails_names_the_first_divergent_and_exits_1(
+        cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                           "--atol", "1e-9", "--only-failing")
+    assert code == 1
+    assert "first divergent tensor: 'stem/relu:0'  node stem/relu  op Relu" in out
+    assert out.splitlines()[-1].startswith(
+        "=== FAIL: 17 of 18 tensors over tolerance; first divergent 'stem/relu:0' "
+        "(node stem/relu, op Relu), fused on the actual side with stem/conv:0, stem/bn:0")
+    code, out, _ = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                           "--tol", "*:atol=1e-9", "--top", "3")
+    table = [ln for ln in out.splitlines() if ln.endswith(("PASS     magnitude k=2^-14",)) or
+             "FAIL" in ln and "allclose" in ln]
+    assert code == 1 and len(table) == 3
+
+
+def test_shape_and_dtype_mismatches_are_rows_not_errors(dump_copy: Path) -> None:
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    t = m["cases"][0]["tensors"][3]
+    np.save(dump_copy / t["file"], np.zeros((2, 2), np.float64), allow_pickle=False)
+    t["shape"], t["dtype"] = [2, 2], "float64"
+    (dump_copy / "manifest.json").write_text(json.dumps(m))
+    # the damaged copy against an intact dump: one failing row, everything else compared
+    intact = dump_copy.parent / "intact"
+    shutil.copytree(dump_copy, intact)
+    np.save(intact / t["file"], np.zeros((1, 8, 112, 112), np.float32), allow_pickle=False)
+    m["cases"][0]["tensors"][3].update(shape=[1, 8, 112, 112], dtype="float32")
+    (intact / "manifest.json").write_text(json.dumps(m))
+    report = diff_captures(dump_copy, intact, ToleranceSet())
+    assert not report.passed
+    assert report.first_divergent is not None and report.first_divergent.name == t["name"]
+    assert report.first_divergent.diff.reason == "shape (2,2) vs (1,8,112,112)"
+    assert len(report.compared) == 38
+
+
+def _damage(kind: str, d: Path) -> str:
+    """Damage the dump copy `d`; returns the expected error line."""
+    m = json.loads((d / "manifest.json").read_text())
+    t = m["cases"][0]["tensors"][5]
+    f = d / t["file"]
+    if kind == "missing file":
+        f.unlink()
+        return f"error: {d}: tensor 'block1/conv1:0': file {f.name} is missing (an incomplete or damaged dump; re-run it)"
+    if kind == "truncated":
+        data = f.read_bytes()
+        f.write_bytes(data[:len(data) // 2])
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is truncated ({len(data) // 2} "
+                f"bytes, expected {len(data)})")
+    if kind == "other shape":
+        np.save(f, np.zeros((3, 4), np.float32), allow_pickle=False)
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds float32 (3,4) but the "
+                "manifest says float32 (1,8,56,56)")
+    if kind == "pickled":
+        np.save(f, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
+        t["dtype"], t["shape"] = "object", [1]
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds Python objects (a pickled "
+                ".npy); refusing to load it")
+    if kind == "manifest not json":
+        (d / "manifest.json").write_text("{not json")
+        return (f"error: {d}: manifest.json is not valid JSON (Expecting property name "
+                "enclosed in double quotes: line 1 column 2 (char 1))")
+    if kind == "incomplete":
+        (d / "manifest.json").unlink()
+        return (f"error: {d}: incomplete dump (tensor files but no manifest.json: the dump "
+                "was interrupted); re-run it")
+    if kind == "empty":
+        shutil.rmtree(d)
+        d.mkdir()
+        return f"error: {d}: empty folder, not a verify dump"
+    if kind == "no tensors":
+        m["cases"][0]["tensors"] = []
+        (d / "manifest.json").write_text(json.dumps(m))
+        return f"error: {d}: empty dump (no tensors; was --dump-filter too narrow?)"
+    if kind == "newer":
+        m["format_version"] = 99
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: dump format version 99 is newer than this verify 0.1.0 reads "
+                "(up to 1): upgrade verify")
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
+                                  "manifest not json", "incomplete", "empty", "no tensors",
+                                  "newer"])
+def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
+                                              cnn_dumps: dict[str, Path],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    expected = _damage(kind, dump_copy)
+    code, out, err = run_cli(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    assert (code, out) == (2, "")
+    assert err.strip() == expected
+
+
+def test_pickle_payload_is_never_executed(dump_copy: Path, cnn_dumps: dict[str, Path],
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    marker = dump_copy.parent / "pwned"
+
+    class Evil:
+        def __reduce__(self):  # noqa: ANN204
+            return (Path.touch, (marker,))
+
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    t = m["cases"][0]["tensors"][2]
+    np.save(dump_copy / t["file"], np.array([Evil()], dtype=object), allow_pickle=True)
+    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], dump_copy)
+    assert code == 2 and "a pickled .npy" in err
+    assert not marker.exists()
+
+
+def test_different_models_are_refused(tmp_path: Path, cnn_dumps: dict[str, Path],
+                                      dump_factory: Callable[..., Path],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    other = dump_factory(REPO / "goldens" / "models" / "two_io.onnx", "disable")
+    code, _, err = run_cli(capsys, "diff", other, cnn_dumps["disable"])
+    assert code == 2
+    assert err.strip() == (f"error: {other} and {cnn_dumps['disable']} share no computed "
+                           "tensor: captures of different models?")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tol", "conv*"], "error: bad tolerance 'conv*': expected PATTERN:KEY=VALUE[,KEY=VALUE...] "
+                         "with keys atol, rtol, k, floor, or PATTERN:exact"),
+    (["--tol", "conv*:atol=abc"], "error: bad tolerance 'conv*:atol=abc': 'abc' is not a number "
+                                  "(write 1e-3 or 2^-12)"),
+    (["--atol", "-1"], "error: atol must be finite and >= 0, got -1"),
+    (["--top", "2", "--only-failing"], "error: --top and --only-failing cannot be combined; "
+                                       "pick one"),
+    (["--case", "3"], "error: {a}: no case 3 (the dump holds 1 case(s), 0..0)"),
+])
+def test_usage_errors(args: list[str], message: str, cnn_dumps: dict[str, Path],
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    a = cnn_dumps["disable"]
+    code, _, err = run_cli(capsys, "diff", a, a, *args)
+    assert code == 2
+    assert err.strip() == message.format(a=a)
+
+
+def test_archive_without_layers_and_missing_paths(cnn_dumps: dict[str, Path], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures_dump import pack
+
+    plain = pack(CNN, tmp_path / "plain.vtc")
+    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], plain)
+    assert (code, err.strip()) == (2, f"error: {plain}: holds no per-layer references for "
+                                      "case 0; re-pack it with `verify pack --layers`")
+    code, _, err = run_cli(capsys, "diff", tmp_path / "nope", plain)
+    assert (code, err.strip()) == (2, f"error: {tmp_path / 'nope'}: no such file or folder")
+    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], stats := _stats_dump(tmp_path))
+    assert code == 2 and err.strip() == (
+        f"error: {stats}: a --dump-stats-only dump holds no tensor values to compare; diff "
+        "its --io-dump text, or re-run without --dump-stats-only")
+
+
+def _stats_dump(tmp_path: Path) -> Path:
+    from fixtures_dump import make_dump, pack
+
+    archive = pack(CNN, tmp_path / "s.vtc")
+    return make_dump(archive, tmp_path / "stats", "disable", "--dump-stats-only")

@@ -1,0 +1,171 @@
+"""`verify run --bin-io-dump / --io-dump` on the local device: what the dump holds, that it is
+what the device computed, and the dump options' errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from fixtures_dump import CNN, make_dump, pack
+from fixtures_dump import cnn_dumps, dump_factory  # noqa: F401 (fixtures)
+from verify.cli import main
+from verify.dump import open_dump
+
+LEVELS = ["disable", "basic", "extended", "all"]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def cnn_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pack(CNN, tmp_path_factory.mktemp("dumprun") / "cnn.vtc")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_dump_final_outputs_are_bit_identical_to_the_plain_run(
+        cnn_vtc: Path, tmp_path: Path, level: str) -> None:
+    plain = tmp_path / "plain"
+    assert main(["run", str(cnn_vtc), "--iter", "1", "--opt-level", level,
+                 "--bin-out-dump", str(plain), "--json"]) == 0
+    dump = make_dump(cnn_vtc, tmp_path / "dump", level)
+    d = open_dump(dump)
+    entry = next(e for e in d.entries(0) if e.name == "prob")
+    plain_prob = np.load(plain / "case0-out0.npy", allow_pickle=False)
+    assert np.array_equal(np.asarray(d.load(entry)), plain_prob)
+    assert d.manifest["graph"] == ("model" if level == "disable" else "optimized")
+    assert d.manifest["options"]["opt_level"] == level
+
+
+def test_dump_manifest_lists_tensors_in_order_files_by_index(cnn_dumps: dict[str, Path]) -> None:
+    d = open_dump(cnn_dumps["disable"])
+    entries = d.entries(0)
+    order = [t.name for t in __import__("verify.graph", fromlist=["x"]).tensor_order(onnx.load(CNN))]
+    assert [e.name for e in entries] == order
+    assert [e.file for e in entries] == [f"c0_t{i:05d}.npy" for i in range(len(order))]
+    files = sorted(p.name for p in cnn_dumps["disable"].iterdir())
+    assert files == sorted([e.file for e in entries] + ["manifest.json"])
+    first = entries[1]
+    assert (first.name, first.node, first.op) == ("stem/conv:0", "stem/conv", "Conv")
+    assert first.stats["nan"] == 0 and first.stats["std"] > 0
+    m = d.manifest
+    assert m["complete"] is True and m["format"] == "verify-dump"
+    assert m["device"]["onnxruntime"] and m["providers"] == ["CPUExecutionProvider"]
+    assert m["fused_away"] == [] and m["optimized_only"] == []
+
+
+def test_dump_at_opt_all_records_fused_away_and_optimized_only(cnn_dumps: dict[str, Path]) -> None:
+    m = open_dump(cnn_dumps["all"]).manifest
+    fused = {f["name"] for f in m["fused_away"]}
+    assert {"stem/conv:0", "stem/bn:0", "block1/conv1:0"} <= fused
+    assert m["optimized_only"] and all(t.startswith("reorder_token") for t in m["optimized_only"])
+    assert m["fused_into"]["stem/relu:0"] == ["stem/conv:0", "stem/bn:0"]
+    origins = {e["name"]: e["origin"] for e in m["cases"][0]["tensors"]}
+    assert origins["stem/relu:0"] == "model" and origins[m["optimized_only"][0]] == "optimized"
+
+
+def test_io_dump_text_is_stable(cnn_vtc: Path, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    texts = []
+    for k in range(2):
+        code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "disable",
+                               "--io-dump", tmp_path / f"io{k}.txt")
+        assert code == 0, err
+        texts.append((tmp_path / f"io{k}.txt").read_text())
+    assert texts[0] == texts[1]
+    lines = texts[0].splitlines()
+    assert lines[1] == "=== case 0: 38 tensors"
+    assert lines[2] == "[00000] data"
+    block = lines[8:14]
+    assert block[0] == "[00001] stem/conv:0"
+    assert block[1] == "  node stem/conv  op Conv"
+    assert block[2] == "  shape (1,8,112,112)  dtype float32"
+    assert block[3].startswith("  first ") and len(block[3].split()) == 9
+    assert block[4].startswith("  min ") and " max " in block[4] and " std " in block[4]
+    assert block[5] == "  nan 0  inf 0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["io0.txt", "io1.txt"]
+
+
+def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "se"
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", out,
+                           "--opt-level", "disable", "--dump-filter", "block3/se/")
+    assert code == 0, err
+    names = [e.name for e in open_dump(out).entries(0)]
+    assert names == ["block3/se/pool:0", "block3/se/fc1:0", "block3/se/relu:0",
+                     "block3/se/fc2:0", "block3/se/sigmoid:0", "block3/se/scale:0"]
+    stats = tmp_path / "stats"
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", stats,
+                           "--dump-stats-only", "--dump-budget-mb", "0.5")
+    assert code == 0, err
+    assert sorted(p.name for p in stats.iterdir()) == ["manifest.json"]
+    d = open_dump(stats)
+    assert all(e.file is None and e.stats["max"] is not None for e in d.entries(0))
+    assert d.manifest["options"]["budget_bytes"] == 1 << 19
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dump-filter", "("], "error: --dump-filter '(': not a regular expression: "
+                             "missing ), unterminated subpattern at position 0"),
+    (["--dump-filter", "^nothing-matches$"],
+     "error: --dump-filter '^nothing-matches$' matches no tensor or node name"),
+    (["--dump-budget-mb", "0"], "error: --dump-budget-mb must be > 0, got 0"),
+])
+def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                            args: list[str], message: str) -> None:
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump",
+                           tmp_path / "d", *args)
+    assert code == 2
+    assert err.strip().splitlines()[-1] == message
+    assert not (tmp_path / "d" / "manifest.json").exists()
+
+
+def test_dump_options_need_a_dump(cnn_vtc: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--dump-stats-only")
+    assert (code, err.strip()) == (2, "error: --dump-filter, --dump-budget-mb and "
+                                      "--dump-stats-only need --bin-io-dump DIR or --io-dump FILE")
+
+
+def test_dump_refuses_a_folder_that_is_not_a_dump(cnn_vtc: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--bin-io-dump", tmp_path)
+    assert code == 2
+    assert err.strip() == (f"error: {tmp_path}: folder is not empty and not a verify dump "
+                           "(holds notes.txt); give an empty or new folder")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_awkward_tensor_names_round_trip(tmp_path: Path,
+                                         dump_factory: Callable[..., Path]) -> None:
+    names = ["../../escape", "a/b c", "ünï cødé ✓", "..", "x:0"]
+    nodes = []
+    prev = "in"
+    for i, n in enumerate(names):
+        nodes.append(helper.make_node("Relu" if i % 2 else "Neg", [prev], [n], name=f"n/{i}"))
+        prev = n
+    nodes.append(helper.make_node("Identity", [prev], ["out"], name="id"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("in", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    dump = dump_factory(model.SerializeToString(), "disable")
+    d = open_dump(dump)
+    assert [e.name for e in d.entries(0)] == ["in", *names, "out"]
+    assert sorted(p.name for p in dump.iterdir()) == ["c0_t00000.npy", "c0_t00001.npy",
+                                                     "c0_t00002.npy", "c0_t00003.npy",
+                                                     "c0_t00004.npy", "c0_t00005.npy",
+                                                     "c0_t00006.npy", "manifest.json"]
+    x = np.asarray(d.load(d.entries(0)[0]))
+    assert np.array_equal(np.asarray(d.load(d.entries(0)[3])), -np.maximum(-x, 0))  # Neg(Relu(Neg))
+    assert json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"][3]["name"] \
+        == "ünï cødé ✓"

@@ -1,0 +1,116 @@
+"""`verify diff`: per-layer comparison of two captures, first divergent tensor named."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import click
+
+from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("actual", type=click.Path(path_type=Path))
+@click.argument("reference", type=click.Path(path_type=Path))
+@click.option("--case", "case_index", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which case of the captures to compare.")
+@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Show only the N worst tensors (by error in tolerance units).")
+@click.option("--only-failing", is_flag=True, help="Show only tensors over tolerance.")
+@click.option("--show-missing", is_flag=True,
+              help="Also list each tensor present on one side only, with why.")
+@tolerance_options
+@json_option
+def diff(actual: Path, reference: Path, case_index: int, top: int | None, only_failing: bool,
+         show_missing: bool, atol: float | None, rtol: float | None,
+         tol_specs: tuple[str, ...], as_json: bool) -> int:
+    """Compare ACTUAL against REFERENCE layer by layer and name the first divergent tensor.
+
+    Each is a dump folder (`verify run --bin-io-dump DIR`) or a .vtc packed with --layers.
+    Tensors are matched by name and walked in REFERENCE's topological order. Per tensor:
+    max abs and relative error, mean abs error, cosine similarity, SQNR (dB), NaN/Inf counts
+    on each side, the fraction of elements outside tolerance, top-1/top-5 agreement for
+    classifier outputs, and the rule that judged it. Tensors on one side only (fused away by
+    an optimizer, filtered out) are listed, not errors. Exit 1 when any tensor is over
+    tolerance.
+
+    \b
+      verify diff phone/ cpu/                       every layer, first divergent node
+      verify diff phone/ model.vtc --top 10          10 worst against the archive's goldens
+      verify diff phone/ cpu/ --only-failing --tol 'head/*:atol=1e-3' --json
+    """
+    from verify.diff import diff_captures
+    from verify.tolerance import tolerance_set
+
+    if top is not None and only_failing:
+        raise UsageError("--top and --only-failing cannot be combined; pick one")
+    tolerances = tolerance_set({}, atol, rtol, tol_specs)
+    report = diff_captures(actual, reference, tolerances, case=case_index)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        click.echo(render_report(report, top=top, only_failing=only_failing,
+                                 show_missing=show_missing))
+    return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def _g(x: float, spec: str = ".3g") -> str:
+    if isinstance(x, float) and math.isnan(x):
+        return "-"
+    return format(x, spec)
+
+
+def render_report(report, *, top: int | None = None, only_failing: bool = False,
+                  show_missing: bool = False) -> str:
+    """The text report: a table of tensors, what one side lacks, the first divergent tensor,
+    and a one-line verdict."""
+    from verify.diff import iter_rows
+
+    lines = [f"actual:    {report.actual}", f"reference: {report.reference}  (case {report.case})"]
+    lines += [f"note: {n}" for n in report.notes]
+    header = (f"{'#':>4}  {'tensor':<32} {'op':<18} {'max_abs':>9} {'max_rel':>9} "
+              f"{'mean_abs':>9} {'cosine':>12} {'sqnr_db':>8} {'outside':>8} "
+              f"{'nan/inf a|r':>11} {'tol_units':>9}  verdict  judged by")
+    lines += ["", header]
+    for row in iter_rows(report, top=top, only_failing=only_failing):
+        d = row.diff
+        nonfinite = f"{d.nan_actual + d.inf_actual}|{d.nan_reference + d.inf_reference}"
+        cos = "-" if math.isnan(d.cosine) else f"{d.cosine:.9f}"
+        verdict = "PASS" if d.passed else "FAIL"
+        lines.append(
+            f"{row.index:>4}  {_clip(row.name, 32):<32} {_clip(row.op, 18):<18} "
+            f"{_g(d.max_abs, '9.2e')} {_g(d.max_rel, '9.2e')} {_g(d.mean_abs, '9.2e')} "
+            f"{cos:>12} {_g(d.sqnr_db, '8.1f')} {_g(100 * d.frac_outside, '7.3f')}% "
+            f"{nonfinite:>11} {_g(d.tol_units, '9.3g')}  {verdict:<7}  {d.rule}")
+        if not d.passed:
+            lines.append(f"{'':>6}{d.reason}")
+        if d.topk is not None:
+            lines.append(f"{'':>6}top-1 agreement {d.topk.top1:.3f}, top-5 {d.topk.top5:.3f} "
+                         f"over {d.topk.rows} row(s)")
+    missing_ref = [r for r in report.rows if r.missing == "actual"]
+    missing_act = [r for r in report.rows if r.missing == "reference"]
+    if missing_ref:
+        fused = sum(1 for r in missing_ref if "fused" in r.why)
+        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s) ({fused} fused away "
+                     "by the actual side's optimizer)")
+        if show_missing:
+            lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_ref]
+    if missing_act:
+        lines.append(f"only in actual: {len(missing_act)} tensor(s)")
+        if show_missing:
+            lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_act]
+    fd = report.first_divergent
+    if fd is not None:
+        lines.append(f"\nfirst divergent tensor: {fd.name!r}  node {fd.node or '-'}  op "
+                     f"{fd.op or '-'}  ({fd.diff.reason})")
+        if fd.fused:
+            lines.append("  on the actual side this tensor's producer also computes the "
+                         f"fused-away {', '.join(fd.fused)}: the fault may be in any of them")
+    lines.append(("=== " + report.verdict()))
+    return "\n".join(lines)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]

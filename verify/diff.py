@@ -1,0 +1,243 @@
+"""`verify diff`: two layer captures compared tensor by tensor, first divergent tensor named.
+
+Each side is a dump directory (`run --bin-io-dump`) or a `.vtc` packed with `--layers`.
+Tensors are matched by name and walked in the reference's topological order; values are
+memory-mapped (dumps) or read one dataset at a time (archives), so neither capture is ever
+held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
+on one side only are listed (fused away by the device's optimizer, filtered, not captured),
+never errors; the first tensor over tolerance is the first divergent one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify.compare import TensorDiff, ToleranceSet, compare
+from verify.dump import Dump, json_safe, open_dump
+from verify.errors import ArchiveError, DumpError, UsageError
+from verify.graph import INPUT_OP, parse_model, saturation_floors
+from verify.testcase import layer_names, read_archive
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    name: str
+    node: str
+    op: str
+    floor: float
+    is_output: bool
+
+
+@dataclass
+class _Side:
+    """One capture opened for reading: its tensors in order and a loader per name."""
+
+    label: str
+    tensors: list[_Tensor]
+    load: Callable[[str], np.ndarray]
+    fused_away: set[str] = field(default_factory=set)
+    fused_into: dict[str, list[str]] = field(default_factory=dict)
+    model_sha256: str = ""
+    graph: str = "model"
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One tensor of the walk: `diff` is None when one side lacks it (`missing` says which:
+    'actual' or 'reference'; `why` says why, e.g. fused away). `fused` lists the reference
+    tensors the actual device fused into this one (its error may come from any of them)."""
+
+    index: int
+    name: str
+    node: str
+    op: str
+    diff: TensorDiff | None
+    missing: str | None = None
+    why: str = ""
+    fused: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.diff is None else self.diff.passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "name": self.name, "node": self.node, "op": self.op,
+                "missing": self.missing, "why": self.why, "fused": list(self.fused),
+                "diff": self.diff.to_dict() if self.diff is not None else None}
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    actual: str
+    reference: str
+    case: int
+    rows: tuple[DiffRow, ...]
+    first_divergent: DiffRow | None
+    passed: bool
+    only_in_actual: tuple[str, ...]
+    only_in_reference: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def compared(self) -> tuple[DiffRow, ...]:
+        return tuple(r for r in self.rows if r.diff is not None)
+
+    @property
+    def failing(self) -> tuple[DiffRow, ...]:
+        return tuple(r for r in self.rows if r.passed is False)
+
+    def verdict(self) -> str:
+        n, bad = len(self.compared), len(self.failing)
+        if self.first_divergent is None:
+            return f"PASS: {n} tensors within tolerance"
+        fd = self.first_divergent
+        where = f"{fd.name!r} (node {fd.node or '-'}, op {fd.op or '-'})"
+        fused = (f", fused on the actual side with {', '.join(fd.fused)}" if fd.fused else "")
+        return f"FAIL: {bad} of {n} tensors over tolerance; first divergent {where}{fused}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe({
+            "actual": self.actual, "reference": self.reference, "case": self.case,
+            "passed": self.passed, "verdict": self.verdict(),
+            "first_divergent": self.first_divergent.to_dict() if self.first_divergent else None,
+            "counts": {"compared": len(self.compared), "failed": len(self.failing),
+                       "only_in_actual": len(self.only_in_actual),
+                       "only_in_reference": len(self.only_in_reference)},
+            "only_in_actual": list(self.only_in_actual),
+            "only_in_reference": list(self.only_in_reference),
+            "notes": list(self.notes), "rows": [r.to_dict() for r in self.rows]})
+
+
+def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, case: int = 0,
+                  engine: str = "auto") -> DiffReport:
+    """Compare two captures (dump directories or .vtc archives with per-layer goldens).
+
+    Raises DumpError/ArchiveError (exit 2) for unusable inputs: missing, incomplete, corrupt,
+    stats-only, or sharing no tensor (dumps of different models). A tensor over tolerance,
+    with another shape or dtype, is a failing row, not an error.
+    """
+    with contextlib.ExitStack() as stack:
+        act = _open_side(Path(actual), case, stack)
+        ref = _open_side(Path(reference), case, stack)
+        return _walk(act, ref, tolerances, case, engine)
+
+
+def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
+          engine: str) -> DiffReport:
+    act_names = {t.name for t in act.tensors}
+    ref_names = {t.name for t in ref.tensors}
+    computed = {t.name for t in ref.tensors if t.op != INPUT_OP} & {
+        t.name for t in act.tensors if t.op != INPUT_OP}
+    if not computed:
+        raise DumpError(f"{act.label} and {ref.label} share no computed tensor: captures of "
+                        "different models?")
+    notes = []
+    if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
+        notes.append("the two captures come from different model files (sha256 "
+                     f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
+    rows: list[DiffRow] = []
+    for i, t in enumerate(ref.tensors):
+        if t.name not in act_names:
+            why = ("fused away by the actual side's optimizer" if t.name in act.fused_away
+                   else "not in the actual capture")
+            rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual", why))
+            continue
+        rule = tolerances.rule_for(t.name, t.floor)
+        a, r = act.load(t.name), ref.load(t.name)
+        d = compare(t.name, a, r, rule, topk=t.is_output, engine=engine)  # type: ignore[arg-type]
+        del a, r
+        rows.append(DiffRow(i, t.name, t.node, t.op, d,
+                            fused=tuple(act.fused_into.get(t.name, ()))))
+    only_act = [t for t in act.tensors if t.name not in ref_names]
+    for k, t in enumerate(only_act):
+        why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
+               else "only in the actual capture" + (" (optimized graph)"
+                                                    if act.graph == "optimized" else ""))
+        rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference", why))
+    first = next((r for r in rows if r.passed is False), None)
+    return DiffReport(
+        actual=act.label, reference=ref.label, case=case, rows=tuple(rows),
+        first_divergent=first, passed=first is None,
+        only_in_actual=tuple(t.name for t in only_act),
+        only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
+        notes=tuple(notes))
+
+
+def _open_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder")
+    if path.is_dir():
+        return _dump_side(open_dump(path), case)
+    return _archive_side(path, case, stack)
+
+
+def _dump_side(dump: Dump, case: int) -> _Side:
+    if dump.stats_only:
+        raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
+                        "compare; diff its --io-dump text, or re-run without --dump-stats-only")
+    entries = {e.name: e for e in dump.entries(case)}
+    outputs = set(dump.manifest.get("outputs", []))
+    tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
+               for e in sorted(entries.values(), key=lambda e: e.index)]
+    fused = dump.manifest.get("fused_away") or []
+    return _Side(
+        label=str(dump.path), tensors=tensors, load=lambda name: dump.load(entries[name]),
+        fused_away={str(f["name"]) for f in fused if isinstance(f, dict) and "name" in f},
+        fused_into={str(k): [str(x) for x in v]
+                    for k, v in (dump.manifest.get("fused_into") or {}).items()},
+        model_sha256=str(dump.manifest.get("model_sha256", "")),
+        graph=str(dump.manifest.get("graph", "model")))
+
+
+def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
+    import h5py
+
+    from verify import schema
+
+    tc = read_archive(path)
+    if not 0 <= case < len(tc.cases):
+        raise UsageError(f"{path}: no case {case} (the archive holds {len(tc.cases)} "
+                         f"case(s), 0..{len(tc.cases) - 1})")
+    if not tc.has_layers or not layer_names(path, case):
+        raise ArchiveError(f"{path}: holds no per-layer references for case {case}; "
+                           "re-pack it with `verify pack --layers`")
+    f = stack.enter_context(h5py.File(path, "r"))
+    group = f[f"{schema.case_path(case)}/{schema.LAYERS}"]
+    keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
+    floors = saturation_floors(parse_model(tc.model_bytes, str(path)))
+    order = [t for t in tc.tensor_order if t.name in keys]
+
+    def load(name: str) -> np.ndarray:
+        return np.asarray(group[keys[name]][()])
+
+    return _Side(label=str(path),
+                 tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                          for t in order],
+                 load=load, model_sha256=str(tc.provenance.get("model_sha256", "")))
+
+
+def iter_rows(report: DiffReport, *, top: int | None = None,
+              only_failing: bool = False) -> Iterator[DiffRow]:
+    """The rows a table shows: all compared rows in order, only the failing ones, or the
+    `top` worst by tolerance units (then in order)."""
+    rows = [r for r in report.rows if r.diff is not None and
+            (not only_failing or not r.diff.passed)]
+    if top is not None:
+        worst = sorted(rows, key=lambda r: _units(r.diff), reverse=True)[:top]
+        keep = {id(r) for r in worst}
+        rows = [r for r in rows if id(r) in keep]
+    yield from rows
+
+
+def _units(d: TensorDiff | None) -> float:
+    if d is None:
+        return -1.0
+    if not d.passed and not (d.tol_units == d.tol_units):  # NaN (shape mismatch): worst
+        return float("inf")
+    return d.tol_units if d.tol_units == d.tol_units else -1.0

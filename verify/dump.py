@@ -1,0 +1,283 @@
+"""The dump directory format (`--bin-io-dump`) and the text io-dump (`--io-dump`).
+
+A dump is a directory:
+    manifest.json        written last (a dump without it is incomplete): format, version, the
+                         device, provider, options, versions, the model's sha256, which graph
+                         was captured, and per case the tensors in topological order (index,
+                         name, node, op, dtype, shape, file, summary stats)
+    c<case>_t<index>.npy one file per tensor, named by index, never by tensor name
+Tensor names (which may hold '/', '..', spaces or unicode) live only inside the manifest.
+Files are read back without pickle, checked against the manifest (dtype, shape, length) and
+memory-mapped, so reading one tensor costs what its bytes cost.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify import __version__
+from verify.errors import DumpError, UsageError
+
+FORMAT = "verify-dump"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+_FILE_RE = re.compile(r"c\d+_t\d+\.npy(\.part)?")
+
+
+def tensor_file(case: int, index: int) -> str:
+    return f"c{case}_t{index:05d}.npy"
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+def prepare_dir(path: Path) -> Path:
+    """Make `path` ready to receive a dump: create it, or clear a previous dump in it (its
+    manifest first, so an interrupted rewrite reads as incomplete). A folder holding anything
+    else is refused rather than mixed into."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path}: exists and is not a folder; give a folder for the dump")
+    path.mkdir(parents=True, exist_ok=True)
+    entries = [p for p in path.iterdir()]
+    foreign = [p.name for p in entries if p.name != MANIFEST and not p.name.startswith(".")
+               and not _FILE_RE.fullmatch(p.name)]
+    if foreign:
+        raise UsageError(f"{path}: folder is not empty and not a verify dump (holds "
+                         f"{', '.join(sorted(foreign)[:3])}); give an empty or new folder")
+    (path / MANIFEST).unlink(missing_ok=True)
+    for p in entries:
+        if p.name != MANIFEST and (p.name.startswith(".") or _FILE_RE.fullmatch(p.name)):
+            if p.is_file():
+                p.unlink()
+    return path
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, ensure_ascii=False, allow_nan=False, default=_json_value)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _json_value(obj: Any) -> Any:
+    if isinstance(obj, (np.generic,)):
+        return obj.item()
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def json_safe(value: Any) -> Any:
+    """Non-finite floats as the strings nan/inf/-inf (strict JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def manifest_header(*, device: Mapping[str, Any], spec: str, providers: Sequence[str],
+                    options: Mapping[str, Any], model_sha256: str, graph: str,
+                    outputs: Sequence[str]) -> dict[str, Any]:
+    """The manifest's fields other than the tensors."""
+    return {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "complete": True,
+        "verify": __version__,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": dict(device), "spec": spec, "providers": list(providers),
+        "options": dict(options),
+        "versions": {"onnxruntime": device.get("onnxruntime"), "numpy": device.get("numpy"),
+                     "python": device.get("python"), "verify": __version__},
+        "model_sha256": model_sha256, "graph": graph, "outputs": list(outputs),
+    }
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DumpEntry:
+    """One tensor of one case in a dump."""
+
+    index: int
+    name: str
+    node: str
+    op: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str | None
+    stats: Mapping[str, Any]
+    floor: float = 0.0
+    origin: str = "model"
+
+
+@dataclass(frozen=True)
+class Dump:
+    """An opened, complete dump directory."""
+
+    path: Path
+    manifest: Mapping[str, Any]
+
+    @property
+    def n_cases(self) -> int:
+        return len(self.manifest["cases"])
+
+    @property
+    def stats_only(self) -> bool:
+        return bool(self.manifest.get("options", {}).get("stats_only"))
+
+    def entries(self, case: int = 0) -> list[DumpEntry]:
+        cases = self.manifest["cases"]
+        if not 0 <= case < len(cases):
+            raise UsageError(f"{self.path}: no case {case} (the dump holds "
+                             f"{len(cases)} case(s), 0..{len(cases) - 1})")
+        try:
+            return [DumpEntry(int(t["index"]), str(t["name"]), str(t.get("node", "")),
+                              str(t.get("op", "")), str(t["dtype"]),
+                              tuple(int(d) for d in t["shape"]), t.get("file"),
+                              t.get("stats", {}), float(t.get("floor", 0.0)),
+                              str(t.get("origin", "model")))
+                    for t in cases[case]["tensors"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "
+                            f"{type(exc).__name__}: {exc})") from None
+
+    def load(self, entry: DumpEntry) -> np.ndarray:
+        """The tensor's values, memory-mapped after checking the file against the manifest."""
+        if entry.file is None:
+            raise DumpError(f"{self.path}: tensor {entry.name!r} has no values (a "
+                            "--dump-stats-only dump); re-run with --bin-io-dump and no "
+                            "--dump-stats-only")
+        if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
+            raise DumpError(f"{self.path}: corrupt {MANIFEST}: bad file name {entry.file!r}")
+        return load_npy(self.path / entry.file, entry, f"{self.path}: tensor {entry.name!r}")
+
+
+def load_npy(path: Path, entry: DumpEntry, what: str) -> np.ndarray:
+    """Read an .npy without pickle; refuse object arrays, truncation and manifest mismatches."""
+    try:
+        with open(path, "rb") as fh:
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            else:
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+            offset = fh.tell()
+    except FileNotFoundError:
+        raise DumpError(f"{what}: file {path.name} is missing (an incomplete or damaged "
+                        "dump; re-run it)") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise DumpError(f"{what}: {path.name} is not a valid .npy file ({exc})") from None
+    if dtype.hasobject:
+        raise DumpError(f"{what}: {path.name} holds Python objects (a pickled .npy); "
+                        "refusing to load it")
+    if tuple(shape) != tuple(entry.shape) or str(dtype) != entry.dtype:
+        raise DumpError(f"{what}: {path.name} holds {dtype} {_shape(shape)} but the manifest "
+                        f"says {entry.dtype} {_shape(entry.shape)}")
+    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    size = path.stat().st_size
+    if size != expected:
+        raise DumpError(f"{what}: {path.name} is truncated ({size} bytes, expected "
+                        f"{expected})" if size < expected else
+                        f"{what}: {path.name} has {size - expected} bytes of trailing data")
+    if expected == offset:
+        return np.zeros(shape, dtype)
+    return np.load(path, mmap_mode="r", allow_pickle=False)
+
+
+def _shape(shape: Iterable[int]) -> str:
+    dims = list(shape)
+    return "(" + ",".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
+
+
+def open_dump(path: Path) -> Dump:
+    """Open a dump directory; every way it can be unusable is one DumpError line."""
+    path = Path(path)
+    if not path.exists():
+        raise DumpError(f"{path}: no such dump folder")
+    if not path.is_dir():
+        raise DumpError(f"{path}: not a folder (a dump is a folder written by "
+                        "`verify run --bin-io-dump`)")
+    manifest_path = path / MANIFEST
+    if not manifest_path.is_file():
+        if any(_FILE_RE.fullmatch(p.name) for p in path.iterdir()):
+            raise DumpError(f"{path}: incomplete dump (tensor files but no {MANIFEST}: the "
+                            "dump was interrupted); re-run it")
+        raise DumpError(f"{path}: empty folder, not a verify dump" if not any(path.iterdir())
+                        else f"{path}: not a verify dump (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DumpError(f"{path}: {MANIFEST} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise DumpError(f"{path}: {MANIFEST} is not a verify dump manifest")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        raise DumpError(f"{path}: invalid dump format version {version!r}")
+    if version > FORMAT_VERSION:
+        raise DumpError(f"{path}: dump format version {version} is newer than this verify "
+                        f"{__version__} reads (up to {FORMAT_VERSION}): upgrade verify")
+    if manifest.get("complete") is not True:
+        raise DumpError(f"{path}: incomplete dump (the manifest is not marked complete); "
+                        "re-run it")
+    cases = manifest.get("cases")
+    if not isinstance(cases, list) or not cases or not all(
+            isinstance(c, dict) and isinstance(c.get("tensors"), list) for c in cases):
+        raise DumpError(f"{path}: corrupt {MANIFEST} (no cases)")
+    if not any(c["tensors"] for c in cases):
+        raise DumpError(f"{path}: empty dump (no tensors; was --dump-filter too narrow?)")
+    return Dump(path, manifest)
+
+
+# --- the text form -----------------------------------------------------------------------------
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):  # json_safe's nan/inf
+        return value
+    return f"{value:.7g}"
+
+
+def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
+                 ) -> str:
+    """load_and_run's --io-dump: one block per tensor in order, stable formatting (7
+    significant digits), so two files `diff` cleanly line by line. Each tensor record has
+    index, name, node, op and the runner's stats (dtype, shape, first, min, max, mean, std,
+    nan, inf)."""
+    lines = [f"# {h}" for h in header]
+    for case, records in cases:
+        lines.append(f"=== case {case}: {len(records)} tensors")
+        for t in records:
+            lines.append(f"[{int(t['index']):05d}] {t['name']}")
+            lines.append(f"  node {t.get('node') or '-'}  op {t.get('op') or '-'}")
+            lines.append(f"  shape {_shape(t.get('shape', ()))}  dtype {t.get('dtype')}")
+            lines.append("  first " + " ".join(_num(v) for v in t.get("first") or []))
+            lines.append(f"  min {_num(t.get('min'))}  max {_num(t.get('max'))}  "
+                         f"mean {_num(t.get('mean'))}  std {_num(t.get('std'))}")
+            lines.append(f"  nan {t.get('nan', 0)}  inf {t.get('inf', 0)}")
+    return "\n".join(lines) + "\n"

@@ -149,6 +149,8 @@ def test_model_gives_the_counts_the_trace_alone_cannot(capsys: pytest.CaptureFix
     assert with_vtc["summary"]["unknown_computation"] == 0
     assert with_vtc["summary"]["computation"] > alone["computation"]
     assert with_onnx["summary"] == with_vtc["summary"]
+    code, out, _ = verify(capsys, "profile", local_trace, "--print-only", "summary")
+    assert code == 0 and "node(s) unknown; --model may tell)" in out
 
 
 # --- bad input: one line, exit 2 ---------------------------------------------------------------------

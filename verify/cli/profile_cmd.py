@@ -95,7 +95,7 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
         return EXIT_OK
     console = _console()
     if print_only in (None, "summary"):
-        console.print(summary_table(report.summary))
+        console.print(summary_table(report.summary, with_model=index is not None))
     if print_only != "summary":
         if report.rows:
             console.print(rows_table(report))
@@ -126,7 +126,7 @@ def _shapes(specs: Sequence["TensorSpec"]) -> str:
                      for t in specs)
 
 
-def summary_table(s: "ProfileSummary"):
+def summary_table(s: "ProfileSummary", with_model: bool = True):
     from rich.table import Table
 
     from verify.profile import si
@@ -148,7 +148,10 @@ def summary_table(s: "ProfileSummary"):
     if s.host_overhead is not None:
         table.add_row("outside kernels", f"{fmt_time(s.host_overhead)} per run (feeding "
                       "inputs, allocating outputs, scheduling)")
-    unknown = f" ({s.unknown_computation} node(s) unknown)" if s.unknown_computation else ""
+    unknown = ""
+    if s.unknown_computation:
+        hint = "" if with_model else "; --model may tell"
+        unknown = f" ({s.unknown_computation} node(s) unknown{hint})"
     table.add_row("computation", f"{si(s.computation, 'FLO')} per run{unknown}")
     table.add_row("nodes", f"{s.nodes} ({s.calls} kernel calls)")
     if s.session_init is not None:

@@ -23,3 +23,4 @@ from fixtures_ssh import *  # noqa: E402,F401,F403
 from fixtures_adb import *  # noqa: E402,F401,F403
 from fixtures_devices import *  # noqa: E402,F401,F403
 from fixtures_profile import *  # noqa: E402,F401,F403
+from fixtures_localize import *  # noqa: E402,F401,F403

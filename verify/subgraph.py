@@ -283,16 +283,16 @@ def _rename_inputs(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
 def split_points(ng: NodeGraph, lo: int, hi: int, fanout: int) -> list[int]:
     """Cut positions strictly inside (lo, hi) splitting it into about `fanout` parts.
 
-    Each cut lands within an eighth of a part of its ideal place, on the narrowest cut there
-    (a single tensor when one exists: the cut does not split a branch), so every part is at
-    most 1.25x its fair share and the search stays logarithmic.
+    Each cut lands within a quarter of a part of its ideal place, on the narrowest cut there
+    (a single tensor when one exists: the cut does not split a residual branch), so every part
+    is at most 1.5x its fair share and the search stays logarithmic.
     """
     length = hi - lo
     parts = max(2, min(fanout, length))
     cuts: list[int] = []
     for j in range(1, parts):
         ideal = lo + round(length * j / parts)
-        slack = int(length / parts / 8)
+        slack = int(length / parts / 4)
         window = range(max(lo + 1, ideal - slack), min(hi - 1, ideal + slack) + 1)
         best = min(window, key=lambda p: (ng.cut_width(p), abs(p - ideal)), default=ideal)
         if lo < best < hi and (not cuts or best > cuts[-1]):

@@ -1,0 +1,244 @@
+"""`verify localize` against devices whose runtime is wrong on purpose (tests/faulty_runner.py):
+it must name exactly the injected node, write a repro that fails there and passes locally, stay
+logarithmic in device round trips when bisecting, and say "no faulty node" on benign noise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fixtures_devices import run_cli
+from fixtures_localize import CHAIN_LENGTH
+
+# (archive fixture, fault, node, value): a Conv's output scaled, Relu -> LeakyRelu, a MatMul
+# weight perturbed slightly, a bias added to a BatchNormalization, a branch of a Concat, a
+# multi-output node (Split's first output), a Conv on the residual skip path.
+FAULTS = [
+    ("cnn_vtc", "scale", "block2/conv1", 1.01),
+    ("cnn_vtc", "leaky", "block1/relu1", None),
+    ("cnn_vtc", "bias", "block3/bn2", 0.01),
+    ("residual_vtc", "weight", "head/matmul", 1.001),
+    ("residual_vtc", "bias", "res1/bn2", 0.01),
+    ("residual_vtc", "scale", "br1/conv", 1.01),
+    ("residual_vtc", "scale", "split", 1.01),
+    ("residual_vtc", "leaky", "br0/relu", 0.1),
+]
+
+
+def _localize(archive: Path, device: str, capsys: pytest.CaptureFixture[str],
+              *extra: str) -> tuple[int, dict]:
+    code, out, err = run_cli(["localize", archive, "--device", device, "--json", *extra], capsys)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("mode", ["dump", "bisect"])
+@pytest.mark.parametrize("fixture, fault, node, value", FAULTS,
+                         ids=[f"{f[0][:-4]}-{f[1]}-{f[2]}" for f in FAULTS])
+def test_names_exactly_the_injected_node(fixture: str, fault: str, node: str, value: float | None,
+                                         mode: str, request: pytest.FixtureRequest,
+                                         faulty_profile, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    archive = request.getfixturevalue(fixture)
+    spec = faulty_profile("faulty", fault, node, value)
+    extra = ["--no-dump"] if mode == "bisect" else []
+    code, doc = _localize(archive, spec, capsys, "-o", tmp_path, *extra)
+    assert code == 1
+    assert doc["mode"] == mode
+    assert doc["verdict"] == "faulty here"
+    assert doc["suspect"]["name"] == node
+    assert doc["subgraph"] == [node]
+    assert doc["suspect"]["own_error"] > 1
+    assert doc["suspect"]["inherited_error"] <= 1
+    repro = Path(doc["repro"])
+    assert repro.parent == tmp_path and repro.is_file()
+    if mode == "dump":
+        faulty = [c["name"] for c in doc["candidates"] if c["verdict"] == "faulty here"]
+        assert faulty == [node]
+        assert doc["round_trips"] == 2
+    assert not list(tmp_path.glob(".*.part"))
+
+
+def test_report_shows_path_suspect_and_verdicts(cnn_vtc: Path, faulty_profile, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("phone", "scale", "block2/conv1", 1.01)
+    code, out, err = run_cli(["localize", cnn_vtc, "--device", spec, "-o", tmp_path], capsys)
+    assert code == 1, err
+    lines = out.splitlines()
+    assert "=== FAULTY NODE: block2/conv1 (Conv) — faulty here" in lines
+    assert ("  node        block2/conv1  op Conv  kernel_shape=[3, 3], pads=[1, 1, 1, 1], "
+            "strides=[2, 2]") in lines
+    assert "  input       block1/relu:0  (1,8,56,56)" in lines
+    assert "  initializer block2/conv1/W  (16,8,3,3)" in lines
+    assert any(ln.startswith("  own error   OVER max_abs=") for ln in lines)
+    assert any(ln.startswith("  inherited   0.0") for ln in lines)
+    # the path from the input to the suspect, each step within tolerance, ending at its input
+    path = lines[lines.index("path from the inputs to the suspect (error in the full run):") + 1:]
+    assert path[0].split()[0:3] == ["data", "graph", "input"]
+    steps = [ln for ln in path if ln.startswith("  ") and ":0" in ln.split()[0]]
+    assert steps[-1].split()[0] == "block1/relu:0" and all(" ok " in s for s in steps[:11])
+    # downstream nodes re-run in isolation are told apart: they only inherited the error
+    assert any(ln.split()[:2] == ["block2/bn1", "BatchNormalization"] and
+               ln.endswith("propagated") for ln in lines)
+    assert f"wrote repro: {tmp_path / 'cnn.repro-block2_conv1.vtc'}" in lines
+    assert lines[-1].startswith("device round trips: 2 (per-layer run of 37 tensors; ")
+
+
+def test_repro_fails_on_the_device_and_passes_locally(residual_vtc: Path, faulty_profile,
+                                                      tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("board", "scale", "br1/conv", 1.01)
+    code, doc = _localize(residual_vtc, spec, capsys, "-o", tmp_path)
+    repro = tmp_path / "residual.repro-br1_conv.vtc"
+    assert code == 1 and doc["repro"] == str(repro)
+    code, out, err = run_cli(["run", repro, "--device", spec, "--iter", "1"], capsys)
+    assert code == 1, err
+    assert "=== FAIL: 1 output(s) over tolerance" in out
+    code, out, err = run_cli(["run", repro, "--device", "local", "--iter", "1"], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(["inspect", repro, "--json"], capsys)
+    info = json.loads(out)
+    origin = info["provenance"]["repro_of"]
+    assert origin["archive"] == str(residual_vtc) and origin["nodes"] == ["br1/conv"]
+    assert origin["device"] == spec and origin["verdict"] == "faulty here"
+    # it is an ordinary ONNX model once exported: one node, its name kept, weights inside
+    code, out, err = run_cli(["export", repro, "-o", tmp_path / "r.onnx"], capsys)
+    assert code == 0, err
+    assert out == f"wrote model: {tmp_path / 'r.onnx'}\n"
+    model = onnx.load(tmp_path / "r.onnx")
+    onnx.checker.check_model(model)
+    assert [n.name for n in model.graph.node] == ["br1/conv"]
+    assert [i.name for i in model.graph.input] == ["split:1"]
+    assert {t.name for t in model.graph.initializer} == {"br1/conv/W", "br1/conv/B"}
+
+
+@pytest.mark.parametrize("fanout", [2, 4])
+def test_bisection_round_trips_are_logarithmic(chain_vtc: Path, faulty_profile, fanout: int,
+                                               capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    node = "n076"  # a MatMul
+    spec = faulty_profile("chain", "weight", node, 1.001)
+    code, doc = _localize(chain_vtc, spec, capsys, "--no-dump", "--fanout", str(fanout),
+                          "-o", tmp_path)
+    assert code == 1 and doc["suspect"]["name"] == node and doc["nodes"] == CHAIN_LENGTH
+    bisect_rounds = [r for r in doc["rounds"] if r["purpose"].startswith("bisect ")]
+    # a chain cuts on one tensor anywhere: each round keeps 1/fanout of the range
+    assert len(bisect_rounds) == math.ceil(math.log(CHAIN_LENGTH, fanout))
+    # + the full run that shows the failure + one run measuring the path to the suspect
+    assert doc["round_trips"] == len(bisect_rounds) + 2
+    assert [r["purpose"] for r in doc["rounds"]][0] == "the whole model"
+    assert all(r["failing"] for r in bisect_rounds)
+    assert bisect_rounds[-1]["failing"] == [node]
+
+
+def test_bisection_cuts_do_not_split_branches(residual_vtc: Path, faulty_profile,
+                                              tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("res", "scale", "res1/conv2", 1.01)
+    code, doc = _localize(residual_vtc, spec, capsys, "--no-dump", "-o", tmp_path)
+    assert code == 1 and doc["suspect"]["name"] == "res1/conv2"
+    # the first cut of 23 nodes lands on a single-tensor cut (after res2/relu), not mid-branch
+    first = [r for r in doc["rounds"] if r["purpose"].startswith("bisect ")][0]
+    assert first["purpose"] == "bisect stem/conv .. head/softmax (23 nodes) in 2 parts"
+    assert first["failing"] == ["stem/conv .. res1/relu"]
+
+
+@pytest.mark.parametrize("archive", ["cnn_vtc", "residual_vtc"])
+@pytest.mark.parametrize("extra", [[], ["--no-dump"], ["--opt-level", "disable"],
+                                   ["--threads", "2"]], ids=["dump", "bisect", "opt-off", "2thr"])
+def test_benign_noise_is_no_faulty_node(archive: str, extra: list[str], tmp_path: Path,
+                                        request: pytest.FixtureRequest, device_env,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    vtc = request.getfixturevalue(archive)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, out, err = run_cli(["localize", vtc, "--device", "local", "-o", folder, *extra],
+                             capsys)
+    assert code == 0, err
+    assert "=== no faulty node: every tensor compared is within tolerance" in out
+    assert list(folder.iterdir()) == []
+
+
+def test_json_document_when_clean(residual_vtc: Path, device_env,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = _localize(residual_vtc, "local", capsys)
+    assert code == 0
+    assert doc["verdict"] == "no faulty node" and doc["found"] is False
+    assert doc["suspect"] is None and doc["repro"] is None
+    assert doc["round_trips"] == 1 and doc["mode"] == "dump"
+    assert [d["name"] for d in doc["outputs"]] == ["prob"] and doc["outputs"][0]["passed"]
+
+
+def test_no_repro_flag(residual_vtc: Path, faulty_profile, tmp_path: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("f", "bias", "res1/bn2", 0.01)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    code, doc = _localize(residual_vtc, spec, capsys, "--no-repro", "-o", folder)
+    assert code == 1 and doc["repro"] is None and list(folder.iterdir()) == []
+
+
+# --- errors: exit 2 for bad input, 3 for device trouble --------------------------------------
+def test_missing_archive_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["localize", tmp_path / "nope.vtc"], capsys)
+    assert (code, out, err) == (2, "", f"error: {tmp_path / 'nope.vtc'}: no such file\n")
+
+
+def test_case_out_of_range_exits_2(residual_vtc: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["localize", residual_vtc, "--case", "3"], capsys)
+    assert code == 2
+    assert err == (f"error: {residual_vtc}: --case 3 out of range (the archive holds 1 case(s), "
+                   "0..0)\n")
+
+
+def test_unknown_device_exits_2(residual_vtc: Path, device_env,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["localize", residual_vtc, "--device", "nosuch"], capsys)
+    assert code == 2 and err.startswith("error: unknown device 'nosuch': no profile nosuch.toml")
+
+
+def test_runner_crash_exits_3(residual_vtc: Path, device_env,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("broken", {"transport": "local",
+                                        "runner": ["python3", "-c", "import sys; sys.exit(7)"]})
+    code, out, err = run_cli(["localize", residual_vtc, "--device", "broken"], capsys)
+    assert code == 3 and out == ""
+    assert err.startswith("error: broken: the runner exited with status 7 without writing a "
+                          "result")
+
+
+def test_unreachable_device_exits_3(residual_vtc: Path, device_env,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures_ssh import free_port
+
+    code, out, err = run_cli(["localize", residual_vtc, "--device",
+                              f"ssh:me@127.0.0.1:{free_port()}"], capsys)
+    assert code == 3 and out == ""
+    assert err.startswith("error: ")
+
+
+def test_export_errors(residual_vtc: Path, tmp_path: Path,
+                       capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["export", residual_vtc, "-o", tmp_path / "no" / "m.onnx"], capsys)
+    assert (code, err) == (2, f"error: {tmp_path / 'no' / 'm.onnx'}: folder "
+                              f"{tmp_path / 'no'} does not exist\n")
+    code, _, err = run_cli(["export", residual_vtc, "-o", residual_vtc], capsys)
+    assert (code, err) == (2, f"error: {residual_vtc}: would overwrite the archive itself; "
+                              "pass -o model.onnx\n")
+    code, out, err = run_cli(["export", residual_vtc, "-o", tmp_path / "m.onnx", "--data",
+                              tmp_path / "data"], capsys)
+    assert code == 0, err
+    from onnx import numpy_helper
+
+    from verify.testcase import read_archive
+
+    tc = read_archive(residual_vtc)
+    pb = onnx.TensorProto()
+    pb.ParseFromString((tmp_path / "data" / "test_data_set_0" / "input_0.pb").read_bytes())
+    assert pb.name == "x" and (numpy_helper.to_array(pb) == tc.cases[0].inputs["x"]).all()
+    assert (tmp_path / "m.onnx").read_bytes() == tc.model_bytes

@@ -24,3 +24,4 @@ from fixtures_adb import *  # noqa: E402,F401,F403
 from fixtures_devices import *  # noqa: E402,F401,F403
 from fixtures_profile import *  # noqa: E402,F401,F403
 from fixtures_localize import *  # noqa: E402,F401,F403
+from fixtures_ci import *  # noqa: E402,F401,F403

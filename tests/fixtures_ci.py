@@ -1,0 +1,126 @@
+"""Fixtures for `verify ci` tests: the sample suite's baselines recorded once per session, suite
+files written into a test's folder, perturbed archives and wrapped (slowed, noisy) runners.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "goldens" / "suites" / "sample.toml"
+TESTCASES = REPO / "goldens" / "testcases"
+WRAPPED_RUNNER = Path(__file__).resolve().parent / "ci_wrapped_runner.py"
+RUNNER_PY = REPO / "verify" / "runner" / "runner.py"
+
+__all__ = ["ci_baselines", "CiRun", "run_ci", "perturbed_archive", "local_suite",
+           "wrapped_runner_profile", "have_arm64"]
+
+
+@dataclass(frozen=True)
+class CiRun:
+    code: int
+    out: str
+    err: str
+    report: dict[str, Any]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return next(j for j in self.report["jobs"] if j["id"] == job_id)
+
+    def gate(self, job_id: str, gate: str) -> dict[str, Any]:
+        return next(g for g in self.job(job_id)["gates"] if g["gate"] == gate)
+
+
+def run_ci(argv: Sequence[Any], capsys: pytest.CaptureFixture[str], tmp: Path) -> CiRun:
+    """`verify ci ARGV --report-json tmp/report.json` in-process; the parsed report with it."""
+    from verify.cli import main
+
+    report = tmp / "report.json"
+    report.unlink(missing_ok=True)
+    capsys.readouterr()
+    code = main(["ci", *[str(a) for a in argv], "--report-json", str(report)])
+    out, err = capsys.readouterr()
+    doc = json.loads(report.read_text()) if report.is_file() else {}
+    return CiRun(code, out, err, doc)
+
+
+def have_arm64() -> bool:
+    from verify.devices import arm64_root
+
+    return (arm64_root() / "usr/bin/python3.11").is_file() and shutil.which(
+        "qemu-aarch64-static") is not None
+
+
+@pytest.fixture(scope="session")
+def ci_baselines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Baselines of the sample suite's local jobs (and arm64's, when it is built), recorded once
+    with --update-goldens into a private folder."""
+    from verify.cli import main
+    from verify.devices import arm64_root
+
+    root = tmp_path_factory.mktemp("ci-baselines")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VERIFY_ARM64_ROOT", str(arm64_root()))
+        mp.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        only = [] if have_arm64() else ["--only", "local"]
+        code = main(["ci", str(SAMPLE), "--baselines", str(root / "baselines"),
+                     "--update-goldens", *only])
+    assert code == 0
+    yield root / "baselines"
+
+
+def local_suite(folder: Path, *, testcases: dict[str, Path] | None = None,
+                devices: str = '[[device]]\nname = "local"\nspec = "local"\n',
+                extra: str = "") -> Path:
+    """The sample suite rewritten into `folder`: testcases by absolute path (some replaced by
+    `testcases`), its devices replaced by `devices`, `extra` TOML appended."""
+    text = SAMPLE.read_text()
+    head, _, rest = text.partition("[[device]]")
+    _, _, rest = rest.partition("[[options]]")
+    replaced = testcases or {}
+    body = "[[options]]" + rest
+    for name in ("cnn", "two_io", "int_bool"):
+        body = body.replace(f'"../testcases/{name}.vtc"',
+                            json.dumps(str(replaced.get(name, TESTCASES / f"{name}.vtc"))))
+    if 'name = "arm64"' not in devices:
+        body = body.replace('devices = ["local", "arm64"]', 'devices = ["local"]')
+    head = head.replace('baselines = "../baselines"', 'baselines = "baselines"')
+    path = folder / "suite.toml"
+    path.write_text(head + devices + "\n" + body + "\n" + extra, encoding="utf-8")
+    return path
+
+
+def perturbed_archive(dest: Path, factor: float, name: str = "cnn") -> Path:
+    """goldens/testcases/NAME.vtc with one mid-network conv's weights scaled by `factor`; the
+    inputs and ground truth are the original's."""
+    import onnx
+    from onnx import numpy_helper
+
+    from verify.testcase import read_archive, write_archive
+
+    tc = read_archive(TESTCASES / f"{name}.vtc")
+    model = onnx.load_from_string(tc.model_bytes)
+    weights = [t for t in model.graph.initializer if t.name.endswith("/W")]
+    target = weights[len(weights) // 2]
+    scaled = (numpy_helper.to_array(target) * np.float32(factor)).astype(np.float32)
+    target.CopyFrom(numpy_helper.from_array(scaled, target.name))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_archive(dest, dataclasses.replace(tc, model_bytes=model.SerializeToString()))
+    return dest
+
+
+def wrapped_runner_profile(profiles: Path, name: str, *args: str) -> str:
+    """A local device profile whose runner is tests/ci_wrapped_runner.py with `args`."""
+    argv = [sys.executable, str(WRAPPED_RUNNER), *args, str(RUNNER_PY)]
+    (profiles / f"{name}.toml").write_text(
+        f'transport = "local"\nrunner = {json.dumps(argv)}\n', encoding="utf-8")
+    return name

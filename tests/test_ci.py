@@ -1,0 +1,266 @@
+"""`verify ci` end to end: the sample suite on local and the emulated ARM64 target, all four
+reports, injected regressions (a perturbed model, a slowed runner, a noisy runner), device
+failures, per-job timeouts, the HTML report in headless Chromium, JUnit against its schema."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_ci import (SAMPLE, have_arm64, local_suite, perturbed_archive, run_ci,
+                         wrapped_runner_profile)
+
+XSD = Path(__file__).resolve().parent / "ci_junit.xsd"
+PLOT_BLUE = (0x09, 0x69, 0xDA)   # the error curve's colour in verify/ci/html.py
+PLOT_RED = (0xCF, 0x22, 0x2E)    # the tolerance line and first-divergent marker
+
+
+def validate_junit(path: Path) -> None:
+    import xmlschema
+
+    xmlschema.XMLSchema(str(XSD)).validate(str(path))
+
+
+@pytest.mark.arm64
+@pytest.mark.slow
+def test_sample_suite_on_local_and_arm64_writes_all_four_reports(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    if not have_arm64():
+        pytest.skip("no emulated arm64 root: python scripts/build_arm64_root.py")
+    out = tmp_path / "reports"
+    run = run_ci([SAMPLE, "--baselines", ci_baselines, "--junit", out / "ci.xml",
+                  "--markdown", out / "ci.md", "--html", out / "ci.html"], capsys, tmp_path)
+    assert run.code == 0, run.out + run.err
+    ids = [j["id"] for j in run.report["jobs"]]
+    assert ids == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
+                   "two_io/arm64/opt-all", "int_bool/local/opt-all"]
+    assert run.report["verdict"] == "passed" and run.report["counts"] == {
+        "passed": 5, "failed": 0, "error": 0}
+    arm = run.job("two_io/arm64/opt-all")
+    assert arm["device"]["arch"] == "aarch64" and arm["latency"]["n"] == 5
+    assert {g["gate"]: g["status"] for g in arm["gates"]} == {
+        "accuracy": "pass", "regression": "pass", "latency": "pass"}
+    assert run.gate("cnn/local/opt-all", "determinism")["status"] == "pass"
+    # every figure is in the JSON: per-output errors and every latency sample
+    prob = run.job("cnn/local/opt-all")["outputs"][0]
+    assert prob["name"] == "prob" and set(prob) >= {"max_abs", "threshold", "tol_units", "cosine"}
+    assert len(run.job("cnn/local/opt-all")["latency"]["samples_ms"]) == 30
+    validate_junit(out / "ci.xml")
+    md = (out / "ci.md").read_text()
+    assert md.startswith("## verify ci: sample — ✅ all gates held")
+    assert "| `two_io/arm64/opt-all` | arm64 (aarch64) | ✅ passed |" in md
+    html = (out / "ci.html").read_text()
+    assert "Every job held every gate." in html and "http" not in html.replace(
+        "http://www.w3.org", "")
+    assert "PASS  two_io/arm64/opt-all" in run.out
+
+
+def test_perturbed_model_within_tolerance_fails_regression_only(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.0001)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-all",
+                  "--junit", tmp_path / "ci.xml"], capsys, tmp_path)
+    assert run.code == 1, run.err
+    gates = {g["gate"]: g["status"] for g in run.job("cnn/local/opt-all")["gates"]}
+    assert gates == {"accuracy": "pass", "determinism": "pass", "regression": "fail",
+                     "latency": gates["latency"]}
+    worse = run.gate("cnn/local/opt-all", "regression")["details"]["worse_outputs"]
+    assert [w["tensor"] for w in worse] == ["prob"] and worse[0]["max_abs"] > worse[0]["limit"]
+    assert run.job("cnn/local/opt-all")["attempts"] == 1   # a mismatch is never retried
+    validate_junit(tmp_path / "ci.xml")
+    xml = (tmp_path / "ci.xml").read_text()
+    assert 'type="regression"' in xml and "first output prob: max_abs=" in xml
+
+
+def test_perturbed_model_over_tolerance_fails_accuracy_and_names_the_tensor(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn", "--junit",
+                  tmp_path / "ci.xml", "--markdown", tmp_path / "ci.md"], capsys, tmp_path)
+    assert run.code == 1
+    for job in ("cnn/local/opt-all", "cnn/local/opt-off"):
+        assert run.gate(job, "accuracy")["status"] == "fail"
+        first = run.job(job)["first_divergent"]
+        assert first["name"] == "prob" and first["max_abs"] > first["threshold"]
+    validate_junit(tmp_path / "ci.xml")
+    xml = (tmp_path / "ci.xml").read_text()
+    assert 'message="accuracy: 1 of 1 output(s) over tolerance; first prob (case 0): max_abs=' in xml
+    assert "first divergent tensor: `prob`" in (tmp_path / "ci.md").read_text()
+    assert run.out.splitlines()[0].startswith("FAIL  cnn/local/opt-all")
+
+
+def test_slowed_runner_fails_latency_and_nothing_else(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    spec = wrapped_runner_profile(device_env.profiles, "slowlocal", "--sleep-ms", "3")
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "local"\nspec = "{spec}"\n')
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io/local/opt-all",
+                  "--html", tmp_path / "ci.html"], capsys, tmp_path)
+    assert run.code == 1, run.out + run.err
+    gates = {g["gate"]: g["status"] for g in run.job("two_io/local/opt-all")["gates"]}
+    assert gates == {"accuracy": "pass", "regression": "pass", "latency": "fail"}
+    lat = run.gate("two_io/local/opt-all", "latency")["details"]
+    assert lat["ratio_lower_bound"] > 1.25 and lat["median_ms"] >= 3.0
+    assert "latency: slower: median" in run.out
+
+
+def test_the_same_run_again_holds_every_gate(ci_baselines: Path, device_env, tmp_path: Path,
+                                             capsys) -> None:
+    suite = local_suite(tmp_path)
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "local"], capsys, tmp_path)
+    assert run.code == 0, run.out
+    assert run.report["counts"] == {"passed": 4, "failed": 0, "error": 0}
+
+
+def test_noisy_runner_fails_determinism(ci_baselines: Path, device_env, tmp_path: Path,
+                                        capsys) -> None:
+    spec = wrapped_runner_profile(device_env.profiles, "noisy", "--noise")
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "local"\nspec = "{spec}"\n')
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-off"],
+                 capsys, tmp_path)
+    assert run.code == 1
+    det = run.gate("cnn/local/opt-off", "determinism")
+    assert det["status"] == "fail" and det["details"]["differing"][0]["tensor"] == "prob"
+    assert run.gate("cnn/local/opt-off", "accuracy")["status"] == "pass"
+
+
+def test_unreachable_device_errors_its_jobs_and_the_others_go_on(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    devices = ('[[device]]\nname = "local"\nspec = "local"\n\n'
+               '[[device]]\nname = "board"\nspec = "ssh:nobody@127.0.0.1:1"\n')
+    suite = local_suite(tmp_path, devices=devices)
+    text = suite.read_text().replace('devices = ["local"]\ngates', 'devices = ["local", "board"]\ngates')
+    suite.write_text(text)
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn", "--junit",
+                  tmp_path / "ci.xml"], capsys, tmp_path)
+    assert [j["id"] for j in run.report["jobs"]] == [
+        "cnn/local/opt-all", "cnn/local/opt-off", "cnn/board/opt-all", "cnn/board/opt-off"]
+    assert run.code == 3, run.out     # only device errors
+    first, second = run.job("cnn/board/opt-all"), run.job("cnn/board/opt-off")
+    assert first["status"] == second["status"] == "error"
+    assert first["error"]["kind"] == "device" and first["attempts"] == 2  # retried once
+    assert second["error"]["message"].startswith("not run: device board was unreachable")
+    assert second["attempts"] == 0
+    assert run.job("cnn/local/opt-all")["status"] == "passed"
+    validate_junit(tmp_path / "ci.xml")
+    assert 'type="device-error"' in (tmp_path / "ci.xml").read_text()
+
+
+def test_per_job_timeout_is_a_device_error(ci_baselines: Path, device_env, tmp_path: Path,
+                                           capsys) -> None:
+    spec = wrapped_runner_profile(device_env.profiles, "stuck", "--sleep-ms", "20000")
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "local"\nspec = "{spec}"\n'
+                                          'timeout = 3\n')
+    suite.write_text(suite.read_text().replace("retries = 1 ", "retries = 0 "))
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io"], capsys, tmp_path)
+    assert run.code == 3
+    job = run.job("two_io/local/opt-all")
+    assert job["error"] == {"kind": "device",
+                            "message": "local: python did not finish within 3 s"}
+    assert job["attempts"] == 1
+
+
+def test_missing_baselines_are_reported_not_created(device_env, tmp_path: Path, capsys) -> None:
+    suite = local_suite(tmp_path)
+    empty = tmp_path / "none"
+    run = run_ci([suite, "--baselines", empty, "--only", "two_io", "--markdown",
+                  tmp_path / "ci.md"], capsys, tmp_path)
+    assert run.code == 0
+    assert run.gate("two_io/local/opt-all", "regression")["status"] == "no-baseline"
+    assert run.gate("two_io/local/opt-all", "latency")["status"] == "no-baseline"
+    assert run.report["missing_baselines"] == ["two_io/local/opt-all"]
+    assert "### Missing baselines" in (tmp_path / "ci.md").read_text()
+    assert "1 job(s) have no baseline; record them with" in run.err
+    assert not empty.exists()
+    strict = run_ci([suite, "--baselines", empty, "--only", "two_io", "--require-baselines"],
+                    capsys, tmp_path)
+    assert strict.code == 1 and not empty.exists()
+
+
+def test_update_goldens_writes_sorted_reviewable_json_and_keeps_failing_jobs_out(
+        device_env, tmp_path: Path, capsys) -> None:
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    base = tmp_path / "bl"
+    run = run_ci([suite, "--baselines", base, "--update-goldens", "--only", "cnn/local/opt-all",
+                  "--only", "int_bool"], capsys, tmp_path)
+    assert run.code == 1                     # cnn fails accuracy: no baseline for it
+    assert not (base / "sample" / "cnn").exists()
+    path = base / "sample" / "int_bool" / "local" / "opt-all.json"
+    text = path.read_text()
+    doc = json.loads(text)
+    assert text == json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    assert doc["format"] == "verify-ci-baseline" and doc["job"] == "int_bool/local/opt-all"
+    assert set(doc["outputs"]) == {"case0/argmax", "case0/mask", "case0/selected", "case0/count"}
+    assert len(doc["latency"]["samples_ms"]) == 30
+    assert run.gate("int_bool/local/opt-all", "latency")["status"] == "updated"
+    assert "baseline not written: a gate failed" in " ".join(run.job("cnn/local/opt-all")["notes"])
+
+
+def test_html_report_shows_the_plot_in_headless_chromium(ci_baselines: Path, device_env,
+                                                          tmp_path: Path, capsys) -> None:
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh --test installs it)")
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    html = tmp_path / "ci.html"
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-all",
+                  "--html", html], capsys, tmp_path)
+    assert run.code == 1
+    page = html.read_text()
+    assert page.count("data:image/png;base64,") == 1
+    assert "<script" not in page and "src='http" not in page and 'src="http' not in page
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1100",
+         "--hide-scrollbars", f"--screenshot={shot}", html.as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and shot.is_file(), proc.stderr[-2000:]
+    from PIL import Image
+
+    pixels = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    # the plot sits below the job table: its area must not be blank, and it must show the
+    # error curve's blue and the tolerance line's / first-divergent marker's red
+    plot_area = pixels[300:, :1000]
+    assert (plot_area.sum(axis=2) < 600).mean() > 0.02, "the plot area is blank"
+
+    def near(colour: tuple[int, int, int]) -> int:
+        return int((np.abs(plot_area - np.array(colour)).sum(axis=2) < 40).sum())
+
+    assert near(PLOT_BLUE) > 20 and near(PLOT_RED) > 100
+
+
+def test_cli_exit_codes_and_listing(device_env, tmp_path: Path, capsys) -> None:
+    from verify.cli import main
+
+    suite = local_suite(tmp_path)
+    assert main(["ci", str(suite), "--list", "--shard", "1/1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
+                           "int_bool/local/opt-all"]
+    assert err == "4 of 4 job(s)\n"
+    assert main(["ci", str(suite), "--shard", "3/2"]) == 2
+    assert capsys.readouterr().err == ("error: --shard '3/2': expected I/N with 1 <= I <= N, "
+                                       "e.g. --shard 2/4\n")
+    assert main(["ci", str(suite), "--only", "resnet"]) == 2
+    assert capsys.readouterr().err == ("error: --only resnet: matches none of the 4 jobs "
+                                       "(ids look like cnn/local/opt-all)\n")
+    assert main(["ci", str(tmp_path / "nope.toml")]) == 2
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.toml'}: suite file not found\n"
+
+
+def test_help_has_an_example(capsys) -> None:
+    from verify.cli import main
+
+    assert main(["ci", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "verify ci goldens/suites/sample.toml --junit ci.xml" in out
+    assert "2 a bad suite file" in out

@@ -1,0 +1,200 @@
+"""Suite files (every mistake exits 2 naming the line or key), the job matrix, --shard and
+--only, the gates' decisions on synthetic figures, and the committed goldens."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fixtures_ci import REPO, SAMPLE, TESTCASES
+
+from verify.ci import baseline as baselines
+from verify.ci import gates
+from verify.ci.jobs import expand, select, shard_of
+from verify.ci.results import Latency, TensorError
+from verify.ci.suite import GateSettings, load_suite
+
+GOOD = f"""
+[suite]
+name = "t"
+iterations = 4
+
+[[device]]
+name = "local"
+
+[[options]]
+name = "o1"
+
+[[testcase]]
+path = "{TESTCASES / 'two_io.vtc'}"
+"""
+
+
+def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
+    from verify.cli import main
+
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    capsys.readouterr()
+    assert main(["ci", str(path), "--list"]) == 2
+    return capsys.readouterr().err.replace(str(path), "S")
+
+
+@pytest.mark.parametrize("change, message", [
+    (("iterations = 4", "iteratons = 4"),
+     "error: S: line 4: suite.iteratons: unknown key (known: name, baselines, iterations, "
+     "warmup, timeout, retries, gates, tolerance)\n"),
+    (("iterations = 4", "iterations = 0"), "error: S: line 4: suite.iterations: must be an "
+                                           "integer >= 1\n"),
+    (('name = "o1"', 'name = "o1"\nopt_level = "max"'),
+     "error: S: line 11: options[0].opt_level: must be one of disable, basic, extended, all\n"),
+    (("[[testcase]]", '[[testcase]]\ndevices = ["phone"]'),
+     "error: S: line 13: testcase[0].devices: no [[device]] named 'phone' (known: local)\n"),
+    (("[[testcase]]", '[[testcase]]\ngates = ["speed"]'),
+     "error: S: line 13: testcase[0].gates: unknown gate 'speed' (known: accuracy, regression, "
+     "latency, determinism)\n"),
+    (("two_io.vtc", "nothing*.vtc"), None),
+    (("[[device]]", '[suite.tolerance]\ntensors = { "prob" = "atol=x" }\n\n[[device]]'), None),
+    (("iterations = 4", "iterations = [4"), None),
+])
+def test_bad_suite_files_exit_2_naming_the_line_or_key(tmp_path: Path, capsys, change,
+                                                       message) -> None:
+    err = suite_error(tmp_path, GOOD.replace(*change), capsys)
+    if message is not None:
+        assert err == message
+    elif "nothing" in change[1]:
+        assert err.startswith("error: S: line 13: testcase[0].path: '") and \
+            err.endswith("nothing*.vtc' matches no file (relative to " f"{tmp_path})\n")
+    elif "atol=x" in change[1]:
+        assert err.startswith("error: S: line 7: suite.tolerance.tensors.prob: ")
+    else:
+        assert err.startswith("error: S: not valid TOML: ") and "(at line 6" in err
+
+
+def test_duplicate_testcase_names_are_refused(tmp_path: Path, capsys) -> None:
+    text = GOOD + f'\n[[testcase]]\npath = "{TESTCASES / "two_io.vtc"}"\n'
+    err = suite_error(tmp_path, text, capsys)
+    assert err.startswith("error: S: line 16: testcase[1].path: testcase name 'two_io' is used "
+                          "twice")
+
+
+def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:
+    suite = load_suite(SAMPLE)
+    jobs = {j.id: j for j in expand(suite)}
+    assert list(jobs) == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
+                          "two_io/arm64/opt-all", "int_bool/local/opt-all"]
+    arm = jobs["two_io/arm64/opt-all"]
+    assert (arm.iterations, arm.warmup, arm.timeout) == (5, 1, 600.0)
+    local = jobs["two_io/local/opt-all"]
+    assert (local.iterations, local.warmup, local.timeout, local.retries) == (30, 3, 300.0, 1)
+    assert jobs["int_bool/local/opt-all"].tolerance.specs == ("selected:exact", "prob:k=2^-14")
+    assert jobs["cnn/local/opt-off"].options.opt_level == "disable"
+    assert "determinism" in jobs["cnn/local/opt-all"].gates
+    assert "determinism" not in local.gates
+    assert suite.baselines == SAMPLE.parent / "../baselines"
+
+
+def test_shards_are_disjoint_complete_and_stable() -> None:
+    jobs = expand(load_suite(SAMPLE))
+    for n in (1, 2, 3, 7):
+        parts = [select(jobs, shard=(i, n)) for i in range(1, n + 1)]
+        ids = [j.id for part in parts for j in part]
+        assert sorted(ids) == sorted(j.id for j in jobs) and len(ids) == len(set(ids))
+    # a job's shard depends on its id and N only: dropping other jobs never moves it
+    for j in jobs:
+        assert [x.id for x in select([j], shard=(shard_of(j.id, 4), 4))] == [j.id]
+    assert shard_of("cnn/local/opt-all", 4) == shard_of("cnn/local/opt-all", 4)
+
+
+def test_only_matches_globs_and_names() -> None:
+    jobs = expand(load_suite(SAMPLE))
+    assert [j.id for j in select(jobs, only=["arm64"])] == ["two_io/arm64/opt-all"]
+    assert [j.id for j in select(jobs, only=["cnn/*/opt-off", "int_bool"])] == [
+        "cnn/local/opt-off", "int_bool/local/opt-all"]
+
+
+def _t(max_abs: float, name: str = "y", passed: bool = True, index: int = 0) -> TensorError:
+    return TensorError(case=0, index=index, name=name, op="Conv", passed=passed,
+                       rule="magnitude", max_abs=max_abs, threshold=1e-4,
+                       tol_units=max_abs / 1e-4)
+
+
+def test_regression_gate_factor_and_noise_floor() -> None:
+    s = GateSettings(regression_factor=2.0, regression_min_units=0.01)
+    base = {"case0/y": 1e-6}
+    assert gates.regression([_t(1.9e-6)], [], base, {}, s, "b").status == "pass"
+    fail = gates.regression([_t(2.1e-6)], [], base, {}, s, "b")
+    assert fail.status == "fail" and fail.details["worse_outputs"][0]["ratio"] == 2.1
+    # a baseline error of 0: the floor (1% of the tolerance) keeps last-bit noise from failing
+    assert gates.regression([_t(1.5e-6)], [], {"case0/y": 0.0}, {}, s, "b").status == "pass"
+    assert gates.regression([_t(3e-6)], [], {"case0/y": 0.0}, {}, s, "b").status == "fail"
+    layer = gates.regression([_t(0.0)], [_t(5e-6, "conv", index=3)], {"case0/y": 0.0},
+                             {"case0/conv": 1e-6}, s, "b")
+    assert layer.status == "fail" and "first layer conv" in layer.message
+    assert gates.regression([_t(1e-6)], [], None, {}, s, "b/x.json").status == "no-baseline"
+
+
+def test_latency_gate_decides_on_the_samples_not_one_average() -> None:
+    rng = np.random.default_rng(1)
+    s = GateSettings(latency_threshold=0.25, latency_confidence=0.95, latency_min_delta_ms=0.05)
+    base = Latency(tuple(10 + rng.exponential(0.5, 30)))
+    same = Latency(tuple(10 + rng.exponential(0.5, 30)))
+    slower = Latency(tuple(13.5 + rng.exponential(0.5, 30)))
+    assert gates.latency(same, base, s, "j", "b").status == "pass"
+    verdict = gates.latency(slower, base, s, "j", "b")
+    assert verdict.status == "fail" and verdict.details["ratio_lower_bound"] > 1.25
+    # one huge outlier moves the mean by 50% but not the median: no failure
+    spiky = Latency((*same.samples_ms[:-1], 160.0))
+    assert np.mean(spiky.samples_ms) > 1.4 * np.mean(base.samples_ms)
+    assert gates.latency(spiky, base, s, "j", "b").status == "pass"
+    # three noisy samples 30% slower: not enough evidence at 95%
+    few = Latency((9.0, 13.0, 17.0))
+    assert gates.latency(few, base, s, "j", "b").status == "pass"
+    # a tiny model: 2x slower but by less than min_delta_ms
+    tiny = GateSettings(latency_min_delta_ms=0.05)
+    assert gates.latency(Latency((0.02,) * 20), Latency((0.01,) * 20), tiny, "j", "b").status \
+        == "pass"
+    # the same inputs give the same decision (a seeded bootstrap)
+    assert gates.latency(slower, base, s, "j", "b") == verdict
+
+
+def test_determinism_gate_is_bitwise() -> None:
+    a = {"y": np.array([1.0, np.nan], np.float32)}
+    assert gates.determinism([a], [{"y": a["y"].copy()}]).status == "pass"
+    b = {"y": np.array([np.nextafter(np.float32(1), np.float32(2)), np.nan], np.float32)}
+    fail = gates.determinism([a], [b])
+    assert fail.status == "fail" and fail.details["differing"][0]["tensor"] == "y"
+
+
+def test_a_malformed_or_newer_baseline_is_a_clear_error(tmp_path: Path) -> None:
+    from verify.errors import UsageError
+
+    path = tmp_path / "b.json"
+    path.write_text("{")
+    with pytest.raises(UsageError, match="unreadable baseline"):
+        baselines.load(path)
+    path.write_text(json.dumps({"format": "verify-ci-baseline", "version": 99}))
+    with pytest.raises(UsageError, match="newer than this verify understands"):
+        baselines.load(path)
+    assert baselines.load(tmp_path / "none.json") is None
+
+
+def test_committed_baselines_cover_the_sample_suite_and_are_sorted() -> None:
+    suite = load_suite(SAMPLE)
+    for job in expand(suite):
+        path = baselines.baseline_path(suite.baselines, suite.name, job)
+        text = path.read_text()
+        assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", path
+        base = baselines.load(path)
+        assert base is not None and base.outputs and base.latency is not None, path
+
+
+def test_ci_goldens_are_current() -> None:
+    proc = subprocess.run([sys.executable, "scripts/build_ci_goldens.py", "--check"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "goldens/testcases are current" in proc.stderr

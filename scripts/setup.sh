@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Set up verify on a fresh Debian/Ubuntu machine.
 #   scripts/setup.sh          install verify (pip, editable) into the current Python
-#   scripts/setup.sh --test   also the test dependencies: openssh-server, adb and
-#                             qemu-user-static (apt), the test extras (pip), and the
+#   scripts/setup.sh --test   also the test dependencies: openssh-server, adb,
+#                             qemu-user-static, chromium (headless, for the HTML report
+#                             test) and a font (apt), the test extras (pip), and the
 #                             emulated ARM64 userland (scripts/build_arm64_root.py, cached)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ with_tests=0
 
 if [ "$with_tests" = 1 ]; then
   need=()
-  for pkg in openssh-server adb qemu-user-static; do
+  for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then

@@ -198,3 +198,35 @@ def test_ci_goldens_are_current() -> None:
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "goldens/testcases are current" in proc.stderr
+
+
+def _strings(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return [s for v in node.values() for s in _strings(v)]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return [node] if isinstance(node, str) else []
+
+
+@pytest.mark.parametrize("name", ["github-nightly.yml", "gitlab-nightly.yml"])
+def test_example_workflows_parse_and_call_verify_ci_with_real_options(name: str) -> None:
+    import re
+    import shlex
+
+    import yaml
+
+    from verify.cli.ci_cmd import ci
+
+    doc = yaml.safe_load((REPO / "examples" / "ci" / name).read_text())
+    commands = [s for s in _strings(doc) if s.lstrip().startswith("verify ci ")]
+    assert len(commands) >= 2
+    for command in commands:
+        plain = re.sub(r"\$\{\{[^}]*\}\}", "1", command).replace("$CI_NODE_INDEX", "1") \
+            .replace("$CI_NODE_TOTAL", "2").replace("$GITHUB_STEP_SUMMARY", "summary.md")
+        args = shlex.split(plain)[2:]
+        ctx = ci.make_context("ci", args)   # raises on an unknown option or a missing value
+        assert ctx.params["suite"] == Path("nightly.toml")
+        if ctx.params["shard"]:
+            from verify.ci.jobs import parse_shard
+
+            parse_shard(ctx.params["shard"])

@@ -24,7 +24,7 @@ from verify.devices import arm64_root
 REPO = Path(__file__).resolve().parent.parent
 ALT_RUNNER = Path(__file__).resolve().parent / "alt_runner.py"
 
-__all__ = ["small_vtc", "device_env"]
+__all__ = ["device_env", "small_vtc"]
 
 
 @dataclass

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from fixtures_devices import REPO, DeviceEnv, run_cli, run_json
+
 from verify.devices import CPU, CUDA, load_profile, profile_dirs, resolve
 from verify.errors import ProfileError, UsageError
 
@@ -136,6 +136,7 @@ def test_devices_check_local(device_env: DeviceEnv, capsys: pytest.CaptureFixtur
     assert info["python"] == platform.python_version()
     assert CPU in info["providers"] and info["free_disk_bytes"] > 0
     code, out, err = run_cli(["devices", "check", "local"], capsys)
+    assert err == ""
     assert code == 0 and out.splitlines()[0] == "device local: reachable"
     assert f"  arch         {platform.machine()}" in out.splitlines()
 

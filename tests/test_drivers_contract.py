@@ -8,14 +8,13 @@ import os
 import secrets
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
-
 from fixtures_ssh import process_alive
+
 from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from fixtures_devices import ALT_RUNNER, REPO, DeviceEnv, run_cli, run_json
+
 from verify.devices import load_profile
 from verify.pipeline import RUNNER_SOURCE
 from verify.testcase import read_archive

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fixtures_adb import free_port as adb_free_port
 from fixtures_devices import DeviceEnv, run_cli, verify_process
 from fixtures_ssh import free_port, keygen, process_alive

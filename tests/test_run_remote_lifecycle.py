@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fixtures_devices import DeviceEnv, run_cli, run_json, verify_process
 from fixtures_ssh import process_alive
 

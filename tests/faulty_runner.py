@@ -6,7 +6,11 @@ it with verify's own runner (loaded from its file, as a device would have it).
 verify does not know the fault: `verify localize` has to find the node by itself. A model that
 does not contain the node (another piece of a bisection) runs unchanged.
 
-    python faulty_runner.py --fault KIND --node NAME [--value V] JOB.json | --describe
+    python faulty_runner.py --fault KIND --node NAME [--node NAME2 ...] [--value V] JOB.json
+    python faulty_runner.py ... --describe
+
+Every node named gets the same fault (several small faults that only add up together make a
+failure no single node shows).
 
 KIND    what happens to node NAME                                     default V
 scale   its first output is multiplied by V                           1.01
@@ -93,7 +97,7 @@ def inject(model, kind, node_name, value):
 def main(argv):
     parser = argparse.ArgumentParser(prog="faulty_runner.py")
     parser.add_argument("--fault", required=True, choices=sorted(DEFAULTS))
-    parser.add_argument("--node", required=True)
+    parser.add_argument("--node", required=True, action="append")
     parser.add_argument("--value", type=float, default=None)
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
@@ -106,7 +110,8 @@ def main(argv):
     model_path = job.get("model", "")
     model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
     value = DEFAULTS[args.fault] if args.value is None else args.value
-    if inject(model, args.fault, args.node, value):
+    hits = [inject(model, args.fault, node, value) for node in args.node]
+    if any(hits):
         faulty = os.path.join(workdir, "faulty-model.onnx")
         with open(faulty, "wb") as fh:
             fh.write(model.SerializeToString())

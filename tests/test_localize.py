@@ -242,3 +242,24 @@ def test_export_errors(residual_vtc: Path, tmp_path: Path,
     pb.ParseFromString((tmp_path / "data" / "test_data_set_0" / "input_0.pb").read_bytes())
     assert pb.name == "x" and (numpy_helper.to_array(pb) == tc.cases[0].inputs["x"]).all()
     assert (tmp_path / "m.onnx").read_bytes() == tc.model_bytes
+
+
+@pytest.mark.parametrize("mode", ["dump", "bisect"])
+def test_faults_that_only_add_up_give_the_smallest_failing_subgraph(
+        chain_vtc: Path, faulty_profile, mode: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    # each node's output off by 5e-5 relative: 0.8x the tolerance alone, over it together
+    spec = faulty_profile("pair", "scale", ["n076", "n077"], 1.00005)
+    extra = ["--no-dump"] if mode == "bisect" else []
+    code, doc = _localize(chain_vtc, spec, capsys, "-o", tmp_path, *extra)
+    assert code == 1
+    assert doc["verdict"] == "failing subgraph"
+    assert doc["subgraph"] == ["n076", "n077"]
+    repro = tmp_path / "chain.repro-n076-n077.vtc"
+    assert doc["repro"] == str(repro)
+    if mode == "dump":
+        assert {c["name"]: c["verdict"] for c in doc["candidates"]}["n077"] == "propagated"
+    code, out, err = run_cli(["run", repro, "--device", spec, "--iter", "1"], capsys)
+    assert code == 1, out
+    code, out, err = run_cli(["run", repro, "--device", "local", "--iter", "1"], capsys)
+    assert code == 0, out

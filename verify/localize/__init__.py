@@ -170,8 +170,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     lo, hi = outcome.range
     cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
     own = outcome.own
-    suspect = NodeFinding(lo, ng.labels[lo], ng.nodes[lo].op_type,
-                          own if hi - lo == 1 else (),
+    suspect = NodeFinding(lo, ng.labels[lo], ng.nodes[lo].op_type, own,
                           tuple(cumulative[t] for t in ng.reads(lo) if t in cumulative),
                           tuple(cumulative[t] for t in ng.makes(lo) if t in cumulative))
     verdict = FAULTY if hi - lo == 1 else SUBGRAPH

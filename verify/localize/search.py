@@ -132,8 +132,8 @@ def bisect(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
     Each round cuts the range into about `fanout` parts (on single-tensor cuts where there are
     some, so a cut does not split a residual branch), runs them all side by side with reference
     boundary inputs in ONE device trip, and keeps the first failing part: O(log n) trips. When
-    no part fails alone (the failure needs errors from several parts to add up), the range
-    itself is the smallest failing subgraph.
+    no part fails alone (the failure needs errors from several parts to add up), the range is
+    trimmed from both ends to the smallest failing subgraph.
     """
     while hi - lo > 1:
         cuts = split_points(ng, lo, hi, fanout)
@@ -143,14 +143,55 @@ def bisect(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
         batch = build_batch(ng, segments, values)
         what = _range_label(ng, Segment(lo, hi))
         results = device.run_batch(batch, values, judge,
-                                   f"bisect {what} ({hi - lo} nodes) in {len(segments)} parts")
+                                   f"bisect {what} ({_nodes(hi - lo)}) in {len(segments)} parts")
         failing = [(seg, d) for seg, d in zip(segments, results) if not all(x.passed for x in d)]
         device.mark_failing([_range_label(ng, seg) for seg, _ in failing])
         if not failing:
-            break
+            passed = {(seg.lo, seg.hi) for seg in segments}
+            return _shrink(ng, refs, device, judge, lo, hi, diffs, passed)
         seg, diffs = failing[0]
         lo, hi = seg.lo, seg.hi
     return BisectResult(lo, hi, diffs, hi - lo == 1)
+
+
+def _shrink(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
+            lo: int, hi: int, diffs: tuple[TensorDiff, ...],
+            passed: set[tuple[int, int]]) -> BisectResult:
+    """Trim a failing range no part of which fails alone: binary-search the latest start that
+    still fails, then the earliest end (O(log n) more trips, one piece each; ranges in `passed`
+    are known to pass and not run again)."""
+    def fails(a: int, b: int) -> tuple[TensorDiff, ...] | None:
+        if (a, b) in passed:
+            return None
+        seg = Segment(a, b)
+        values = refs.get(piece_io(ng, [seg]))
+        result = device.run_batch(build_batch(ng, [seg], values), values, judge,
+                                  f"trim to {_range_label(ng, seg)} ({_nodes(b - a)})")[0]
+        failed = not all(d.passed for d in result)
+        device.mark_failing([_range_label(ng, seg)] if failed else [])
+        return result if failed else None
+
+    start_ok, start_bad = lo, hi          # [start_ok, hi) fails; [start_bad, hi) is empty
+    while start_bad - start_ok > 1:
+        mid = (start_ok + start_bad) // 2
+        found = fails(mid, hi)
+        if found is not None:
+            start_ok, diffs = mid, found
+        else:
+            start_bad = mid
+    end_bad, end_ok = start_ok, hi        # [start, end_ok) fails; [start, end_bad) is empty
+    while end_ok - end_bad > 1:
+        mid = (end_bad + end_ok) // 2
+        found = fails(start_ok, mid)
+        if found is not None:
+            end_ok, diffs = mid, found
+        else:
+            end_bad = mid
+    return BisectResult(start_ok, end_ok, diffs, end_ok - start_ok == 1)
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
 
 
 def _range_label(ng: NodeGraph, seg: Segment) -> str:

@@ -1,0 +1,90 @@
+"""`verify localize` over real transports: a faulty device reached over ssh (a real sshd on
+loopback) and over adb (a real adb server and a device end), and benign cross-platform noise
+on the emulated ARM64 target, which must be "no faulty node" at default tolerances.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fixtures_devices import run_cli
+
+pytest.importorskip("paramiko", reason="the ssh extra is not installed: pip install 'verify[ssh]'")
+
+
+def _localize(argv: list, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+    code, out, err = run_cli(["localize", *argv, "--json"], capsys)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+@pytest.mark.parametrize("mode", ["dump", "bisect"])
+def test_faulty_node_found_over_ssh(residual_vtc: Path, sshd_server, faulty_profile, mode: str,
+                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("board", "scale", "br1/conv", 1.01, ssh=sshd_server)
+    extra = ["--no-dump"] if mode == "bisect" else []
+    code, doc = _localize([residual_vtc, "--device", spec, "-o", tmp_path, *extra], capsys)
+    assert code == 1
+    assert (doc["verdict"], doc["suspect"]["name"]) == ("faulty here", "br1/conv")
+    assert doc["device"]["spec"] in (spec, "board")
+    repro = Path(doc["repro"])
+    code, out, err = run_cli(["run", repro, "--device", spec, "--iter", "1"], capsys)
+    assert code == 1, err
+    code, out, err = run_cli(["run", repro, "--device", "local", "--iter", "1"], capsys)
+    assert code == 0, err
+
+
+def test_faulty_node_found_over_adb(residual_vtc: Path, adb_server, adb_device, device_env,
+                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from fixtures_localize import FAULTY_RUNNER
+
+    base = adb_device.sandbox / f"loc-{secrets.token_hex(4)}" / "verify"
+    runner = [sys.executable, str(FAULTY_RUNNER), "--fault", "leaky", "--node", "br0/relu",
+              "--value", "0.1"]
+    spec = device_env.adb_profile("phone", adb_server, adb_device, base, runner=runner)
+    code, doc = _localize([residual_vtc, "--device", spec, "-o", tmp_path, "--no-dump"], capsys)
+    assert code == 1
+    assert (doc["verdict"], doc["suspect"]["name"]) == ("faulty here", "br0/relu")
+
+
+def test_ssh_device_gone_exits_3(residual_vtc: Path, sshd_factory, faulty_profile,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    server = sshd_factory()
+    spec = faulty_profile("gone", "scale", "br1/conv", 1.01, ssh=server)
+    server.stop()
+    code, out, err = run_cli(["localize", residual_vtc, "--device", spec], capsys)
+    assert code == 3 and out == ""
+    assert err.startswith("error: ")
+
+
+@pytest.fixture(scope="module")
+def arm64_ready() -> None:
+    from verify.devices import arm64_root
+
+    if not (arm64_root() / "usr/bin/python3.11").is_file():
+        pytest.skip(f"no emulated arm64 root at {arm64_root()}: python scripts/build_arm64_root.py")
+    if shutil.which("qemu-aarch64-static") is None:
+        pytest.skip("qemu-aarch64-static not on PATH: apt-get install qemu-user-static")
+
+
+@pytest.mark.arm64
+@pytest.mark.slow
+@pytest.mark.parametrize("archive", ["cnn_vtc", "residual_vtc"])
+@pytest.mark.parametrize("extra", [[], ["--no-dump"], ["--opt-level", "disable"]],
+                         ids=["dump", "bisect", "opt-off"])
+def test_arm64_noise_is_no_faulty_node(arm64_ready: None, archive: str, extra: list[str],
+                                       device_env, request: pytest.FixtureRequest,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    vtc = request.getfixturevalue(archive)
+    code, doc = _localize([vtc, "--device", "arm64", *extra], capsys)
+    assert code == 0
+    assert doc["device"]["arch"] == "aarch64"
+    assert doc["verdict"] == "no faulty node" and doc["repro"] is None
+    assert doc["round_trips"] == 1

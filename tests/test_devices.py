@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -179,3 +180,24 @@ def test_devices_check_unknown_device_is_a_usage_error(device_env: DeviceEnv,
     assert dirs.startswith(str(device_env.profiles))
     assert err == (f"error: unknown device 'nosuch': no profile nosuch.toml in {dirs}; use "
                    "local, cuda[:N], ssh:user@host[:port], adb[:SERIAL] or a profile name\n")
+
+
+def test_unknown_transport_lists_the_available_ones(device_env: DeviceEnv,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("odd", {"transport": "serial", "address": "/dev/ttyUSB0"})
+    code, out, err = run_cli(["devices", "check", "odd"], capsys)
+    assert (code, out) == (2, "")
+    assert err.startswith("error: unknown transport 'serial'; available: adb, local, ssh")
+
+
+def test_a_missing_driver_library_names_the_extra(device_env: DeviceEnv) -> None:
+    """Without paramiko the ssh transport says what to install; everything else still works."""
+    code = ("import sys; sys.modules['paramiko'] = None; from verify.cli import main; "
+            "print(main(['devices', 'check', 'local', '--json']) == 0, flush=True); "
+            "sys.exit(main(['devices', 'check', 'ssh:me@127.0.0.1:1']))")
+    proc = subprocess.run([sys.executable, "-c", code], env=device_env.env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 3
+    assert proc.stdout.splitlines()[-1] == "True"
+    assert proc.stderr == ("error: the ssh transport needs the paramiko package: "
+                           "pip install 'verify[ssh]'\n")

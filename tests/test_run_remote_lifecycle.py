@@ -36,11 +36,17 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 SLEEPER = "import os, time; open({pidfile!r}, 'w').write(str(os.getpid())); time.sleep(120)"
 
 
-def _local_or_ssh(kind: str, device_env: DeviceEnv, request: pytest.FixtureRequest,
-                  tmp_path: Path, **extra: object) -> tuple[str, Path]:
+def _device(kind: str, device_env: DeviceEnv, request: pytest.FixtureRequest,
+            tmp_path: Path, **extra: object) -> tuple[str, Path]:
+    """A profile `dev` of that kind; (its spec, its jobs folder as seen from this machine)."""
     if kind == "local":
         device_env.write_profile("dev", {"transport": "local", **extra})
         return "dev", device_env.local_jobs()
+    if kind == "adb":
+        dev = request.getfixturevalue("adb_device")
+        base = dev.sandbox / f"l-{secrets.token_hex(4)}" / "verify"
+        return device_env.adb_profile("dev", request.getfixturevalue("adb_server"), dev, base,
+                                      **extra), base / "jobs"
     base = tmp_path / "board"
     return device_env.ssh_profile("dev", request.getfixturevalue("sshd_server"), base,
                                   **extra), base / "jobs"
@@ -78,12 +84,12 @@ def test_two_runs_on_one_device_at_once(device_env: DeviceEnv, sshd_server, smal
     assert list((base / "jobs").iterdir()) == []
 
 
-@pytest.mark.parametrize("kind", ["local", "ssh"])
+@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
 def test_ctrl_c_exits_130_and_leaves_no_work_directory(kind: str, device_env: DeviceEnv,
                                                        small_vtc: Path, tmp_path: Path,
                                                        request: pytest.FixtureRequest) -> None:
     pidfile = tmp_path / "runner.pid"
-    spec, jobs = _local_or_ssh(kind, device_env, request, tmp_path,
+    spec, jobs = _device(kind, device_env, request, tmp_path,
                                runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
     proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
     _wait_for(pidfile, proc)
@@ -96,11 +102,11 @@ def test_ctrl_c_exits_130_and_leaves_no_work_directory(kind: str, device_env: De
     assert _wait_gone(int(pidfile.read_text()))  # the runner was stopped too
 
 
-@pytest.mark.parametrize("kind", ["local", "ssh"])
+@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
 def test_keep_keeps_the_work_directory(kind: str, device_env: DeviceEnv, small_vtc: Path,
                                        tmp_path: Path, request: pytest.FixtureRequest,
                                        capsys: pytest.CaptureFixture[str]) -> None:
-    spec, jobs = _local_or_ssh(kind, device_env, request, tmp_path)
+    spec, jobs = _device(kind, device_env, request, tmp_path)
     doc = run_json(["run", small_vtc, "--device", spec, "--iter", "1", "--keep"], capsys)
     assert doc["passed"] is True
     [kept] = list(jobs.iterdir())
@@ -108,13 +114,13 @@ def test_keep_keeps_the_work_directory(kind: str, device_env: DeviceEnv, small_v
     assert json.loads((kept / "result.json").read_text())["status"] == "ok"
 
 
-@pytest.mark.parametrize("kind", ["local", "ssh"])
+@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
 def test_a_crashing_runner_is_exit_3_and_cleaned_up(kind: str, device_env: DeviceEnv,
                                                     small_vtc: Path, tmp_path: Path,
                                                     request: pytest.FixtureRequest,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     crash = "import sys; sys.stderr.write('loading libonnxruntime.so\\nboom: bad op\\n'); sys.exit(7)"
-    spec, jobs = _local_or_ssh(kind, device_env, request, tmp_path,
+    spec, jobs = _device(kind, device_env, request, tmp_path,
                                runner=[sys.executable, "-c", crash])
     code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
     assert (code, out) == (3, "")

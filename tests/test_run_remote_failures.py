@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
 from fixtures_adb import free_port as adb_free_port
 from fixtures_devices import DeviceEnv, run_cli, verify_process
-from fixtures_ssh import free_port, keygen, process_alive
+from fixtures_ssh import SshServer, free_port, keygen, process_alive
 
 MB = 1 << 20
 
@@ -144,8 +146,6 @@ def test_adb_serial_not_attached(device_env: DeviceEnv, adb_server, adb_device,
 def test_command_timeout_kills_the_runner_and_cleans_up(
         device_env: DeviceEnv, sshd_server, small_vtc: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import sys
-
     pidfile = tmp_path / "runner.pid"
     base = tmp_path / "d"
     spec = device_env.ssh_profile("slow", sshd_server, base,
@@ -163,23 +163,41 @@ def test_command_timeout_kills_the_runner_and_cleans_up(
     assert list((base / "jobs").iterdir()) == []
 
 
-def _watch(condition, action, stop: threading.Event) -> threading.Thread:
-    def loop() -> None:
+def _killed_while(growing: Callable[[], Iterable[Path]], server: SshServer,
+                  argv: list[object], env: dict[str, str]) -> str:
+    """Run `verify ARGV` as a process and kill the server's sessions as soon as one of the files
+    `growing()` lists has passed 1 MB; the run must exit 3 with one line: returned."""
+    def passed_a_megabyte() -> bool:
+        for path in growing():
+            try:
+                if path.stat().st_size > MB:
+                    return True
+            except OSError:  # renamed or removed meanwhile
+                pass
+        return False
+
+    stop = threading.Event()
+
+    def watch() -> None:
         while not stop.is_set():
-            if condition():
-                action()
+            if passed_a_megabyte():
+                server.kill_sessions()
                 return
             time.sleep(0.005)
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    return thread
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    proc = verify_process(argv, env)
+    out, err = proc.communicate(timeout=120)
+    stop.set()
+    watcher.join()
+    assert (proc.returncode, out) == (3, ""), err
+    return _one_line_error(err)
 
 
 def test_server_killed_while_pulling_outputs(device_env: DeviceEnv, sshd_factory, small_vtc: Path,
                                              tmp_path: Path) -> None:
     """Exit 3 naming the transfer; no half-written output or temp file left on this side."""
-    import sys
-
     server = sshd_factory()
     runner = tmp_path / "big_runner.py"
     runner.write_text(BIG_OUTPUT_RUNNER)
@@ -189,19 +207,9 @@ def test_server_killed_while_pulling_outputs(device_env: DeviceEnv, sshd_factory
     host_tmp.mkdir()
     out_dir = tmp_path / "bin-out"
 
-    def pulling() -> bool:
-        return any(p.stat().st_size > MB for p in host_tmp.glob("verify-run-*/.out_*.part")
-                   if p.exists())
-
-    stop = threading.Event()
-    watcher = _watch(pulling, server.kill_sessions, stop)
-    proc = verify_process(["run", small_vtc, "--device", spec, "--bin-out-dump", out_dir],
-                          {**device_env.env, "TMPDIR": str(host_tmp)})
-    out, err = proc.communicate(timeout=120)
-    stop.set()
-    watcher.join()
-    assert (proc.returncode, out) == (3, "")
-    message = _one_line_error(err)
+    message = _killed_while(lambda: host_tmp.glob("verify-run-*/.out_*.part"), server,
+                            ["run", small_vtc, "--device", spec, "--bin-out-dump", out_dir],
+                            {**device_env.env, "TMPDIR": str(host_tmp)})
     assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while fetching "
                         r"\S+/jobs/[0-9a-f]+/out/big\.npy", message), message
     assert not out_dir.exists()
@@ -218,18 +226,8 @@ def test_server_killed_while_pushing(device_env: DeviceEnv, sshd_factory, small_
     spec = device_env.ssh_profile("dying", server, base,
                                   push=[{"src": str(big), "dest": "lib/libbig.so"}])
 
-    def pushing() -> bool:
-        return any(p.stat().st_size > MB for p in (base / "cache").glob("*.part-*")
-                   if p.exists())
-
-    stop = threading.Event()
-    watcher = _watch(pushing, server.kill_sessions, stop)
-    proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
-    out, err = proc.communicate(timeout=120)
-    stop.set()
-    watcher.join()
-    assert (proc.returncode, out) == (3, "")
-    message = _one_line_error(err)
+    message = _killed_while(lambda: (base / "cache").glob("*.part-*"), server,
+                            ["run", small_vtc, "--device", spec], device_env.env)
     assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while copying "
                         rf"{re.escape(str(big))} to \S+/cache/[0-9a-f]{{64}}\.so\.part-[0-9a-f]+",
                         message), message

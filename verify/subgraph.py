@@ -217,14 +217,16 @@ def build_batch(ng: NodeGraph, segments: Sequence[Segment],
     inputs: dict[str, onnx.ValueInfoProto] = {}
     outputs: dict[str, onnx.ValueInfoProto] = {}
     pieces = []
+    ref_names: dict[str, str] = {}
     for seg in segments:
         feeds: dict[str, str] = {}
         rename: dict[str, str] = {}
         for t in ng.segment_inputs(seg):
             feed = t
             if t in made_here:  # another piece makes it: feed the reference under a new name
-                feed = _fresh(t + _REF_SUFFIX, taken)
-                rename[t] = feed
+                if t not in ref_names:
+                    ref_names[t] = _fresh(t + _REF_SUFFIX, taken)
+                feed = rename[t] = ref_names[t]
             feeds[feed] = t
             if feed not in inputs:
                 inputs[feed] = _value_info(feed, _need(reference, t))

@@ -152,7 +152,8 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     refs = References(tc.model_bytes, case.inputs, tc.path, req.case_index, req.budget_bytes)
     mode = req.mode
     if mode == "auto":
-        mode = "dump" if tc.has_layers or _activation_bytes(tc) <= req.budget_bytes else "bisect"
+        mode = ("dump" if tc.has_layers or _activation_bytes(model, tc) <= req.budget_bytes
+                else "bisect")
     if mode == "dump" and tc.has_layers:
         refs.load_archive_layers()
     search = _Search(ng, refs, device, judge, req)
@@ -201,11 +202,27 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
 
 
-def _activation_bytes(tc: Any) -> int:
-    """What a per-layer reference of one case would hold: a host run decides, so estimate by
-    the inputs times the node count (no run needed), an upper bound on small models."""
-    per_input = sum(int(np.asarray(v).nbytes) for v in tc.cases[0].inputs.values())
-    return per_input * max(1, len(tc.tensor_order))
+def _activation_bytes(model: Any, tc: Any) -> int:
+    """What a per-layer reference of one case holds in memory: the computed tensors' sizes from
+    shape inference (a dimension it cannot tell counts as the largest input's size)."""
+    import onnx
+
+    from verify.graph import inferred_types
+
+    fallback = max((int(np.asarray(v).size) for v in tc.cases[0].inputs.values()), default=1)
+    types = inferred_types(model)
+    total = 0
+    for info in tc.tensor_order:
+        tp = types.get(info.name)
+        if info.op == "<input>" or tp is None or tp.WhichOneof("value") != "tensor_type":
+            continue
+        elem = tp.tensor_type.elem_type
+        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize \
+            if elem != onnx.TensorProto.STRING else 8
+        dims = [d.dim_value if d.HasField("dim_value") else fallback
+                for d in tp.tensor_type.shape.dim]
+        total += int(np.prod(dims, dtype=np.int64)) * itemsize
+    return total
 
 
 def _step(ng: NodeGraph, tensor: str, diff: TensorDiff | None) -> Step:

@@ -170,3 +170,22 @@ def test_progress_bars_on_a_terminal(kind: str, device_env: DeviceEnv, small_vtc
     ci = verify_process(["run", small_vtc, "--device", "dev2", "--iter", "1"], device_env.env)
     out, err = ci.communicate(timeout=120)
     assert ci.returncode == 0 and "push libbig" not in err + out
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
+def test_devices_clean_removes_the_cache_and_leftover_work(
+        kind: str, device_env: DeviceEnv, small_vtc: Path, tmp_path: Path,
+        request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]) -> None:
+    spec, jobs = _device(kind, device_env, request, tmp_path)
+    run_json(["run", small_vtc, "--device", spec, "--iter", "1", "--keep"], capsys)
+    cache = jobs.parent / "cache"
+    assert len(list(cache.iterdir())) == 4 and len(list(jobs.iterdir())) == 1
+    code, out, err = run_cli(["devices", "clean", spec], capsys)
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"removed {cache}", f"removed {jobs}", "device dev: clean"]
+    assert not cache.exists() and not jobs.exists()
+    again = run_json(["run", small_vtc, "--device", spec, "--iter", "1"], capsys)
+    assert again["transfers"]["files_put"] == 5  # everything is sent again
+    assert run_json(["devices", "clean", spec], capsys) == {
+        "spec": "dev", "removed": [str(cache), str(jobs)]}
+    assert run_json(["devices", "clean", spec], capsys)["removed"] == []

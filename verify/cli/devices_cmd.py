@@ -1,4 +1,4 @@
-"""`verify devices list|check`."""
+"""`verify devices list|check|clean`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from verify.errors import EXIT_OK
 # --- devices-------------------------------------------------------------------------------
 @cli.group(context_settings=CONTEXT)
 def devices() -> None:
-    """List device profiles and check that a device is reachable and ready."""
+    """List device profiles, check that a device is reachable and ready, clean its cache.
+
+    \b
+      verify devices list
+      verify devices check ssh:me@board
+      verify devices clean adb:phone
+    """
 
 
 @devices.command("list", context_settings=CONTEXT)
@@ -56,4 +62,33 @@ def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
         emit_json(info)
     else:
         render.print_device(info)
+    return EXIT_OK
+
+
+@devices.command("clean", context_settings=CONTEXT)
+@click.argument("spec")
+@click.option("--insecure-host-key", is_flag=True,
+              help="ssh: accept an unknown or changed host key (not recommended).")
+@json_option
+def devices_clean(spec: str, insecure_host_key: bool, as_json: bool) -> int:
+    """Remove verify's file cache and leftover work directories from the device SPEC.
+
+    The next run pushes the runner, model and inputs again. Do not clean while a run is
+    under way on that device.
+
+    \b
+      verify devices clean phone
+      verify devices clean ssh:me@192.0.2.10
+    """
+    from verify.drivers import clean_device
+    from verify.execute import resolve_profile
+
+    profile = resolve_profile(spec, insecure_host_key)
+    removed = clean_device(profile)
+    if as_json:
+        emit_json({"spec": profile.spec, "removed": removed})
+    else:
+        for path in removed:
+            click.echo(f"removed {path}")
+        click.echo(f"device {profile.spec}: clean")
     return EXIT_OK

@@ -70,3 +70,17 @@ def _check_local_paths(profile: Profile) -> None:
                 hint = "; build the emulated ARM64 userland with python " \
                     "scripts/build_arm64_root.py" if in_root else ""
                 raise ConnectError(f"{profile.spec}: {word} does not exist{hint}")
+
+
+def clean_device(profile: Profile) -> list[str]:
+    """Remove verify's cache and work directories from the device; return what was removed.
+
+    Runs in progress on the same device lose their files: clean when nothing runs there.
+    """
+    with make_driver(profile) as driver:
+        removed = []
+        for path in (driver.cache_dir, driver.jobs_dir):
+            if driver.exists(path):
+                driver.remove(path)
+                removed.append(path)
+        return removed

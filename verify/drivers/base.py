@@ -216,13 +216,18 @@ class Driver(ABC):
 
     def make_workdir(self) -> str:
         """A fresh private directory for one job, so concurrent runs never collide."""
-        path = posixpath.join(self.base_dir, "jobs", secrets.token_hex(8))
+        path = posixpath.join(self.jobs_dir, secrets.token_hex(8))
         self._makedirs_impl(path)
         return path
 
     @property
     def cache_dir(self) -> str:
         return posixpath.join(self.base_dir, "cache")
+
+    @property
+    def jobs_dir(self) -> str:
+        """Where each job's private work directory is made."""
+        return posixpath.join(self.base_dir, "jobs")
 
     def describe_address(self) -> str:
         return f"{self.transport}:{self.config.address}" if self.config.address else self.transport

@@ -87,26 +87,27 @@ def test_sanitize_node_names_for_files() -> None:
     assert len(sanitize("a" * 300)) == 60
 
 
+def _found_in_1mb(vtc: Path, spec: str, capsys: pytest.CaptureFixture[str]) -> dict:
+    code, out, err = run_cli(["localize", vtc, "--device", spec, "--json", "--budget", "1",
+                              "--no-repro"], capsys)
+    assert code == 1, err
+    return json.loads(out)
+
+
 def test_layers_in_the_archive_are_the_reference(tmp_path: Path, faulty_profile,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     onnx.save(residual_model(), tmp_path / "res.onnx")
     vtc = tmp_path / "res.vtc"
     code, _, err = run_cli(["pack", tmp_path / "res.onnx", "--layers", "-o", vtc], capsys)
     assert code == 0, err
-    spec = faulty_profile("f", "bias", "res1/bn2", 0.01)
-    code, out, err = run_cli(["localize", vtc, "--device", spec, "--json", "--budget", "1",
-                              "--no-repro"], capsys)
-    doc = json.loads(out)
-    assert code == 1 and doc["suspect"]["name"] == "res1/bn2"
+    doc = _found_in_1mb(vtc, faulty_profile("f", "bias", "res1/bn2", 0.01), capsys)
+    assert doc["suspect"]["name"] == "res1/bn2"
     assert (doc["mode"], doc["reference_source"]) == ("dump", "archive")
 
 
 def test_a_model_over_the_budget_is_bisected(cnn_vtc: Path, faulty_profile,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     # cnn.onnx's activations (~2.9 MB) do not fit 1 MB: no per-layer dump, bisection instead
-    spec = faulty_profile("f", "scale", "block3/se/fc2", 1.01)
-    code, out, err = run_cli(["localize", cnn_vtc, "--device", spec, "--json", "--budget", "1",
-                              "--no-repro"], capsys)
-    doc = json.loads(out)
-    assert code == 1 and doc["suspect"]["name"] == "block3/se/fc2"
+    doc = _found_in_1mb(cnn_vtc, faulty_profile("f", "scale", "block3/se/fc2", 1.01), capsys)
+    assert doc["suspect"]["name"] == "block3/se/fc2"
     assert (doc["mode"], doc["reference_source"]) == ("bisect", "host")

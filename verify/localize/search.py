@@ -171,23 +171,23 @@ def _shrink(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
         device.mark_failing([_range_label(ng, seg)] if failed else [])
         return result if failed else None
 
-    start_ok, start_bad = lo, hi          # [start_ok, hi) fails; [start_bad, hi) is empty
-    while start_bad - start_ok > 1:
-        mid = (start_ok + start_bad) // 2
-        found = fails(mid, hi)
+    # [lo, hi) fails and an empty range does not: move each end inwards while it still fails
+    start, diffs = _edge(lo, hi, lambda mid: fails(mid, hi), diffs)
+    end, diffs = _edge(hi, start, lambda mid: fails(start, mid), diffs)
+    return BisectResult(start, end, diffs, end - start == 1)
+
+
+def _edge(failing: int, passing: int, fails_at: Callable[[int], tuple[TensorDiff, ...] | None],
+          diffs: tuple[TensorDiff, ...]) -> tuple[int, tuple[TensorDiff, ...]]:
+    """Binary search between a position that fails and one that does not (either side)."""
+    while abs(passing - failing) > 1:
+        mid = (failing + passing) // 2
+        found = fails_at(mid)
         if found is not None:
-            start_ok, diffs = mid, found
+            failing, diffs = mid, found
         else:
-            start_bad = mid
-    end_bad, end_ok = start_ok, hi        # [start, end_ok) fails; [start, end_bad) is empty
-    while end_ok - end_bad > 1:
-        mid = (end_bad + end_ok) // 2
-        found = fails(start_ok, mid)
-        if found is not None:
-            end_ok, diffs = mid, found
-        else:
-            end_bad = mid
-    return BisectResult(start_ok, end_ok, diffs, end_ok - start_ok == 1)
+            passing = mid
+    return failing, diffs
 
 
 def _nodes(n: int) -> str:

@@ -31,21 +31,21 @@ from verify.testcase import read_archive  # noqa: E402
 MODELS = ROOT / "goldens" / "models"
 OUT = ROOT / "goldens" / "testcases"
 SEED = 7
-# archive name -> (model file, -d specs, preprocessing)
-TESTCASES: dict[str, tuple[str, list[str], Preprocess]] = {
+# archive name -> (model file, -d specs, preprocessing, with per-layer references)
+TESTCASES: dict[str, tuple[str, list[str], Preprocess, bool]] = {
     "cnn": ("cnn.onnx", [f"data:{ROOT / 'goldens' / 'images' / 'sample.png'}"],
-            Preprocess(scale=1 / 255)),
-    "two_io": ("two_io.onnx", [], Preprocess()),
-    "int_bool": ("int_bool.onnx", [], Preprocess()),
+            Preprocess(scale=1 / 255), True),
+    "two_io": ("two_io.onnx", [], Preprocess(), False),
+    "int_bool": ("int_bool.onnx", [], Preprocess(), False),
 }
 
 
 def build(out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, (model, data, pre) in TESTCASES.items():
+    for name, (model, data, pre, layers) in TESTCASES.items():
         path = out / f"{name}.vtc"
-        pack(MODELS / model, path, PackOptions(data=data, seed=SEED, pre=pre))
+        pack(MODELS / model, path, PackOptions(data=data, seed=SEED, pre=pre, layers=layers))
         written.append(path)
     return written
 
@@ -62,6 +62,8 @@ def check(committed: Path) -> list[str]:
             old, fresh = read_archive(old_path), read_archive(fresh_path)
             if old.model_bytes != fresh.model_bytes:
                 problems.append(f"{old_path}: the model differs from goldens/models")
+            if old.has_layers != fresh.has_layers:
+                problems.append(f"{old_path}: per-layer references {'missing' if fresh.has_layers else 'unexpected'}")
             if len(old.cases) != len(fresh.cases):
                 problems.append(f"{old_path}: {len(old.cases)} case(s), expected {len(fresh.cases)}")
                 continue

@@ -101,20 +101,22 @@ def local_suite(folder: Path, *, testcases: dict[str, Path] | None = None,
 
 def perturbed_archive(dest: Path, factor: float, name: str = "cnn") -> Path:
     """goldens/testcases/NAME.vtc with one mid-network conv's weights scaled by `factor`; the
-    inputs and ground truth are the original's."""
+    inputs, ground truth and per-layer references are the original's."""
     import onnx
     from onnx import numpy_helper
 
-    from verify.testcase import read_archive, write_archive
+    from verify.testcase import iter_layers, read_archive, write_archive
 
-    tc = read_archive(TESTCASES / f"{name}.vtc")
+    source = TESTCASES / f"{name}.vtc"
+    tc = read_archive(source)
     model = onnx.load_from_string(tc.model_bytes)
     weights = [t for t in model.graph.initializer if t.name.endswith("/W")]
     target = weights[len(weights) // 2]
     scaled = (numpy_helper.to_array(target) * np.float32(factor)).astype(np.float32)
     target.CopyFrom(numpy_helper.from_array(scaled, target.name))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    write_archive(dest, dataclasses.replace(tc, model_bytes=model.SerializeToString()))
+    layers = [iter_layers(source, i) for i in range(len(tc.cases))] if tc.has_layers else None
+    write_archive(dest, dataclasses.replace(tc, model_bytes=model.SerializeToString()), layers)
     return dest
 
 

@@ -134,7 +134,7 @@ def test_regression_gate_factor_and_noise_floor() -> None:
     assert gates.regression([_t(3e-6)], [], {"case0/y": 0.0}, {}, s, "b").status == "fail"
     layer = gates.regression([_t(0.0)], [_t(5e-6, "conv", index=3)], {"case0/y": 0.0},
                              {"case0/conv": 1e-6}, s, "b")
-    assert layer.status == "fail" and "first layer conv" in layer.message
+    assert layer.status == "fail" and "first layer #3 Conv conv: max_abs=5e-06" in layer.message
     assert gates.regression([_t(1e-6)], [], None, {}, s, "b/x.json").status == "no-baseline"
 
 

@@ -38,10 +38,9 @@ def accuracy(outputs: Sequence[TensorError], layers: Sequence[TensorError] = ())
     parts = []
     if bad:
         parts.append(f"{len(bad)} of {len(outputs)} output(s) over tolerance; first "
-                     f"{bad[0].numbers()}")
+                     f"{bad[0].name} (case {bad[0].case}): {bad[0].numbers()}")
     if first_layer:
-        parts.append(f"first divergent layer #{first_layer.index} {first_layer.op} "
-                     f"{first_layer.numbers()}")
+        parts.append(f"first divergent layer {first_layer.describe()}")
     return GateResult("accuracy", FAIL, "; ".join(parts), details)
 
 
@@ -56,7 +55,7 @@ def _worse(rows: Sequence[TensorError], base: Mapping[str, float],
         slack = settings.regression_min_units * t.threshold if math.isfinite(t.threshold) else 0.0
         limit = settings.regression_factor * max(b, slack) if math.isfinite(b) else math.inf
         if math.isnan(t.max_abs) or t.max_abs > limit:
-            worse.append({"tensor": t.name, "case": t.case, "index": t.index,
+            worse.append({"tensor": t.name, "op": t.op, "case": t.case, "index": t.index,
                           "max_abs": num(t.max_abs), "baseline_max_abs": num(b),
                           "limit": num(limit), "ratio": num(t.max_abs / b) if b else "inf"})
     return worse, new
@@ -76,8 +75,8 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
         note = f" ({len(new + new_layers)} tensor(s) not in the baseline)" if new + new_layers else ""
         return GateResult("regression", PASS, f"no error grew beyond {settings.regression_factor:g}x "
                                               f"the baseline{note}", details)
-    first = (worse or worse_layers)[0]
-    kind = "output" if worse else "layer"
+    first = (worse_layers or worse)[0]
+    kind = f"layer #{first['index']} {first['op']}" if worse_layers else "output"
     return GateResult(
         "regression", FAIL,
         f"{len(worse)} output(s), {len(worse_layers)} layer(s) worse than "

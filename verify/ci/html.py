@@ -14,6 +14,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from verify.ci.report import RunInfo, verdict
 from verify.ci.results import ERROR, FAILED, PASSED, JobResult, TensorError, overall
 from verify.errors import UsageError
@@ -76,7 +78,8 @@ def _error_axes(ax: Any, r: JobResult) -> None:
         ax.annotate(first.name, (i, ys[i]), textcoords="offset points", xytext=(8, 8),
                     color=color, fontsize=9)
     ax.set_xlabel(f"{what} index (topological order)" if r.layers else "output index")
-    ax.set_ylabel("max abs error (log)")
+    zeros = sum(1 for t in rows if t.max_abs == 0)
+    ax.set_ylabel("max abs error (log)" + (f"; {zeros} exact (0) at 1e-12" if zeros else ""))
     ax.set_title(f"per-{what} error vs tolerance")
     if len(rows) <= 12:
         ax.set_xticks(xs, [t.name[:14] for t in rows], rotation=30, ha="right", fontsize=8)
@@ -103,11 +106,19 @@ def _latency_axes(ax: Any, r: JobResult, threshold: float) -> None:
     ax.set_xticks(range(1, len(series) + 1), [n for n, _ in series])
     for k, (_, s) in enumerate(series, 1):
         ax.plot([k] * len(s), s, ".", color="#0969da", alpha=0.5)
+    every = [x for _, s in series for x in s]
+    top = 1.3 * max(float(np.percentile(every, 90)), *(float(np.median(s)) for _, s in series))
     if r.baseline_latency is not None and r.baseline_latency.samples_ms:
         limit = r.baseline_latency.median_ms * (1 + threshold)
+        top = max(top, 1.2 * limit)
         ax.axhline(limit, color="#cf222e", ls="--", lw=1.2,
                    label=f"baseline median +{threshold:.0%}")
         ax.legend(fontsize=8)
+    clipped = sum(1 for x in every if x > top)
+    ax.set_ylim(0, top)
+    if clipped:  # descheduled iterations would squash the boxes: say they are off the chart
+        ax.text(0.02, 0.98, f"{clipped} sample(s) above {top:.3g} ms not shown",
+                transform=ax.transAxes, va="top", fontsize=8, color="#57606a")
     ax.set_ylabel("per-iteration latency (ms)")
     ax.set_title("latency vs baseline")
     ax.grid(True, axis="y", alpha=0.3)
@@ -154,7 +165,8 @@ def _section(r: JobResult) -> str:
     first = r.first_divergent
     if first is not None:
         parts.append(f"<li>first divergent tensor: <code>{_e(first.name)}</code> "
-                     f"({_e(first.op or 'output')}, #{first.index}) {_e(first.numbers())}</li>")
+                     f"({_e(first.op or 'output')}, #{first.index}, case {first.case}): "
+                     f"{_e(first.numbers())}</li>")
     parts += [f"<li class='muted'>{_e(n)}</li>" for n in r.notes if not n.startswith("Traceback")]
     parts.append(f"</ul><img alt='per-layer error and latency of {_e(r.job.id)}' "
                  f"src='data:image/png;base64,{job_figure(r)}'></div>")

@@ -28,6 +28,7 @@ class Job:
     gates: tuple[str, ...]
     tolerance: Tolerance
     settings: GateSettings
+    layers: bool = False
 
     @property
     def id(self) -> str:
@@ -48,7 +49,8 @@ def expand(suite: Suite) -> list[Job]:
                     warmup=_first(tc.warmup, device.warmup, suite.warmup),
                     timeout=_first(tc.timeout, device.timeout, suite.timeout),
                     retries=suite.retries, gates=tc.gates,
-                    tolerance=tc.tolerance.over(suite.tolerance), settings=suite.settings))
+                    tolerance=tc.tolerance.over(suite.tolerance), settings=suite.settings,
+                    layers=tc.layers))
     return jobs
 
 

@@ -21,7 +21,7 @@ def _failure_text(r: JobResult) -> str:
     lines = [f"{g.gate}: {g.message}" for g in r.gates]
     first = r.first_divergent
     if first is not None:
-        lines.append(f"first divergent tensor: {first.numbers()}")
+        lines.append(f"first divergent tensor: {first.describe()}")
     if r.latency and r.baseline_latency:
         lines.append(f"latency samples (ms): {', '.join(f'{x:.4g}' for x in r.latency.samples_ms)}")
         lines.append("baseline samples (ms): "

@@ -150,8 +150,7 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
             first = r.first_divergent
             if first is not None:
                 lines.append(f"  - first divergent tensor: `{first.name}` ({first.op or 'output'},"
-                             f" #{first.index}, case {first.case}): max_abs={first.max_abs:.3g}, "
-                             f"threshold={first.threshold:.3g}, {first.tol_units:.3g}x tolerance")
+                             f" #{first.index}, case {first.case}): {_cell(first.numbers())}")
     errored = [r for r in results if r.status == ERROR]
     if errored:
         lines += ["", "### Errors", ""]

@@ -68,10 +68,15 @@ class TensorError:
                 "sqnr_db": num(self.sqnr_db), "n_outside": self.n_outside, "reason": self.reason}
 
     def numbers(self) -> str:
-        """One line with the figures a failure message carries."""
-        return (f"{self.name} (case {self.case}): max_abs={self.max_abs:.3g} "
-                f"threshold={self.threshold:.3g} ({self.tol_units:.3g}x tolerance), "
-                f"{self.n_outside} element(s) outside [{self.rule}]")
+        """The figures a failure message carries, after the tensor's name."""
+        return (f"max_abs={self.max_abs:.3g} threshold={self.threshold:.3g} "
+                f"({self.tol_units:.3g}x tolerance), {self.n_outside} element(s) outside "
+                f"[{self.rule}]")
+
+    def describe(self) -> str:
+        """Name, place and figures: `conv3:0 (Conv, #17, case 0): max_abs=…`."""
+        where = f"{self.op}, #{self.index}, case {self.case}" if self.op else f"case {self.case}"
+        return f"{self.name} ({where}): {self.numbers()}"
 
 
 @dataclass(frozen=True)

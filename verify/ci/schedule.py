@@ -140,10 +140,13 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms))
     layer_rows: tuple[TensorError, ...] = ()
     notes: list[str] = list(outcome.notes)
-    if job.settings.layers and ("accuracy" in job.gates or "regression" in job.gates):
-        layer_rows, note = layers.capture(job, lambda: _retrying(
-            lambda: layers.run_with_dump(job, _request), job.retries, _Attempts()))
-        notes.extend(note)
+    if job.layers and ("accuracy" in job.gates or "regression" in job.gates):
+        if not outcome.testcase.has_layers:
+            notes.append(f"{job.archive.name} has no per-layer references (pack it with "
+                         "--layers): outputs only")
+        else:
+            layer_rows = _retrying(lambda: layers.run_with_dump(job, _request), job.retries,
+                                   _Attempts())
     path = baselines.baseline_path(ci.baselines, ci.suite_name, job)
     shown = _shown(path)
     base = baselines.load(path)

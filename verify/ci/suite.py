@@ -92,6 +92,7 @@ class TestcaseEntry:
     warmup: int | None = None
     timeout: float | None = None
     tolerance: Tolerance = Tolerance()
+    layers: bool = False              # per-layer accuracy/regression (archive packed --layers)
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,8 @@ def _line_of(text: str, where: Sequence[str | int]) -> int | None:
             continue
         if current == ".".join(names[:-1]) and counts.get(top, 0) == nth and key_re.match(line):
             return no
-    return None
+    # a key inside an inline table: the line of the table's own key
+    return _line_of(text, list(where)[:-1]) if len(names) > 2 else None
 
 
 class _Reader:
@@ -203,7 +205,7 @@ _GATE_KEYS = {"accuracy": ("layers",), "regression": ("factor", "min_units"),
 _DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout")
 _OPTION_KEYS = ("name", "opt_level", "threads", "providers")
 _TESTCASE_KEYS = ("name", "path", "devices", "options", "gates", "iterations", "warmup",
-                  "timeout", "tolerance")
+                  "timeout", "layers", "tolerance")
 
 
 def load_suite(path: Path) -> Suite:
@@ -234,7 +236,8 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
     tolerance = _tolerance(r, s.get("tolerance", {}), ["suite", "tolerance"])
     devices = _devices(r, data.get("device", []))
     options = _options(r, data.get("options", [{}]))
-    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates)
+    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates,
+                           settings.layers)
     if not testcases:
         raise r.fail(["testcase"], "the suite lists no testcase; add a [[testcase]] with a path")
     return Suite(path=path, name=name, baselines=baselines,
@@ -355,7 +358,8 @@ def _pick(r: _Reader, data: Mapping[str, Any], where: list[str | int], key: str,
 
 
 def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device],
-               options: Mapping[str, OptionSet], gates: tuple[str, ...]) -> tuple[TestcaseEntry, ...]:
+               options: Mapping[str, OptionSet], gates: tuple[str, ...],
+               layers: bool) -> tuple[TestcaseEntry, ...]:
     entries: list[TestcaseEntry] = []
     names: dict[str, Path] = {}
     for i, t in enumerate(_array(r, items, "testcase")):
@@ -378,6 +382,7 @@ def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device]
                       iterations=r.get(t, where, "iterations", "count"),
                       warmup=r.get(t, where, "warmup", "int"),
                       timeout=r.get(t, where, "timeout", "positive"),
+                      layers=r.get(t, where, "layers", "bool", layers),
                       tolerance=_tolerance(r, t.get("tolerance", {}), [*where, "tolerance"]))
         for archive in found:
             name = explicit or archive.stem

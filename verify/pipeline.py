@@ -82,6 +82,7 @@ class DumpCapture:
     budget_bytes: int
     records: tuple[tuple[Mapping[str, Any], ...], ...]
     seconds: float = 0.0
+    peak_rss_bytes: int | None = None     # the dump runner's
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class DeviceRun:
     profile_file: Path | None = None
     workdir: str | None = None
     dump: DumpCapture | None = None
+    peak_rss_bytes: int | None = None     # the runner's, as it reported it
 
 
 def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
@@ -236,7 +238,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                              cases=tuple(case_runs), transfers=driver.stats.as_dict(),
                              options=options, providers=tuple(providers),
                              profile_file=profile_file,
-                             workdir=workdir if options.keep else None, dump=capture)
+                             workdir=workdir if options.keep else None, dump=capture,
+                             peak_rss_bytes=result.get("peak_rss_bytes"))
 
 
 _OPTIMIZED = "optimized.onnx"
@@ -287,7 +290,7 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
             kept.append(rec)
         records.append(tuple(kept))
     return DumpCapture(plan, int(info.get("budget_bytes", 0)), tuple(records),
-                       float(info.get("ms", 0.0)) / 1000.0)
+                       float(info.get("ms", 0.0)) / 1000.0, result.get("peak_rss_bytes"))
 
 
 def _fetch_result(driver: Driver, workdir: str, tmp: Path, status: int, stderr: str,

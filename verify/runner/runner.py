@@ -96,6 +96,8 @@ def make_session(ort, model_bytes, job):
         so.inter_op_num_threads = int(job["inter_op_threads"])
     if job.get("optimized_model_path"):
         so.optimized_model_filepath = job["optimized_model_path"]
+    if job.get("no_cpu_arena"):
+        so.enable_cpu_mem_arena = False
     for key, value in (job.get("session_config") or {}).items():
         so.add_session_config_entry(str(key), str(value))
     if job.get("profile"):
@@ -139,11 +141,15 @@ def run_once(sess, feeds, output_names):
     try:
         return sess.run(output_names, feeds)
     except Exception as exc:
-        text = str(exc)
-        if "INVALID_ARGUMENT" in text or "Invalid rank" in text or "Got invalid dimensions" in text \
-                or "Unexpected input data type" in text:
-            raise JobError("input", _first_line(text))
-        raise JobError("runtime", _first_line(text))
+        raise _run_error(exc)
+
+
+def _run_error(exc):
+    text = str(exc)
+    if "INVALID_ARGUMENT" in text or "Invalid rank" in text or "Got invalid dimensions" in text \
+            or "Unexpected input data type" in text:
+        return JobError("input", _first_line(text))
+    return JobError("runtime", _first_line(text))
 
 
 def run_job(job, workdir):
@@ -407,11 +413,48 @@ def _fed_symbols(sess, feeds):
     return symbols
 
 
-def capture_chunks(np, ort, model, tensors, outputs, cases, budget, session_job, scratch):
+_NP_TYPES = {"float": "float32", "float16": "float16", "double": "float64", "int8": "int8",
+             "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
+             "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "bool"}
+
+
+def _fetch_views(np, ort, sess, feeds, fetch):
+    """Run, returning arrays that view onnxruntime's own output buffers (no copy), and the
+    OrtValues owning them: keep those alive while the arrays are in use."""
+    import ctypes
+
+    if not hasattr(sess, "run_with_ort_values"):
+        return run_once(sess, feeds, fetch), None
+    try:
+        ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+                     for k, v in feeds.items()}
+        owners = sess.run_with_ort_values(fetch, ort_feeds)
+    except Exception as exc:
+        raise _run_error(exc)
+    arrays = []
+    for v in owners:
+        kind = v.data_type()
+        dtype = _NP_TYPES.get(kind[len("tensor("):-1]) if kind.startswith("tensor(") else None
+        if dtype is None or v.device_name().lower() != "cpu":
+            arrays.append(v.numpy())
+            continue
+        shape = tuple(int(d) for d in v.shape())
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if nbytes == 0:
+            arrays.append(np.zeros(shape, dtype))
+            continue
+        buf = (ctypes.c_char * nbytes).from_address(v.data_ptr())
+        arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
+    return arrays, owners
+
+
+def capture_chunks(np, ort, model, tensors, outputs, cases, budget, session_job, scratch,
+                   copy=True):
     """Yield (case index, name, value) for every name in `tensors` (in order, chunk by chunk;
     within a chunk case by case). Graph inputs come from the feeds; the other tensors are
     fetched from a session on `model` (a file) with that chunk's tensors appended as outputs,
-    so at most about `budget` bytes of marked activations are alive at a time."""
+    so at most about `budget` bytes of marked activations are alive at a time. With `copy`
+    false, values view onnxruntime's buffers and are valid only until the next item."""
     outputs = set(outputs)
     fed = set()
     for feeds in cases:
@@ -433,12 +476,37 @@ def capture_chunks(np, ort, model, tensors, outputs, cases, budget, session_job,
             sess = make_session(ort, path, session_job)
             os.remove(path)
         for ci, feeds in enumerate(cases):
-            values = dict(zip(fetch, run_once(sess, feeds, fetch))) if fetch else {}
+            owners = None
+            if not fetch:
+                got = []
+            elif copy:
+                got = run_once(sess, feeds, fetch)
+            else:
+                got, owners = _fetch_views(np, ort, sess, feeds, fetch)
+            values = dict(zip(fetch, got))
+            del got
             for name in chunk:
                 value = feeds[name] if name in fed else values.pop(name)
                 yield ci, name, value
                 del value
+            del values, owners
         sess = None
+
+
+def _return_freed_memory():
+    """glibc only: serve large blocks with mmap (a fixed threshold), so each freed tensor leaves
+    the process instead of fragmenting the heap across chunks."""
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "mallopt"):
+            libc.mallopt(-3, 1 << 20)   # M_MMAP_THRESHOLD: fixed at 1 MiB
+            libc.mallopt(-1, 1 << 20)   # M_TRIM_THRESHOLD
+    except (OSError, AttributeError, ValueError):
+        pass
 
 
 def run_dump(np, ort, job, workdir, result):
@@ -449,7 +517,11 @@ def run_dump(np, ort, job, workdir, result):
     out_dir = os.path.join(workdir, out_rel)
     os.makedirs(out_dir, exist_ok=True)
     model = os.path.join(workdir, job["model"])
-    session_job = dict(job, opt_level="disable", optimized_model_path=None, profile=None)
+    # No arena: it grows in doubling steps and keeps its peak, which a chunk's pinned outputs
+    # would raise; and large buffers go back to the system as soon as they are freed.
+    session_job = dict(job, opt_level="disable", optimized_model_path=None, profile=None,
+                       no_cpu_arena=True)
+    _return_freed_memory()
     tensors = list(spec["tensors"])
     index = {name: i for i, name in enumerate(tensors)}
     save = bool(spec.get("save", True))
@@ -459,7 +531,7 @@ def run_dump(np, ort, job, workdir, result):
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     for ci, name, value in capture_chunks(np, ort, model, tensors, spec.get("outputs", []),
-                                          cases, budget, session_job, out_dir):
+                                          cases, budget, session_job, out_dir, copy=False):
         rec = tensor_stats(np, value, first)
         rec["name"] = name
         rec["file"] = None
@@ -469,6 +541,25 @@ def run_dump(np, ort, job, workdir, result):
         records[ci][index[name]] = rec
     result["dump"] = {"budget_bytes": budget, "ms": _now_ms(t0), "cases": records}
     result["cases"] = [{"warmup_ms": [], "iter_ms": [], "outputs": {}} for _ in cases]
+
+
+def peak_rss_bytes():
+    """This process's peak resident memory, or None where the platform cannot tell.
+
+    Linux's VmHWM first: ru_maxrss survives exec, so it would report the parent's peak."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+    except ImportError:
+        return None
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
 def write_json_atomic(path, data):
@@ -507,6 +598,7 @@ def main(argv):
                   "error": {"kind": "runtime", "message": "%s: %s" % (type(exc).__name__, exc),
                             "traceback": traceback.format_exc()}}
     result["device"] = describe()
+    result["peak_rss_bytes"] = peak_rss_bytes()
     write_json_atomic(result_path, result)
     return 0
 

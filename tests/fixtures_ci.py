@@ -22,8 +22,15 @@ TESTCASES = REPO / "goldens" / "testcases"
 WRAPPED_RUNNER = Path(__file__).resolve().parent / "ci_wrapped_runner.py"
 RUNNER_PY = REPO / "verify" / "runner" / "runner.py"
 
-__all__ = ["ci_baselines", "CiRun", "run_ci", "perturbed_archive", "local_suite",
-           "wrapped_runner_profile", "have_arm64"]
+__all__ = [
+    "CiRun",
+    "ci_baselines",
+    "have_arm64",
+    "local_suite",
+    "perturbed_archive",
+    "run_ci",
+    "wrapped_runner_profile",
+]
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fixtures_ci import (SAMPLE, have_arm64, local_suite, perturbed_archive, run_ci,
-                         wrapped_runner_profile)
+from fixtures_ci import (
+    SAMPLE,
+    have_arm64,
+    local_suite,
+    perturbed_archive,
+    run_ci,
+    wrapped_runner_profile,
+)
 
 XSD = Path(__file__).resolve().parent / "ci_junit.xsd"
 PLOT_BLUE = (0x09, 0x69, 0xDA)   # the error curve's colour in verify/ci/html.py
@@ -153,7 +159,7 @@ def test_unreachable_device_errors_its_jobs_and_the_others_go_on(
     assert run.code == 3, run.out     # only device errors
     first, second = run.job("cnn/board/opt-all"), run.job("cnn/board/opt-off")
     assert first["status"] == second["status"] == "error"
-    assert first["error"]["kind"] == "device" and first["attempts"] == 2  # retried once
+    assert first["error"]["type"] == "ConnectError" and first["attempts"] == 2  # retried once
     assert second["error"]["message"].startswith("not run: device board was unreachable")
     assert second["attempts"] == 0
     assert run.job("cnn/local/opt-all")["status"] == "passed"
@@ -170,7 +176,7 @@ def test_per_job_timeout_is_a_device_error(ci_baselines: Path, device_env, tmp_p
     run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io"], capsys, tmp_path)
     assert run.code == 3
     job = run.job("two_io/local/opt-all")
-    assert job["error"] == {"kind": "device",
+    assert job["error"] == {"kind": "device", "type": "DeviceTimeout",
                             "message": "local: python did not finish within 3 s"}
     assert job["attempts"] == 1
 
@@ -274,3 +280,39 @@ def test_help_has_an_example(capsys) -> None:
     out = capsys.readouterr().out
     assert "verify ci goldens/suites/sample.toml --junit ci.xml" in out
     assert "2 a bad suite file" in out
+
+
+@pytest.mark.slow
+def test_suite_over_ssh_and_adb_test_devices_in_parallel(device_env, sshd_server, adb_server,
+                                                         adb_device, tmp_path: Path,
+                                                         capsys) -> None:
+    import secrets
+
+    board = device_env.ssh_profile("ci-board", sshd_server, tmp_path / "board")
+    phone = device_env.adb_profile("ci-phone", adb_server, adb_device,
+                                   adb_device.sandbox / f"ci-{secrets.token_hex(4)}" / "verify")
+    devices = "".join(f'[[device]]\nname = "{n}"\nspec = "{s}"\niterations = 5\n\n'
+                      for n, s in (("local", "local"), ("board", board), ("phone", phone)))
+    suite = local_suite(tmp_path, devices=devices)
+    suite.write_text(suite.read_text().replace('devices = ["local"]\noptions = ["opt-all"]',
+                                               'devices = ["local", "board", "phone"]\n'
+                                               'options = ["opt-all"]', 1))
+    base = tmp_path / "bl"
+    first = run_ci([suite, "--baselines", base, "--only", "two_io", "--update-goldens"],
+                   capsys, tmp_path)
+    assert first.code == 0, first.out + first.err
+    assert [j["id"] for j in first.report["jobs"]] == [
+        "two_io/local/opt-all", "two_io/board/opt-all", "two_io/phone/opt-all"]
+    assert [j["device"]["spec"] for j in first.report["jobs"]] == ["local", board, phone]
+    again = run_ci([suite, "--baselines", base, "--only", "two_io", "--junit",
+                    tmp_path / "ci.xml"], capsys, tmp_path)
+    assert again.code == 0, again.out
+    for dev in ("local", "board", "phone"):
+        gates = {g["gate"]: g["status"] for g in again.job(f"two_io/{dev}/opt-all")["gates"]}
+        assert gates == {"accuracy": "pass", "regression": "pass", "latency": "pass"}, dev
+    validate_junit(tmp_path / "ci.xml")
+    from junitparser import JUnitXml
+
+    suites = {s.name: s for s in JUnitXml.fromfile(str(tmp_path / "ci.xml"))}
+    assert set(suites) == {"sample.local", "sample.board", "sample.phone"}
+    assert all(s.tests == 1 and s.failures == 0 and s.errors == 0 for s in suites.values())

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from verify.ci.jobs import Job, expand, parse_shard, select
-from verify.ci.report import RunInfo, atomic_write_text, markdown, to_json, verdict
+from verify.ci.report import RunInfo, markdown, to_json, verdict
 from verify.ci.results import JobResult
 from verify.ci.schedule import CiRun, run_jobs
 from verify.ci.suite import Suite, SuiteError, load_suite
+from verify.dump import write_text_atomic
 
 __all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError", "load_suite",
            "parse_shard", "plan", "run_suite", "verdict", "write_reports"]
@@ -75,14 +76,14 @@ def write_reports(outcome: CiOutcome, *, junit: Path | None = None, markdown_pat
         write_junit(junit, results, info)
         written["junit"] = str(junit)
     if markdown_path is not None:
-        atomic_write_text(markdown_path, markdown(results, info))
+        write_text_atomic(markdown_path, markdown(results, info))
         written["markdown"] = str(markdown_path)
     if json_path is not None:
-        atomic_write_text(json_path, to_json(results, info))
+        write_text_atomic(json_path, to_json(results, info))
         written["json"] = str(json_path)
     if html_path is not None:
         from verify.ci.html import html_report
 
-        atomic_write_text(html_path, html_report(results, info))
+        write_text_atomic(html_path, html_report(results, info))
         written["html"] = str(html_path)
     return written

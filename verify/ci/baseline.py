@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 from verify import __version__
 from verify.ci.jobs import Job
 from verify.ci.results import JobResult, Latency, TensorError, num, unnum
+from verify.dump import write_text_atomic
 from verify.errors import UsageError
 
 FORMAT = "verify-ci-baseline"
@@ -96,13 +95,4 @@ def document(result: JobResult, suite_name: str, model_sha256: str) -> dict[str,
 
 def write(path: Path, doc: Mapping[str, Any]) -> None:
     """Write atomically (temp file + rename), keys sorted, one value per line."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -12,8 +12,9 @@ import platform
 from collections.abc import Sequence
 from pathlib import Path
 
-from verify.ci.report import RunInfo, atomic_write_text
+from verify.ci.report import RunInfo
 from verify.ci.results import ERROR, FAILED, NO_BASELINE, JobResult
+from verify.dump import write_text_atomic
 from verify.errors import UsageError
 
 
@@ -93,4 +94,4 @@ def junit_xml(results: Sequence[JobResult], info: RunInfo) -> str:
 
 
 def write_junit(path: Path, results: Sequence[JobResult], info: RunInfo) -> None:
-    atomic_write_text(path, junit_xml(results, info))
+    write_text_atomic(Path(path), junit_xml(results, info))

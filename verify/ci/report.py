@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from verify import __version__
@@ -60,19 +57,6 @@ def verdict(results: Sequence[JobResult]) -> str:
     if errors:
         return "device-error"
     return "passed"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def document(results: Sequence[JobResult], info: RunInfo) -> dict[str, Any]:
@@ -168,11 +152,3 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
         lines += ["", "### Notes", ""] + [f"- `{j}`: {_cell(n)}" for j, n in notes]
     return "\n".join(lines) + "\n"
 
-
-def gate_counts(results: Sequence[JobResult]) -> Mapping[str, Mapping[str, int]]:
-    counts: dict[str, dict[str, int]] = {}
-    for r in results:
-        for g in r.gates:
-            counts.setdefault(g.gate, {}).setdefault(g.status, 0)
-            counts[g.gate][g.status] += 1
-    return counts

@@ -123,6 +123,7 @@ class JobResult:
     device: Mapping[str, Any] = field(default_factory=dict)
     error: str = ""
     error_kind: str = ""             # device, input or internal
+    error_type: str = ""             # the exception's class, e.g. ConnectError
     attempts: int = 0
     seconds: float = 0.0
     notes: tuple[str, ...] = ()
@@ -157,7 +158,8 @@ class JobResult:
             "device": {"name": j.device.name, "spec": j.device.spec, **dict(self.device)},
             "options": j.options.to_dict(), "iterations": j.iterations, "warmup": j.warmup,
             "status": self.status, "summary": self.summary(),
-            "error": {"kind": self.error_kind, "message": self.error} if self.error else None,
+            "error": {"kind": self.error_kind, "type": self.error_type, "message": self.error}
+            if self.error else None,
             "attempts": self.attempts, "seconds": num(self.seconds),
             "gates": [g.to_dict() for g in self.gates],
             "first_divergent": first.to_dict() if first else None,

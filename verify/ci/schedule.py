@@ -21,10 +21,10 @@ from verify import execute
 from verify.ci import baseline as baselines
 from verify.ci import gates, layers
 from verify.ci.jobs import Job
-from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASSED, UPDATED, GateResult,
-                               JobResult, Latency, TensorError)
-from verify.errors import (ConnectError, DeviceError, DeviceTimeout, TransferError, UsageError,
-                           VerifyError)
+from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASSED, UPDATED,
+                               GateResult, JobResult, Latency, TensorError)
+from verify.errors import (ConnectError, DeviceError, DeviceTimeout, TransferError,
+                           UsageError, VerifyError)
 
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0
@@ -74,10 +74,9 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                 result = JobResult(job, ERROR, error=f"not run: {down}", error_kind="device")
             else:
                 result = run_job(job, ci)
-                if result.error_kind == "device" and result.notes and \
-                        result.notes[-1].startswith("unreachable"):
-                    down = f"device {job.device.name} was unreachable earlier in this run " \
-                           f"({result.error})"
+                if result.error_type == ConnectError.__name__:
+                    down = (f"device {job.device.name} was unreachable earlier in this run "
+                            f"({result.error})")
             results[i] = result
             if on_result is not None:
                 with lock:
@@ -96,18 +95,15 @@ def run_job(job: Job, ci: CiRun) -> JobResult:
     attempts = _Attempts()
     try:
         result = _run_and_judge(job, ci, attempts)
-    except ConnectError as exc:
-        result = JobResult(job, ERROR, error=str(exc), error_kind="device",
-                           notes=("unreachable after retries",))
-    except DeviceError as exc:
-        result = JobResult(job, ERROR, error=str(exc), error_kind="device")
-    except UsageError as exc:
-        result = JobResult(job, ERROR, error=str(exc), error_kind="input")
     except VerifyError as exc:
-        result = JobResult(job, ERROR, error=str(exc), error_kind="internal")
+        kind = ("device" if isinstance(exc, DeviceError) else
+                "input" if isinstance(exc, UsageError) else "internal")
+        result = JobResult(job, ERROR, error=str(exc), error_kind=kind,
+                           error_type=type(exc).__name__)
     except Exception as exc:  # a bug must not take the other jobs down; keep its trace
         result = JobResult(job, ERROR, error=f"{type(exc).__name__}: {exc}",
-                           error_kind="internal", notes=(traceback.format_exc(),))
+                           error_kind="internal", error_type=type(exc).__name__,
+                           notes=(traceback.format_exc(),))
     return replace(result, attempts=attempts.count, seconds=time.monotonic() - started)
 
 

@@ -149,11 +149,12 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
                          providers=tuple(req.providers), timeout=req.timeout)
     device = DeviceRounds(profile, options, status)
     case = tc.cases[req.case_index]
-    refs = References(tc.model_bytes, case.inputs, tc.path, req.case_index, req.budget_bytes)
+    fits = _activation_bytes(model, tc) <= req.budget_bytes
+    refs = References(tc.model_bytes, case.inputs, tc.path, req.case_index, req.budget_bytes,
+                      fetch_all=fits)
     mode = req.mode
     if mode == "auto":
-        mode = ("dump" if tc.has_layers or _activation_bytes(model, tc) <= req.budget_bytes
-                else "bisect")
+        mode = "dump" if tc.has_layers or fits else "bisect"
     if mode == "dump" and tc.has_layers:
         refs.load_archive_layers()
     search = _Search(ng, refs, device, judge, req)

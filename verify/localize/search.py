@@ -45,13 +45,14 @@ class References:
 
     def __init__(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
                  archive: Path | None = None, case: int = 0,
-                 budget_bytes: int | None = None) -> None:
+                 budget_bytes: int | None = None, fetch_all: bool = False) -> None:
         self._model_bytes = model_bytes
         self._feeds = dict(feeds)
         self._values: dict[str, np.ndarray] = dict(feeds)
         self._archive = archive
         self._case = case
         self._budget = budget_bytes
+        self._fetch_all = fetch_all   # everything fits in memory: one host run serves all rounds
         self.source = "host"
 
     def load_archive_layers(self) -> None:
@@ -68,7 +69,9 @@ class References:
         if missing:
             from verify.capture import host_layers
 
-            for name, value in host_layers(self._model_bytes, self._feeds, missing,
+            names = None if self._fetch_all else missing
+            self._fetch_all = False
+            for name, value in host_layers(self._model_bytes, self._feeds, names,
                                            budget_bytes=self._budget):
                 self._values[name] = np.asarray(value)
         return {n: self._values[n] for n in wanted if n in self._values}

@@ -316,3 +316,18 @@ def test_suite_over_ssh_and_adb_test_devices_in_parallel(device_env, sshd_server
     suites = {s.name: s for s in JUnitXml.fromfile(str(tmp_path / "ci.xml"))}
     assert set(suites) == {"sample.local", "sample.board", "sample.phone"}
     assert all(s.tests == 1 and s.failures == 0 and s.errors == 0 for s in suites.values())
+
+
+def test_json_on_stdout_is_the_report(ci_baselines: Path, device_env, tmp_path: Path,
+                                      capsys) -> None:
+    from verify.cli import main
+
+    suite = local_suite(tmp_path)
+    assert main(["ci", str(suite), "--baselines", str(ci_baselines), "--only", "int_bool",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "verify-ci-report" and doc["verdict"] == "passed"
+    job = doc["jobs"][0]
+    assert job["id"] == "int_bool/local/opt-all"
+    assert [o["name"] for o in job["outputs"]] == ["argmax", "mask", "selected", "count"]
+    assert {o["rule"] for o in job["outputs"]} >= {"exact"}

@@ -65,10 +65,13 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
         by_device.setdefault(job.device.name, []).append(i)
     results: list[JobResult | None] = [None] * len(jobs)
     lock = threading.Lock()
+    stop = threading.Event()   # set on Ctrl-C: jobs running finish, no new one starts
 
     def device_worker(indices: list[int]) -> None:
         down: str | None = None
         for i in indices:
+            if stop.is_set():
+                return
             job = jobs[i]
             if down is not None:
                 result = JobResult(job, ERROR, error=f"not run: {down}", error_kind="device")
@@ -82,10 +85,15 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                 with lock:
                     on_result(result)
 
-    with ThreadPoolExecutor(max_workers=max(1, len(by_device)),
-                            thread_name_prefix="verify-ci") as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, len(by_device)), thread_name_prefix="verify-ci")
+    try:
         for fut in [pool.submit(device_worker, idx) for idx in by_device.values()]:
             fut.result()
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [r for r in results if r is not None]
 
 

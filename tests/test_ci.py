@@ -82,6 +82,7 @@ def test_perturbed_model_within_tolerance_fails_regression_only(
     assert (first["tensor"], first["op"]) == ("block2/proj/conv:0", "Conv")
     assert first["max_abs"] > first["limit"]
     assert run.job(job)["attempts"] == 1   # a mismatch is never retried
+    assert any("the baseline was recorded for another model" in n for n in run.job(job)["notes"])
     validate_junit(tmp_path / "ci.xml")
     xml = (tmp_path / "ci.xml").read_text()
     assert 'type="regression"' in xml
@@ -331,3 +332,17 @@ def test_json_on_stdout_is_the_report(ci_baselines: Path, device_env, tmp_path: 
     assert job["id"] == "int_bool/local/opt-all"
     assert [o["name"] for o in job["outputs"]] == ["argmax", "mask", "selected", "count"]
     assert {o["rule"] for o in job["outputs"]} >= {"exact"}
+
+
+def test_a_corrupt_testcase_is_an_input_error_exit_2(device_env, tmp_path: Path,
+                                                     capsys) -> None:
+    bad = tmp_path / "cnn.vtc"
+    bad.write_bytes(b"not an archive")
+    suite = local_suite(tmp_path, testcases={"cnn": bad})
+    run = run_ci([suite, "--baselines", tmp_path / "bl", "--only", "cnn/local/opt-all", "--only",
+                  "two_io"], capsys, tmp_path)
+    assert run.code == 2
+    job = run.job("cnn/local/opt-all")
+    assert job["status"] == "error" and job["error"]["kind"] == "input"
+    assert job["error"]["message"].startswith(str(bad))
+    assert run.job("two_io/local/opt-all")["status"] == "passed"   # the others go on

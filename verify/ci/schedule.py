@@ -134,8 +134,9 @@ def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:
 
 
 def model_sha256(outcome: execute.RunOutcome) -> str:
-    stored = outcome.testcase.provenance.get("model_sha256")
-    return str(stored) if stored else hashlib.sha256(outcome.testcase.model_bytes).hexdigest()
+    """Of the model bytes that ran (not the archive's provenance record, which a rewrite of
+    the archive may have carried over)."""
+    return hashlib.sha256(outcome.testcase.model_bytes).hexdigest()
 
 
 def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:

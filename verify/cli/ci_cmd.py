@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option
 from verify.errors import EXIT_DEVICE, EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
 
+if TYPE_CHECKING:
+    from verify.ci.results import JobResult
+
 EXIT_FOR = {"passed": EXIT_OK, "failed": EXIT_MISMATCH, "input-error": EXIT_USAGE,
             "internal-error": EXIT_INTERNAL, "device-error": EXIT_DEVICE}
 _MARK = {"passed": "PASS ", "failed": "FAIL ", "error": "ERROR"}
 
 
-def _line(result) -> str:  # type: ignore[no-untyped-def]
+def _line(result: JobResult) -> str:
     gates = "  ".join(f"{g.gate}={g.status}" for g in result.gates)
     tail = result.summary() if result.status != "passed" else gates
     return f"{_MARK[result.status]} {result.job.id}  ({result.seconds:.1f} s)  {tail}"

@@ -36,7 +36,7 @@ def _line(result: JobResult) -> str:
               metavar="FILE", help="Write the HTML report (offline; plots per failing job).")
 @click.option("--update-goldens", is_flag=True,
               help="Record this run's errors and latencies as the baselines (on purpose; "
-                   "commit the files it writes). Jobs failing accuracy keep their old baseline.")
+                   "commit the files it writes). Jobs failing a gate keep their old baseline.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (stable: a job's shard depends on its id and N).")
 @click.option("--only", multiple=True, metavar="PATTERN",
@@ -64,7 +64,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
       verify ci nightly.toml --only 'cnn/*' --update-goldens   # then commit goldens/baselines
 
     Exit codes: 0 every gate held; 1 a gate failed; 2 a bad suite file (the line or key is
-    named) or a bad testcase; 3 only device errors.
+    named) or a bad testcase; 3 only device errors; 4 an internal error.
     """
     import verify.ci as ci_lib
     from verify.ci.jobs import shard_of

@@ -263,3 +263,53 @@ def test_faults_that_only_add_up_give_the_smallest_failing_subgraph(
     assert code == 1, out
     code, out, err = run_cli(["run", repro, "--device", "local", "--iter", "1"], capsys)
     assert code == 0, out
+
+
+@pytest.mark.parametrize("mode", ["dump", "bisect"])
+@pytest.mark.parametrize("model, fault, node, value", [
+    ("two_io", "scale", "branch/mul", 1.01),      # two inputs; an output that is also read on
+    ("int_bool", "bias", "embed/sum", 0.01),      # integer inputs and outputs, bool masks
+    ("cnn_nhwc", "leaky", "block2/relu", 0.1),    # a Transpose in front, NHWC input
+])
+def test_other_sample_models(model: str, fault: str, node: str, value: float, mode: str,
+                             faulty_profile, tmp_path: Path,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures_localize import REPO
+
+    vtc = tmp_path / f"{model}.vtc"
+    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / f"{model}.onnx", "-o", vtc],
+                           capsys)
+    assert code == 0, err
+    spec = faulty_profile("dev", fault, node, value)
+    code, doc = _localize(vtc, spec, capsys, *(["--no-dump"] if mode == "bisect" else []))
+    assert code == 1
+    assert (doc["verdict"], doc["subgraph"]) == ("faulty here", [node])
+    code, _, _ = run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)
+    assert code == 0
+
+
+def test_picks_the_first_failing_case(faulty_profile, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    from fixtures_localize import REPO
+
+    # case 0 has only positive inputs: Relu -> LeakyRelu changes nothing there; case 1 does
+    rng = np.random.default_rng(5)
+    for name, case in (("a0", 0), ("b0", 0), ("a1", 1), ("b1", 1)):
+        data = rng.uniform(0.1, 1, (1, 16)) if case == 0 else rng.normal(0, 1, (1, 16))
+        np.save(tmp_path / f"{name}.npy", data.astype(np.float32))
+    vtc = tmp_path / "two.vtc"
+    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "two_io.onnx", "-o", vtc,
+                            "-d", f"a:{tmp_path / 'a0.npy'}", "-d", f"b:{tmp_path / 'b0.npy'}",
+                            "-d", f"a:{tmp_path / 'a1.npy'}", "-d", f"b:{tmp_path / 'b1.npy'}"],
+                           capsys)
+    assert code == 0, err
+    spec = faulty_profile("dev", "leaky", "sum/relu", 0.1)
+    code, doc = _localize(vtc, spec, capsys, "--no-dump")
+    assert code == 1 and doc["case"] == 1 and doc["suspect"]["name"] == "sum/relu"
+    assert doc["notes"][0] == "case 1 is the first of 2 whose outputs fail"
+    assert doc["rounds"][0]["purpose"] == "the whole model, 2 cases"
+    assert not doc["rounds"][1]["purpose"].startswith("the whole model")
+    code, doc = _localize(vtc, spec, capsys, "--case", "0")
+    assert code == 0 and doc["case"] == 0 and doc["verdict"] == "no faulty node"

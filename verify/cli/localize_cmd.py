@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 @click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
               help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name "
                    "from devices/.")
-@click.option("--case", "case_index", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which case of the archive to localize with.")
+@click.option("--case", "case_index", type=click.IntRange(min=0), default=None,
+              help="Which case of the archive to localize with (default: the first whose "
+                   "outputs fail on the device).")
 @click.option("--no-dump", is_flag=True,
               help="Do not compare every layer: bisect with subgraph runs instead "
                    "(O(log n) device round trips; for models too big to dump).")
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
               help="ssh: accept an unknown or changed host key (not recommended).")
 @tolerance_options
 @json_option
-def localize(archive: Path, device_spec: str, case_index: int, no_dump: bool, fanout: int,
+def localize(archive: Path, device_spec: str, case_index: int | None, no_dump: bool, fanout: int,
              max_isolated: int, budget_mb: int, opt_level: str, providers: tuple[str, ...],
              threads: int, out_dir: Path | None, no_repro: bool, timeout: float | None,
              insecure_host_key: bool, atol: float | None, rtol: float | None,

@@ -13,7 +13,7 @@ fails while none of its parts does; that piece is written as a `.vtc` repro.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from verify.localize.search import (DeviceRounds, References, Round, bisect, iso
                                     path_to, rank_candidates, worst)
 from verify.pipeline import RunOptions, Status
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
-from verify.testcase import read_archive
+from verify.testcase import Testcase, read_archive
 from verify.tolerance import tolerance_set
 
 MODES = ("auto", "dump", "bisect")
@@ -42,7 +42,7 @@ DEFAULT_BUDGET = 512 << 20
 class LocalizeRequest:
     archive: Path
     device: str = "local"
-    case_index: int = 0
+    case_index: int | None = None      # None: the first case whose outputs fail
     mode: str = "auto"
     fanout: int = 2
     max_isolated: int = 16
@@ -129,7 +129,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     if req.fanout < 2:
         raise UsageError("--fanout must be at least 2")
     tc = read_archive(req.archive)
-    if not 0 <= req.case_index < len(tc.cases):
+    if req.case_index is not None and not 0 <= req.case_index < len(tc.cases):
         raise UsageError(f"{req.archive}: --case {req.case_index} out of range (the archive "
                          f"holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
     from verify.execute import resolve_profile
@@ -148,9 +148,10 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     options = RunOptions(iterations=1, warmup=0, opt_level=req.opt_level, threads=req.threads,
                          providers=tuple(req.providers), timeout=req.timeout)
     device = DeviceRounds(profile, options, status)
-    case = tc.cases[req.case_index]
+    case_index, whole, notes = _choose_case(tc, req.case_index, device, judge, len(ng))
+    case = tc.cases[case_index]
     fits = _activation_bytes(model, tc) <= req.budget_bytes
-    refs = References(tc.model_bytes, case.inputs, tc.path, req.case_index, req.budget_bytes,
+    refs = References(tc.model_bytes, case.inputs, tc.path, case_index, req.budget_bytes,
                       fetch_all=fits)
     mode = req.mode
     if mode == "auto":
@@ -161,8 +162,9 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     if mode == "dump":
         outcome = search.by_dump(model, case.outputs)
     else:
-        outcome = search.by_bisection(tc.model_bytes, case.outputs)
-    base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=req.case_index,
+        outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
+    outcome = replace(outcome, notes=(*notes, *outcome.notes))
+    base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=case_index,
                 opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
     if outcome.range is None:
         return LocalizeResult(**base, device_info=device.device_info,
@@ -191,7 +193,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
                  "rule": own[0].rule if own else ""}
         values = refs.get([*ng.segment_inputs(Segment(lo, hi)),
                            *ng.segment_outputs(Segment(lo, hi))])
-        write_repro(repro, ng, Segment(lo, hi), values, tc, req.case_index,
+        write_repro(repro, ng, Segment(lo, hi), values, tc, case_index,
                     effective_tolerances(tc.tolerances, req.atol, req.rtol, tuple(req.tol_specs)),
                     found)
     first = next((d for d in outcome.first_order(ng, cumulative) if not d.passed), None)
@@ -201,6 +203,20 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         verdict=verdict, suspect=suspect, suspect_info=info,
         subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
         rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+
+
+def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: Any,
+                 nodes: int) -> tuple[int, dict[str, np.ndarray] | None, tuple[str, ...]]:
+    """The case to localize with: the one asked for, the only one, or the first whose outputs
+    fail in one plain run of every case (whose outputs are returned for reuse)."""
+    if asked is not None or len(tc.cases) == 1:
+        return asked or 0, None, ()
+    runs = device.run_cases(tc.model_bytes, [c.inputs for c in tc.cases],
+                            f"the whole model, {len(tc.cases)} cases", nodes=nodes)
+    for i, (case, outs) in enumerate(zip(tc.cases, runs)):
+        if not all(judge(o, outs[o], ref).passed for o, ref in case.outputs.items() if o in outs):
+            return i, runs[i], (f"case {i} is the first of {len(tc.cases)} whose outputs fail",)
+    return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
 
 
 def _activation_bytes(model: Any, tc: Any) -> int:
@@ -292,11 +308,13 @@ class _Search:
         b = bisect(ng, self.refs, self.device, self.judge, 0, first + 1, outs, self.req.fanout)
         return _Outcome(final, (b.lo, b.hi), b.diffs, cumulative, findings, tuple(notes))
 
-    def by_bisection(self, model_bytes: bytes,
-                     reference_outputs: Mapping[str, np.ndarray]) -> _Outcome:
+    def by_bisection(self, model_bytes: bytes, reference_outputs: Mapping[str, np.ndarray],
+                     outs: Mapping[str, np.ndarray] | None = None) -> _Outcome:
+        """`outs`: the plain run's outputs when the case was chosen by one already."""
         ng = self.ng
-        outs = self.device.run(model_bytes, self.refs.get(ng.graph_inputs), "the whole model",
-                               nodes=len(ng))
+        if outs is None:
+            outs = self.device.run(model_bytes, self.refs.get(ng.graph_inputs),
+                                   "the whole model", nodes=len(ng))
         final = tuple(self.judge(o, outs[o], ref) for o, ref in reference_outputs.items()
                       if o in outs)
         if all(d.passed for d in final):

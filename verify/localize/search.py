@@ -92,14 +92,19 @@ class DeviceRounds:
 
     def run(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray], purpose: str,
             pieces: int = 1, nodes: int = 0) -> dict[str, np.ndarray]:
+        return self.run_cases(model_bytes, [feeds], purpose, pieces, nodes)[0]
+
+    def run_cases(self, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],
+                  purpose: str, pieces: int = 1, nodes: int = 0) -> list[dict[str, np.ndarray]]:
+        """One round trip running the model once per case; the outputs of each case."""
         if self.status:
             self.status(f"round {len(self.rounds) + 1}: {purpose}")
         t0 = time.perf_counter()
-        run = run_on_device(self.profile, model_bytes, [feeds], self.options)
+        run = run_on_device(self.profile, model_bytes, cases, self.options)
         self.device_info = run.device
         sent = int(run.transfers.get("bytes_put", 0))
         self.rounds.append(Round(purpose, pieces, nodes, time.perf_counter() - t0, sent))
-        return dict(run.cases[0].outputs)
+        return [dict(c.outputs) for c in run.cases]
 
     def mark_failing(self, failing: Sequence[str]) -> None:
         last = self.rounds[-1]

@@ -30,7 +30,8 @@ def describe():
             "numpy": numpy.__version__, "onnxruntime": None,
             "runner": "alt_runner (onnx.reference %s)" % onnx.__version__,
             "providers": [PROVIDER], "cpu_count": os.cpu_count(),
-            "free_disk_bytes": _free_disk()}
+            "free_disk_bytes": _free_disk(),
+            "ld_library_path": os.environ.get("LD_LIBRARY_PATH")}
 
 
 def _free_disk():

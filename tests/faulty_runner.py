@@ -10,7 +10,8 @@ does not contain the node (another piece of a bisection) runs unchanged.
     python faulty_runner.py ... --describe
 
 Every node named gets the same fault (several small faults that only add up together make a
-failure no single node shows).
+failure no single node shows). With --fused, a node whose output is a graph output is left
+alone, like a bug in a fused kernel that disappears when the intermediate tensor is fetched.
 
 KIND    what happens to node NAME                                     default V
 scale   its first output is multiplied by V                           1.01
@@ -56,11 +57,14 @@ def _apply_to_output(graph, node, op_type, value):
                                        name=node.name + "__fault"))
 
 
-def inject(model, kind, node_name, value):
-    """Rewrite `node_name` in `model` in place; False when the model has no such node."""
+def inject(model, kind, node_name, value, fused=False):
+    """Rewrite `node_name` in `model` in place; False when the model has no such node (or,
+    `fused`, when one of its outputs is a graph output)."""
     graph = model.graph
     node = next((n for n in graph.node if n.name == node_name), None)
     if node is None:
+        return False
+    if fused and set(node.output) & {o.name for o in graph.output}:
         return False
     if kind == "scale":
         _apply_to_output(graph, node, "Mul", value)
@@ -99,6 +103,7 @@ def main(argv):
     parser.add_argument("--fault", required=True, choices=sorted(DEFAULTS))
     parser.add_argument("--node", required=True, action="append")
     parser.add_argument("--value", type=float, default=None)
+    parser.add_argument("--fused", action="store_true")
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
     if rest == ["--describe"] or len(rest) != 1:
@@ -110,7 +115,7 @@ def main(argv):
     model_path = job.get("model", "")
     model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
     value = DEFAULTS[args.fault] if args.value is None else args.value
-    hits = [inject(model, args.fault, node, value) for node in args.node]
+    hits = [inject(model, args.fault, node, value, args.fused) for node in args.node]
     if any(hits):
         faulty = os.path.join(workdir, "faulty-model.onnx")
         with open(faulty, "wb") as fh:

@@ -142,12 +142,12 @@ def chain_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def faulty_profile(device_env: Any) -> Iterator[Any]:
-    """make(name, fault, node(s), value=None, ssh=None) writes a profile whose runner is
+    """make(name, fault, node(s), value=None, ssh=None, fused=False) writes a profile whose runner is
     tests/faulty_runner.py (locally, or on an ssh fixture server) and returns its spec."""
 
     def make(name: str, fault: str, node: str | list[str], value: float | None = None,
-             ssh: Any = None) -> str:
-        runner = [sys.executable, str(FAULTY_RUNNER), "--fault", fault]
+             ssh: Any = None, fused: bool = False) -> str:
+        runner = [sys.executable, str(FAULTY_RUNNER), "--fault", fault, *(["--fused"] * fused)]
         for n in [node] if isinstance(node, str) else node:
             runner += ["--node", n]
         if value is not None:

@@ -170,7 +170,10 @@ def test_json_document_when_clean(residual_vtc: Path, device_env,
     assert code == 0
     assert doc["verdict"] == "no faulty node" and doc["found"] is False
     assert doc["suspect"] is None and doc["repro"] is None
-    assert doc["round_trips"] == 1 and doc["mode"] == "dump"
+    # the per-layer run, then a plain run (marking outputs blocks fusions)
+    assert doc["round_trips"] == 2 and doc["mode"] == "dump"
+    assert [r["purpose"] for r in doc["rounds"]] == ["per-layer run of 24 tensors",
+                                                     "the whole model"]
     assert [d["name"] for d in doc["outputs"]] == ["prob"] and doc["outputs"][0]["passed"]
 
 
@@ -313,3 +316,19 @@ def test_picks_the_first_failing_case(faulty_profile, tmp_path: Path,
     assert not doc["rounds"][1]["purpose"].startswith("the whole model")
     code, doc = _localize(vtc, spec, capsys, "--case", "0")
     assert code == 0 and doc["case"] == 0 and doc["verdict"] == "no faulty node"
+
+
+def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_profile,
+                                                     tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # like a fused-kernel bug: wrong only while n076's output is not fetched
+    spec = faulty_profile("fusion", "scale", "n076", 1.01, fused=True)
+    code, doc = _localize(chain_vtc, spec, capsys, "-o", tmp_path)
+    assert code == 1
+    assert doc["mode"] == "bisect" and doc["notes"][0].startswith(
+        "every layer is within tolerance when marked as an output but the plain run is not")
+    # alone n076 is fine (its output is then fetched): the smallest failing piece is n076 and
+    # the node reading it
+    assert (doc["verdict"], doc["subgraph"]) == ("failing subgraph", ["n076", "n077"])
+    assert [r["purpose"] for r in doc["rounds"]][:2] == ["per-layer run of 128 tensors",
+                                                         "the whole model"]

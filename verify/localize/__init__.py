@@ -160,10 +160,11 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         refs.load_archive_layers()
     search = _Search(ng, refs, device, judge, req)
     if mode == "dump":
-        outcome = search.by_dump(model, case.outputs)
+        outcome = search.by_dump(model, tc.model_bytes, case.outputs, whole)
     else:
         outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
     outcome = replace(outcome, notes=(*notes, *outcome.notes))
+    mode = outcome.mode or mode
     base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=case_index,
                 opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
     if outcome.range is None:
@@ -257,6 +258,7 @@ class _Outcome:
     cumulative: Mapping[str, TensorDiff] = field(default_factory=dict)
     candidates: tuple[NodeFinding, ...] = ()
     notes: tuple[str, ...] = ()
+    mode: str = ""                      # set when the search switched modes
 
     def first_order(self, ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list[TensorDiff]:
         names = [t for i in range(len(ng)) for t in ng.makes(i)]
@@ -268,8 +270,14 @@ class _Search:
                  req: LocalizeRequest) -> None:
         self.ng, self.refs, self.device, self.judge, self.req = ng, refs, device, judge, req
 
-    def by_dump(self, model: Any, reference_outputs: Mapping[str, np.ndarray]) -> _Outcome:
-        """One per-layer run (in chunks under the budget), rank, isolate candidates in one trip."""
+    def by_dump(self, model: Any, model_bytes: bytes, reference_outputs: Mapping[str, np.ndarray],
+                whole: Mapping[str, np.ndarray] | None = None) -> _Outcome:
+        """One per-layer run (in chunks under the budget), rank, isolate candidates in one trip.
+
+        When every layer passes, a plain run (no outputs marked) must pass too: if it does not,
+        the error lives in an optimization that marking blocks (a fusion), and is bisected
+        with unmarked pieces instead.
+        """
         from verify.graph import with_outputs
 
         ng = self.ng
@@ -289,7 +297,13 @@ class _Search:
         final = tuple(cumulative[o] for o in reference_outputs if o in cumulative)
         failing_nodes = rank_candidates(ng, cumulative)
         if not failing_nodes:
-            return _Outcome(final, None, cumulative=cumulative, notes=tuple(notes))
+            plain = self.by_bisection(model_bytes, reference_outputs, whole)
+            if plain.range is None:
+                return _Outcome(plain.final, None, cumulative=cumulative, notes=tuple(notes))
+            notes.append("every layer is within tolerance when marked as an output but the "
+                         "plain run is not: the error lives in an optimization that marking "
+                         "blocks (a fusion); bisected with unmarked pieces")
+            return replace(plain, notes=tuple(notes), mode="bisect")
         first = min(failing_nodes)
         chosen = sorted(set(failing_nodes[:self.req.max_isolated]) | {first})
         own = isolate(ng, self.refs, self.device, self.judge, chosen,

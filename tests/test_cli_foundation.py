@@ -355,3 +355,16 @@ def test_a_bug_is_exit_4_with_the_traceback(capsys: pytest.CaptureFixture[str], 
     assert "Traceback (most recent call last)" in err and "ZeroDivisionError: deliberate" in err
     assert err.rstrip().endswith("error: internal error (a bug in verify; please report it with "
                                  "the trace above)")
+
+
+def test_keep_says_where_the_work_directory_is(capsys: pytest.CaptureFixture[str], cnn_vtc: Path,
+                                               device_dir: Path) -> None:
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--iter", "1", "--keep")
+    assert code == 0
+    m = re.search(r"^kept work directory on local: (\S+) \(remove it with `verify devices clean "
+                  r"local`\)$", out, re.M)
+    assert m, out
+    kept = Path(m.group(1))
+    assert (kept / "job.json").is_file() and (kept / "result.json").is_file()
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--iter", "1", "--json")
+    assert json.loads(out)["kept_workdir"] is None

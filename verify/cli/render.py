@@ -246,6 +246,9 @@ class RunPrinter:
             echo(f"note: {note}")
         for what, where in o.written.items():
             echo(f"wrote {what.replace('_', '-')}: {where}")
+        if r.workdir:
+            echo(f"kept work directory on {r.spec}: {r.workdir} (remove it with "
+                 f"`verify devices clean {r.spec}`)")
         verdict = o.passed
         if verdict is None:
             echo("=== no check (no ground truth)")
@@ -305,6 +308,7 @@ def run_document(o: "RunOutcome") -> dict[str, Any]:
                    else [d.to_dict() for d in o.checks[pos].diffs]}
                   for pos, ci in enumerate(o.case_indices)],
         "passed": o.passed, "notes": list(o.notes), "written": dict(o.written),
+        "kept_workdir": r.workdir,
     }
 
 

@@ -34,7 +34,11 @@ def _localize(archive: Path, device: str, capsys: pytest.CaptureFixture[str],
               *extra: str) -> tuple[int, dict]:
     code, out, err = run_cli(["localize", archive, "--device", device, "--json", *extra], capsys)
     assert code in (0, 1), err
-    return code, json.loads(out)
+    return code, json.loads(out, parse_constant=_strict)
+
+
+def _strict(word: str) -> None:
+    raise AssertionError(f"not strict JSON: {word}")
 
 
 @pytest.mark.parametrize("mode", ["dump", "bisect"])

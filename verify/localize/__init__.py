@@ -90,7 +90,8 @@ class NodeFinding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "name": self.name, "op": self.op, "verdict": self.verdict,
-                "own_error": worst(self.own), "inherited_error": worst(self.inherited),
+                "own_error": _finite_or_text(worst(self.own)),
+                "inherited_error": _finite_or_text(worst(self.inherited)),
                 "own": [d.to_dict() for d in self.own],
                 "inherited": [d.to_dict() for d in self.inherited],
                 "cumulative": [d.to_dict() for d in self.cumulative]}
@@ -190,7 +191,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
                            f"{ng.labels[lo]}-{ng.labels[hi - 1]}", req.out_dir)
         found = {"device": profile.spec, "device_info": dict(device.device_info),
                  "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
-                 "verdict": verdict, "own_error_units": worst(own),
+                 "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                  "rule": own[0].rule if own else ""}
         values = refs.get([*ng.segment_inputs(Segment(lo, hi)),
                            *ng.segment_outputs(Segment(lo, hi))])
@@ -204,6 +205,11 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         verdict=verdict, suspect=suspect, suspect_info=info,
         subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
         rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+
+
+def _finite_or_text(x: float) -> float | str:
+    """Strict JSON has no infinity: an error without a finite size becomes the text 'inf'."""
+    return x if np.isfinite(x) else str(x)
 
 
 def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: Any,

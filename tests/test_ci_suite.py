@@ -230,3 +230,15 @@ def test_example_workflows_parse_and_call_verify_ci_with_real_options(name: str)
             from verify.ci.jobs import parse_shard
 
             parse_shard(ctx.params["shard"])
+
+
+def test_devices_of_one_group_share_a_lane(tmp_path: Path) -> None:
+    text = GOOD.replace('[[device]]\nname = "local"\n',
+                        '[[device]]\nname = "local"\ngroup = "host"\n\n'
+                        '[[device]]\nname = "arm64"\ngroup = "host"\n\n'
+                        '[[device]]\nname = "board"\nspec = "ssh:me@board"\n')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    devices = load_suite(path).devices
+    assert devices["local"].lane == devices["arm64"].lane == "group:host"
+    assert devices["board"].lane == "device:board"

@@ -60,34 +60,35 @@ def _retrying(fn: Callable[[], T], retries: int, attempts: _Attempts) -> T:
 def run_jobs(jobs: Sequence[Job], ci: CiRun,
              on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
     """Run every job; results come back in the order of `jobs`."""
-    by_device: dict[str, list[int]] = {}
+    lanes: dict[str, list[int]] = {}
     for i, job in enumerate(jobs):
-        by_device.setdefault(job.device.name, []).append(i)
+        lanes.setdefault(job.device.lane, []).append(i)
     results: list[JobResult | None] = [None] * len(jobs)
     lock = threading.Lock()
     stop = threading.Event()   # set on Ctrl-C: jobs running finish, no new one starts
 
     def device_worker(indices: list[int]) -> None:
-        down: str | None = None
+        down: dict[str, str] = {}    # device name -> why it is out of this run
         for i in indices:
             if stop.is_set():
                 return
             job = jobs[i]
-            if down is not None:
-                result = JobResult(job, ERROR, error=f"not run: {down}", error_kind="device")
+            if job.device.name in down:
+                result = JobResult(job, ERROR, error=f"not run: {down[job.device.name]}",
+                                   error_kind="device")
             else:
                 result = run_job(job, ci)
                 if result.error_type == ConnectError.__name__:
-                    down = (f"device {job.device.name} was unreachable earlier in this run "
-                            f"({result.error})")
+                    down[job.device.name] = (f"device {job.device.name} was unreachable "
+                                             f"earlier in this run ({result.error})")
             results[i] = result
             if on_result is not None:
                 with lock:
                     on_result(result)
 
-    pool = ThreadPoolExecutor(max_workers=max(1, len(by_device)), thread_name_prefix="verify-ci")
+    pool = ThreadPoolExecutor(max_workers=max(1, len(lanes)), thread_name_prefix="verify-ci")
     try:
-        for fut in [pool.submit(device_worker, idx) for idx in by_device.values()]:
+        for fut in [pool.submit(device_worker, idx) for idx in lanes.values()]:
             fut.result()
     except BaseException:
         stop.set()

@@ -67,6 +67,12 @@ class Device:
     iterations: int | None = None
     warmup: int | None = None
     timeout: float | None = None
+    group: str = ""      # devices sharing a group run one job at a time among them
+
+    @property
+    def lane(self) -> str:
+        """What the scheduler serializes on: the group, else the device itself."""
+        return f"group:{self.group}" if self.group else f"device:{self.name}"
 
 
 @dataclass(frozen=True)
@@ -202,7 +208,7 @@ _SUITE_KEYS = ("name", "baselines", "iterations", "warmup", "timeout", "retries"
 _TOL_KEYS = ("atol", "rtol", "tensors")
 _GATE_KEYS = {"accuracy": ("layers",), "regression": ("factor", "min_units"),
               "latency": ("threshold", "confidence", "min_delta_ms"), "determinism": ()}
-_DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout")
+_DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout", "group")
 _OPTION_KEYS = ("name", "opt_level", "threads", "providers")
 _TESTCASE_KEYS = ("name", "path", "devices", "options", "gates", "iterations", "warmup",
                   "timeout", "layers", "tolerance")
@@ -326,7 +332,8 @@ def _devices(r: _Reader, items: Any) -> dict[str, Device]:
         _unique(r, devices, name, where)
         devices[name] = Device(name, spec or name, r.get(d, where, "iterations", "count"),
                                r.get(d, where, "warmup", "int"),
-                               r.get(d, where, "timeout", "positive"))
+                               r.get(d, where, "timeout", "positive"),
+                               r.get(d, where, "group", "name", ""))
     if not devices:
         devices["local"] = Device("local", "local")
     return devices

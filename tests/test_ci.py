@@ -194,9 +194,13 @@ def test_missing_baselines_are_reported_not_created(device_env, tmp_path: Path, 
     assert "### Missing baselines" in (tmp_path / "ci.md").read_text()
     assert "1 job(s) have no baseline; record them with" in run.err
     assert not empty.exists()
-    strict = run_ci([suite, "--baselines", empty, "--only", "two_io", "--require-baselines"],
-                    capsys, tmp_path)
+    strict = run_ci([suite, "--baselines", empty, "--only", "two_io", "--require-baselines",
+                     "--junit", tmp_path / "ci.xml"], capsys, tmp_path)
     assert strict.code == 1 and not empty.exists()
+    assert strict.job("two_io/local/opt-all")["summary"] == \
+        "no baseline for regression, latency (--require-baselines)"
+    validate_junit(tmp_path / "ci.xml")
+    assert 'type="missing-baseline"' in (tmp_path / "ci.xml").read_text()
 
 
 def test_update_goldens_writes_sorted_reviewable_json_and_keeps_failing_jobs_out(

@@ -148,6 +148,9 @@ class JobResult:
         failed = self.failed_gates
         if failed:
             return "; ".join(f"{g.gate}: {g.message}" for g in failed)
+        if self.status == FAILED:  # only --require-baselines fails a job without a failed gate
+            missing = [g.gate for g in self.gates if g.status == NO_BASELINE]
+            return f"no baseline for {', '.join(missing)} (--require-baselines)"
         return "all gates held"
 
     def to_dict(self) -> dict[str, Any]:

@@ -157,7 +157,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                   local_out: Path | None = None, dump: DumpSpec | None = None) -> DeviceRun:
     """Run a model on a device for each case's inputs; return timings and outputs.
 
-    With `dump`, a second job then captures every tensor (see `_run_dump`): of the model
+    With `dump`, every tensor is captured after the timed run (see `_run_dump`): of the model
     itself at opt-level disable, else of the optimized model onnxruntime wrote during the run,
     so the dump shows the graph that ran. The timed run's outputs come from the unmarked model.
 
@@ -245,32 +245,37 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
 _OPTIMIZED = "optimized.onnx"
 
 
+def _dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
+    """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
+    if not plan.tensors:
+        raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
+    return {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
+            "budget_bytes": dump.budget_bytes, "dir": "dump", "save": dump.dest is not None}
+
+
 def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, tmp: Path,
-              job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec,
-              say: Status, timeout: float | None) -> DumpCapture:
-    """The dump job: plan on the host (onnx), capture on the device in bounded chunks (the
-    runner, opt-level disable on the model that ran), then pull each tensor file."""
-    optimized = None
-    model_ref = job["model"]
+              job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec, say: Status,
+              timeout: float | None) -> DumpCapture:
+    """The dump job, after the timed one, in a runner process of its own (bounded memory):
+    at opt-level disable it captures the model itself; above it, the optimized model
+    onnxruntime wrote during the timed run, with optimization off, so the dump shows the graph
+    that ran. Planned on the host (onnx), captured on the device in chunks; then each tensor
+    file is pulled into `dump.dest`."""
+    model_ref, optimized = job["model"], None
     if "optimized_model_path" in job:
         local = tmp / _OPTIMIZED
         driver.get(f"{workdir}/{_OPTIMIZED}", local)
-        optimized = local.read_bytes()
-        model_ref = _OPTIMIZED
+        model_ref, optimized = _OPTIMIZED, local.read_bytes()
     plan = plan_dump(model_bytes, optimized, dump.dump_filter)
-    if not plan.tensors:
-        raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
     dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
                 "optimized_model_path": None, "result": "dump_result.json",
-                "dump": {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
-                         "budget_bytes": dump.budget_bytes, "dir": "dump",
-                         "save": dump.dest is not None}}
+                "dump": _dump_entry(plan, dump)}
     job_file = tmp / "dump_job.json"
     job_file.write_text(json.dumps(dump_job, indent=1))
     driver.put(job_file, f"{workdir}/dump_job.json")
-    say(f"dumping {len(plan.tensors)} tensors on {profile.spec}")
-    res = driver.run([*argv, f"{workdir}/dump_job.json"], cwd=workdir,
-                     timeout=timeout, check=False)
+    say(f"dumping {len(plan.tensors)} tensors ({plan.graph} graph) on {profile.spec}")
+    res = driver.run([*argv, f"{workdir}/dump_job.json"], cwd=workdir, timeout=timeout,
+                     check=False)
     result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile,
                            name="dump_result.json")
     info = result.get("dump") or {}

@@ -42,8 +42,8 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
               help="Write every layer's summary as text (shape, first values, min, max, mean, "
                    "std, NaN/Inf), one block per tensor; diffable with diff/vimdiff.")
 @click.option("--dump-budget-mb", type=float, default=None, metavar="MB",
-              help="Marked activations kept alive per chunk (default: a quarter of the "
-                   "model's size, at least 16, at most 1/16 of the device's memory).")
+              help="Marked activations kept alive per chunk (default: the model's size, "
+                   "at least 16, at most 1/16 of the device's memory).")
 @click.option("--dump-filter", default=None, metavar="REGEX",
               help="Dump only tensors whose name or producing node's name matches REGEX.")
 @click.option("--dump-stats-only", is_flag=True,

@@ -1,0 +1,131 @@
+"""`verify diff` speed: throughput against the machine's memory read bandwidth, and capture plus
+diff end to end against Polygraphy, measured side by side in one run.
+
+    python benchmarks/bench_diff.py [--skip-polygraphy]
+
+1. Read bandwidth ceiling: np.sum over a 1 GiB float32 array on one thread, and split over two
+   threads (the ceiling the fused two-thread kernel can approach).
+2. Diff throughput: two dumps of the ResNet-50-like model (scripts/build_resnet50_like.py; 122
+   tensors, ~106 MB per side) taken with --threads 1 and 2 (every tensor compared), timed warm,
+   in GB/s of both sides read, as a fraction of the ceiling. Target: >= 40%.
+3. End to end, fresh processes as a user runs them: `verify run --bin-io-dump` twice plus
+   `verify diff`, against `polygraphy run --onnxrt --onnx-outputs mark all --save-outputs` twice
+   plus `polygraphy run --load-outputs A B` (its comparison of the saved files). Target: verify
+   >= 10x faster. Polygraphy is not a dependency of verify: when it is missing this script runs
+   `python -m pip install polygraphy` (or install it yourself: `pip install polygraphy`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from verify.compare import ToleranceSet  # noqa: E402
+from verify.diff import diff_captures  # noqa: E402
+
+
+def best(fn, n: int = 3) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def read_bandwidth() -> tuple[float, float]:
+    a = np.ones(1 << 28, np.float32)  # 1 GiB
+    one = a.nbytes / best(lambda: a.sum()) / 1e9
+    halves = [a[: a.size // 2], a[a.size // 2:]]
+    with ThreadPoolExecutor(2) as pool:
+        two = a.nbytes / best(lambda: list(pool.map(np.sum, halves))) / 1e9
+    del a, halves
+    return one, two
+
+
+def sh(argv: list[str], **kw) -> float:
+    t = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    return time.perf_counter() - t
+
+
+def ensure_polygraphy() -> str | None:
+    try:
+        import polygraphy  # noqa: F401
+    except ImportError:
+        print("polygraphy missing: installing it for this benchmark (python -m pip install "
+              "polygraphy)")
+        if subprocess.run([sys.executable, "-m", "pip", "install", "-q", "polygraphy"]).returncode:
+            return None
+    exe = Path(sys.executable).with_name("polygraphy")
+    return str(exe) if exe.exists() else "polygraphy"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--skip-polygraphy", action="store_true")
+    args = ap.parse_args(argv)
+    one, two = read_bandwidth()
+    print(f"read bandwidth: np.sum 1 thread {one:.1f} GB/s, 2 threads {two:.1f} GB/s")
+    with tempfile.TemporaryDirectory(prefix="bench-diff-") as tmp_name:
+        tmp = Path(tmp_name)
+        env = {**os.environ, "XDG_CACHE_HOME": str(tmp / "cache")}
+        model = tmp / "r50.onnx"
+        sh([sys.executable, str(REPO / "scripts" / "build_resnet50_like.py"), str(model)])
+        exe = Path(sys.executable).with_name("verify")
+        verify = [str(exe) if exe.exists() else "verify"]
+        sh([*verify, "pack", str(model), "-o", str(tmp / "r50.vtc")], env=env)
+        dumps = []
+        t_capture = 0.0
+        for threads in (1, 2):
+            out = tmp / f"dump{threads}"
+            t_capture += sh([*verify, "run", str(tmp / "r50.vtc"), "--iter", "1", "--warmup", "0",
+                             "--opt-level", "disable", "--threads", str(threads),
+                             "--bin-io-dump", str(out)], env=env)
+            dumps.append(out)
+        nbytes = sum(p.stat().st_size for d in dumps for p in d.glob("*.npy"))
+        print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
+        for engine in ("numpy", "numba", "auto"):
+            diff_captures(dumps[0], dumps[1], ToleranceSet(), engine=engine)  # warm up
+            secs = best(lambda: diff_captures(dumps[0], dumps[1], ToleranceSet(), engine=engine))
+            gbs = nbytes / secs / 1e9
+            print(f"diff engine={engine:<5}: {secs:.3f} s, {gbs:.2f} GB/s = {gbs / one:.0%} of "
+                  f"1-thread read, {gbs / two:.0%} of 2-thread read (target >= 40%)")
+        t_diff = sh([*verify, "diff", str(dumps[0]), str(dumps[1])], env=env)
+        ours = t_capture + t_diff
+        print(f"verify: capture 2 x {t_capture / 2:.1f} s + diff {t_diff:.1f} s = {ours:.1f} s")
+        if args.skip_polygraphy:
+            return 0
+        poly = ensure_polygraphy()
+        if poly is None:
+            print("polygraphy could not be installed: end-to-end comparison skipped")
+            return 0
+        t_pcap = 0.0
+        saved = []
+        for k in range(2):
+            out = tmp / f"poly{k}.json"
+            t_pcap += sh([poly, "run", str(model), "--onnxrt", "--onnx-outputs", "mark", "all",
+                          "--save-outputs", str(out)])
+            saved.append(str(out))
+        t_pcmp = sh([poly, "run", "--load-outputs", *saved])
+        theirs = t_pcap + t_pcmp
+        print(f"polygraphy: capture 2 x {t_pcap / 2:.1f} s + compare {t_pcmp:.1f} s = "
+              f"{theirs:.1f} s (saved JSON {sum(Path(s).stat().st_size for s in saved) / 2e6:.0f}"
+              " MB per run)")
+        print(f"verify end to end {theirs / ours:.1f}x faster than polygraphy (target >= 10x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

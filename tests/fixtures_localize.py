@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 FAULTY_RUNNER = Path(__file__).resolve().parent / "faulty_runner.py"
 CHAIN_LENGTH = 128
 
-__all__ = ["cnn_vtc", "residual_vtc", "chain_vtc", "faulty_profile", "residual_model",
-           "chain_model"]
+__all__ = ["cnn_vtc", "residual_vtc", "chain_vtc", "if_vtc", "faulty_profile",
+           "residual_model", "chain_model", "if_model"]
 
 
 def _init(rng: np.random.Generator, name: str, shape: tuple[int, ...], scale: float = 0.3,
@@ -111,6 +111,32 @@ def chain_model(length: int = CHAIN_LENGTH, seed: int = 1) -> onnx.ModelProto:
     return model
 
 
+def if_model() -> onnx.ModelProto:
+    """Control flow: y = 2x, c = sum(y) > 0, z = If(c, y + w, y - w), out = Relu(z). The If
+    bodies read y and w from the outer scope; c is a 0-d bool tensor."""
+    f = TensorProto.FLOAT
+
+    def body(op: str, out: str) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node(op, ["y", "w"], [out], name=f"if/{op}")],
+                                 op, [], [helper.make_tensor_value_info(out, f, [1, 4])])
+
+    nodes = [helper.make_node("Mul", ["x", "two"], ["y"], name="mul"),
+             helper.make_node("ReduceSum", ["y"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="gt"),
+             helper.make_node("If", ["c"], ["z"], name="if", then_branch=body("Add", "t"),
+                              else_branch=body("Sub", "e")),
+             helper.make_node("Relu", ["z"], ["out"], name="relu")]
+    inits = [numpy_helper.from_array(np.array(2, np.float32), "two"),
+             numpy_helper.from_array(np.array(0, np.float32), "zero"),
+             numpy_helper.from_array(np.ones((1, 4), np.float32), "w")]
+    graph = helper.make_graph(nodes, "if", [helper.make_tensor_value_info("x", f, [1, 4])],
+                              [helper.make_tensor_value_info("out", f, [1, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
 def _pack(model: onnx.ModelProto, folder: Path, stem: str, *extra: str) -> Path:
     from verify.cli import main
 
@@ -138,6 +164,11 @@ def residual_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def chain_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _pack(chain_model(), tmp_path_factory.mktemp("loc-chain"), "chain")
+
+
+@pytest.fixture(scope="session")
+def if_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _pack(if_model(), tmp_path_factory.mktemp("loc-if"), "if", "-d", "x:[[1,2,3,-4]]")
 
 
 @pytest.fixture

@@ -336,3 +336,22 @@ def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_pr
     assert (doc["verdict"], doc["subgraph"]) == ("failing subgraph", ["n076", "n077"])
     assert [r["purpose"] for r in doc["rounds"]][:2] == ["per-layer run of 128 tensors",
                                                          "the whole model"]
+
+
+_SCALAR_FEED = pytest.mark.xfail(
+    reason="pipeline.run_on_device saves inputs with np.ascontiguousarray, which turns the 0-d "
+           "condition fed to the If piece into shape (1,)", strict=False)
+
+
+@pytest.mark.parametrize("fault, node, mode", [
+    ("scale", "mul", "dump"), ("scale", "mul", "bisect"), ("bias", "if", "dump"),
+    pytest.param("bias", "if", "bisect", marks=_SCALAR_FEED)])
+def test_control_flow_reading_the_outer_scope(if_vtc: Path, faulty_profile, fault: str,
+                                              node: str, mode: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("dev", fault, node, 0.5 if fault == "bias" else 1.01)
+    code, doc = _localize(if_vtc, spec, capsys, "-o", tmp_path,
+                          *(["--no-dump"] if mode == "bisect" else []))
+    assert code == 1 and (doc["verdict"], doc["subgraph"]) == ("faulty here", [node])
+    code, _, _ = run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)
+    assert code == 0

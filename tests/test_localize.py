@@ -84,8 +84,13 @@ def test_report_shows_path_suspect_and_verdicts(cnn_vtc: Path, faulty_profile, t
     # the path from the input to the suspect, each step within tolerance, ending at its input
     path = lines[lines.index("path from the inputs to the suspect (error in the full run):") + 1:]
     assert path[0].split()[0:3] == ["data", "graph", "input"]
-    steps = [ln for ln in path if ln.startswith("  ") and ":0" in ln.split()[0]]
-    assert steps[-1].split()[0] == "block1/relu:0" and all(" ok " in s for s in steps[:11])
+    assert path[1].split()[:2] == ["stem/conv:0", "stem/conv"]
+    assert path[2].startswith("  … 5 more steps within tolerance (worst 0.0")
+    steps = [ln.split()[0] for ln in path[3:8]]
+    assert steps == ["block1/relu1:0", "block1/conv2:0", "block1/bn2:0", "block1/add:0",
+                     "block1/relu:0"]
+    assert all(" ok " in ln for ln in path[3:8])
+    assert "  … 11 more propagated (--json lists them)" in lines
     # downstream nodes re-run in isolation are told apart: they only inherited the error
     assert any(ln.split()[:2] == ["block2/bn1", "BatchNormalization"] and
                ln.endswith("propagated") for ln in lines)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from verify.compare import TensorDiff
     from verify.localize import LocalizeResult, NodeFinding, Step
 
+SHOW_PROPAGATED = 4    # propagated suspects listed in the text report (--json has all)
+SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
+
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(path_type=Path))
@@ -130,15 +133,22 @@ def print_report(r: "LocalizeResult") -> None:
              f"(node {fd.node}, {fd.op}) {_diff_line(fd.diff)}")
     if r.path:
         echo("path from the inputs to the suspect (error in the full run):")
-        for step in r.path:
+        for step in _elide_path(r.path):
+            if isinstance(step, str):
+                echo(f"  {step}")
+                continue
             where = "graph input" if step.op == "<input>" else f"{step.node} ({step.op})"
             echo(f"  {step.tensor:<28} {where:<36} "
                  f"{_diff_line(step.diff, step.op == '<input>')}")
     if r.candidates:
         echo("suspects run in isolation (own error: fed reference inputs; inherited: the "
              "worst input in the full run):")
-        for c in r.candidates:
+        shown = [c for c in r.candidates if c.verdict == "faulty here"]
+        shown += [c for c in r.candidates if c.verdict != "faulty here"][:SHOW_PROPAGATED]
+        for c in sorted(shown, key=lambda c: c.index):
             _print_finding(c, indent="  ")
+        if len(r.candidates) > len(shown):
+            echo(f"  … {len(r.candidates) - len(shown)} more propagated (--json lists them)")
     if not r.found:
         echo(click.style("=== no faulty node: every tensor compared is within tolerance",
                          fg="green"))
@@ -149,6 +159,33 @@ def print_report(r: "LocalizeResult") -> None:
     trips = len(r.rounds)
     echo(f"device round trips: {trips} "
          f"({'; '.join(f'{x.purpose}' for x in r.rounds)})")
+
+
+def _elide_path(path: "tuple[Step, ...]") -> list["Step | str"]:
+    """The path with long runs of in-tolerance steps before the last few folded into a line."""
+    from verify.localize.search import worst
+
+    keep_tail = SHOW_PATH_TAIL
+    out: list[Step | str] = []
+    run: list[Step] = []
+    for k, step in enumerate(path):
+        quiet = step.diff is not None and step.diff.passed and k < len(path) - keep_tail
+        if quiet and k > 0:
+            run.append(step)
+            continue
+        out.extend(_fold(run, worst))
+        run = []
+        out.append(step)
+    out.extend(_fold(run, worst))
+    return out
+
+
+def _fold(run: "list[Step]", worst: Any) -> "list[Step | str]":
+    if len(run) <= 2:
+        return list(run)
+    peak = worst([s.diff for s in run if s.diff is not None])
+    return [run[0], f"… {len(run) - 2} more steps within tolerance (worst {_units(peak)})",
+            run[-1]]
 
 
 def _print_finding(c: "NodeFinding", indent: str) -> None:

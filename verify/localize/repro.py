@@ -29,6 +29,7 @@ def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[
     optimizations off) run on the cut model, so `verify run --device local` passes it.
     `found` (device, node, errors) goes into the provenance beside where the cut came from.
     """
+    path.parent.mkdir(parents=True, exist_ok=True)
     batch = build_batch(ng, [segment], reference, name=f"repro-{sanitize(found.get('node', ''))}")
     model_bytes = batch.model.SerializeToString()
     feeds = batch.feeds(reference)

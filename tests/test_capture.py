@@ -61,3 +61,18 @@ def test_plan_dump_filter_and_bad_regex() -> None:
     assert plan.floors["block3/se/sigmoid:0"] == 1 / 16
     with pytest.raises(UsageError, match=r"--dump-filter '\(': not a regular expression"):
         plan_dump(CNN.read_bytes(), None, "(")
+
+
+def test_pack_layers_streams_the_host_capture_into_the_archive(tmp_path: Path) -> None:
+    from verify.cli import main
+    from verify.testcase import iter_layers, read_archive
+
+    out = tmp_path / "cnn.vtc"
+    assert main(["pack", str(CNN), "-o", str(out), "--layers", "--seed", "3", "--json"]) == 0
+    tc = read_archive(out)
+    assert tc.has_layers
+    stored = list(iter_layers(out))
+    expected = list(host_layers(CNN.read_bytes(), tc.cases[0].inputs))
+    assert [n for n, _ in stored] == [n for n, _ in expected] == [t.name for t in tc.tensor_order]
+    assert all(np.array_equal(a, b) for (_, a), (_, b) in zip(stored, expected))
+    assert np.array_equal(dict(stored)["prob"], tc.cases[0].outputs["prob"])

@@ -169,3 +169,12 @@ def test_awkward_tensor_names_round_trip(tmp_path: Path,
     assert np.array_equal(np.asarray(d.load(d.entries(0)[3])), -np.maximum(-x, 0))  # Neg(Relu(Neg))
     assert json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"][3]["name"] \
         == "ünï cødé ✓"
+
+
+def test_a_new_dump_replaces_an_old_one_in_the_same_folder(cnn_vtc: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d"
+    make_dump(cnn_vtc, out, "disable")
+    (out / "c0_t00099.npy").write_bytes(b"stale")
+    make_dump(cnn_vtc, out, "disable", "--dump-filter", "^prob$")
+    assert sorted(p.name for p in out.iterdir()) == ["c0_t00000.npy", "manifest.json"]
+    assert [e.name for e in open_dump(out).entries(0)] == ["prob"]

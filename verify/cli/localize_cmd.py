@@ -129,7 +129,8 @@ def print_report(r: "LocalizeResult") -> None:
         echo(f"output {d.name}: {_diff_line(d)}  [{d.rule}]")
     if r.first_divergent is not None:
         fd = r.first_divergent
-        echo(f"first tensor over tolerance in the full run: {fd.tensor} "
+        where = "in the full run" if r.mode == "dump" else "measured on the path"
+        echo(f"first tensor over tolerance {where}: {fd.tensor} "
              f"(node {fd.node}, {fd.op}) {_diff_line(fd.diff)}")
     if r.path:
         echo("path from the inputs to the suspect (error in the full run):")

@@ -7,7 +7,9 @@ Two searches, both on the device itself and both batching pieces into few round 
 - bisect (`--no-dump`, or too big to dump): cut the failing range into parts on single-tensor
   cuts, run the parts with reference boundary inputs in one trip, keep the failing part.
 Either ends with a node whose own output is wrong ("faulty here"), or the smallest subgraph that
-fails while none of its parts does; that piece is written as a `.vtc` repro.
+fails while none of its parts does; that piece is written as a `.vtc` repro. When every marked
+layer passes but the plain model does not (marking blocked the fusion that is wrong), the
+per-layer search hands over to bisection with unmarked pieces.
 """
 
 from __future__ import annotations
@@ -184,20 +186,14 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
               refs.get(ng.reads(lo) + ng.makes(lo)).items()}
     info = describe_node(ng, lo, shapes)
     path = tuple(_step(ng, t, cumulative.get(t)) for t in
-                 path_to(ng, lo, lambda t: worst([cumulative[t]]) if t in cumulative else 0.0))
+                 path_to(ng, lo, lambda t: worst([cumulative[t]]) if t in cumulative else -1.0))
     repro = None
     if req.write_repro:
-        repro = repro_path(req.archive, ng.labels[lo] if hi - lo == 1 else
-                           f"{ng.labels[lo]}-{ng.labels[hi - 1]}", req.out_dir)
         found = {"device": profile.spec, "device_info": dict(device.device_info),
                  "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
                  "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                  "rule": own[0].rule if own else ""}
-        values = refs.get([*ng.segment_inputs(Segment(lo, hi)),
-                           *ng.segment_outputs(Segment(lo, hi))])
-        write_repro(repro, ng, Segment(lo, hi), values, tc, case_index,
-                    effective_tolerances(tc.tolerances, req.atol, req.rtol, tuple(req.tol_specs)),
-                    found)
+        repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
     first = next((d for d in outcome.first_order(ng, cumulative) if not d.passed), None)
     return LocalizeResult(
         **base, device_info=device.device_info, reference_source=refs.source,
@@ -205,6 +201,18 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         verdict=verdict, suspect=suspect, suspect_info=info,
         subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
         rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+
+
+def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: References,
+                 case_index: int, segment: Segment, found: Mapping[str, Any]) -> Path:
+    lo, hi = segment.lo, segment.hi
+    label = ng.labels[lo] if hi - lo == 1 else f"{ng.labels[lo]}-{ng.labels[hi - 1]}"
+    path = repro_path(req.archive, label, req.out_dir)
+    values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
+    write_repro(path, ng, segment, values, tc, case_index,
+                effective_tolerances(tc.tolerances, req.atol, req.rtol, tuple(req.tol_specs)),
+                found)
+    return path
 
 
 def _finite_or_text(x: float) -> float | str:

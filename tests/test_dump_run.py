@@ -178,3 +178,33 @@ def test_a_new_dump_replaces_an_old_one_in_the_same_folder(cnn_vtc: Path, tmp_pa
     make_dump(cnn_vtc, out, "disable", "--dump-filter", "^prob$")
     assert sorted(p.name for p in out.iterdir()) == ["c0_t00000.npy", "manifest.json"]
     assert [e.name for e in open_dump(out).entries(0)] == ["prob"]
+
+
+def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    models = CNN.parent
+    # dynamic dims (N resolved from the fed shape), 3 cases of different batch sizes
+    dyn = tmp_path / "dyn.vtc"
+    assert main(["pack", str(models / "dynamic.onnx"), "-o", str(dyn), "--layers", "--json",
+                 "-d", "x:[[1,2,3,4]]", "-d", "x:[[1,2,3,4],[5,6,7,8]]",
+                 "-d", "x:[[0,0,0,1],[1,0,0,0],[2,2,2,2]]"]) == 0
+    out = make_dump(dyn, tmp_path / "dyn", "all", "--dump-budget-mb", "0.0001")
+    d = open_dump(out)
+    assert d.n_cases == 3 and [e.shape[0] for e in d.entries(2)] == [3, 3, 3]
+    capsys.readouterr()
+    for case in range(3):
+        code, _, err = run_cli(capsys, "diff", out, dyn, "--case", case)
+        assert code == 0, err
+    # integers and bools: exact rule, bool stats
+    ib = tmp_path / "ib.vtc"
+    assert main(["pack", str(models / "int_bool.onnx"), "-o", str(ib), "--layers", "--json"]) == 0
+    out = make_dump(ib, tmp_path / "ib", "disable")
+    entries = {e.op: e for e in open_dump(out).entries(0)}
+    assert entries["Greater"].dtype == "bool" and entries["Greater"].stats["min"] in (False, True)
+    capsys.readouterr()
+    code, stdout, err = run_cli(capsys, "diff", out, ib, "--json")
+    doc = json.loads(stdout)
+    assert code == 0, err
+    rules = {r["op"]: r["diff"]["rule"] for r in doc["rows"]}
+    assert rules["ArgMax"] == rules["Greater"] == rules["Mod"] == "exact"
+    assert rules["Where"] == "magnitude k=2^-14"

@@ -21,8 +21,8 @@ from verify.graph import parse_model, saturation_floors, sha256_bytes
 from verify.inputs import load_array_file, model_inputs
 from verify.dump import (MANIFEST, io_dump_text, json_safe, manifest_header, prepare_dir,
                          write_json_atomic, write_text_atomic)
-from verify.pipeline import (DeviceRun, DumpSpec, ProgressFactory, RunOptions, Status,
-                             run_on_device)
+from verify.pipeline import (DeviceRun, DumpCapture, DumpSpec, ProgressFactory, RunOptions,
+                             Status, run_on_device)
 from verify.testcase import Testcase, read_archive
 from verify.tolerance import tolerance_set
 
@@ -131,8 +131,21 @@ def run(request: RunRequest, *, status: Status | None = None,
         written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
     if device_run.dump is not None:
         written.update(write_layer_dumps(request, tc, indices, device_run))
+        notes.append(_dump_note(device_run.dump))
     return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
                       notes=tuple(notes), written=written)
+
+
+def _dump_note(capture: DumpCapture) -> str:
+    plan = capture.plan
+    note = f"layer dump: {len(plan.tensors)} tensors of the {plan.graph} graph"
+    if plan.graph == "optimized":
+        note += (f" ({len(plan.fused_away)} of the model's tensors fused away, "
+                 f"{len(plan.optimized_only)} only in the optimized graph)")
+    if plan.filtered_out:
+        note += f", {plan.filtered_out} left out by --dump-filter"
+    return note + (f"; chunks of at most {capture.budget_bytes / 2**20:.0f} MB, captured in "
+                   f"{capture.seconds:.2f} s")
 
 
 def _dump_spec(request: RunRequest) -> DumpSpec | None:

@@ -208,3 +208,29 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     rules = {r["op"]: r["diff"]["rule"] for r in doc["rows"]}
     assert rules["ArgMax"] == rules["Greater"] == rules["Mod"] == "exact"
     assert rules["Where"] == "magnitude k=2^-14"
+
+
+def test_a_runner_without_layer_capture_is_a_device_error(
+        tmp_path: Path, cnn_vtc: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A runner that follows the contract but ignores the 'dump' key (tests/alt_runner.py)."""
+    import sys
+
+    alt = Path(__file__).resolve().parent / "alt_runner.py"
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "alt.toml").write_text(
+        f'transport = "local"\nrunner = [{json.dumps(sys.executable)}, {json.dumps(str(alt))}]\n')
+    monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "profiles"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
+                           "--opt-level", "disable", "--bin-io-dump", tmp_path / "d")
+    assert code == 3
+    assert err.strip().splitlines()[-1] == (
+        "error: alt: the device's runner does not capture layers (its result has no 'dump'); "
+        "use verify's own runner.py for dumps")
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
+                           "--opt-level", "all", "--bin-io-dump", tmp_path / "d")
+    assert code == 3
+    assert err.strip().splitlines()[-1] == (
+        "error: alt: the device's runner wrote no optimized model (optimized_model_path), so "
+        "the graph that ran cannot be dumped; use verify's own runner.py, or --opt-level disable")

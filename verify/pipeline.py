@@ -264,6 +264,10 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
     model_ref, optimized = job["model"], None
     if "optimized_model_path" in job:
         local = tmp / _OPTIMIZED
+        if not driver.exists(f"{workdir}/{_OPTIMIZED}"):
+            raise RunnerError(f"{profile.spec}: the device's runner wrote no optimized model "
+                              "(optimized_model_path), so the graph that ran cannot be dumped; "
+                              "use verify's own runner.py, or --opt-level disable")
         driver.get(f"{workdir}/{_OPTIMIZED}", local)
         model_ref, optimized = _OPTIMIZED, local.read_bytes()
     plan = plan_dump(model_bytes, optimized, dump.dump_filter)
@@ -278,7 +282,10 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
                      check=False)
     result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile,
                            name="dump_result.json")
-    info = result.get("dump") or {}
+    info = result.get("dump")
+    if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
+        raise RunnerError(f"{profile.spec}: the device's runner does not capture layers (its "
+                          "result has no 'dump'); use verify's own runner.py for dumps")
     records = []
     for case_records in info.get("cases", []):
         kept = []

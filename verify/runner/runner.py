@@ -514,8 +514,14 @@ def _return_freed_memory():
 
 
 def run_dump(np, ort, job, workdir, result):
-    """Capture the job's dump tensors (job["dump"]) into .npy files named by index, with
-    per-tensor stats in the result; with "save" false, the stats only.
+    """Capture the job's dump tensors into .npy files named by index, with per-tensor stats.
+
+    job["dump"]: {"tensors": [names in topological order], "outputs": [the model's own
+    outputs], "budget_bytes": int or null (default_budget), "dir": "dump", "save": bool
+    (false: stats only), "first": how many leading values the stats keep}. The session runs
+    at opt-level disable on job["model"]. result["dump"]: {"budget_bytes", "ms", "cases":
+    per case, per tensor in order, {"name", "file" (relative to the job's directory, or
+    null), "dtype", "shape", "size", "min", "max", "mean", "std", "nan", "inf", "first"}}.
 
     Run it in a process of its own, not after a timed session in the same one: what that
     session freed stays in the heap and adds to the dump's peak (1.7x instead of 1.2x a plain

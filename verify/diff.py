@@ -1,9 +1,9 @@
 """`verify diff`: two layer captures compared tensor by tensor, first divergent tensor named.
 
 Each side is a dump directory (`run --bin-io-dump`) or a `.vtc` packed with `--layers`.
-Tensors are matched by name and walked in the reference's topological order; values are
-memory-mapped (dumps) or read one dataset at a time (archives), so neither capture is ever
-held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
+Tensors are matched by name and walked in the reference's topological order; each side
+reads one tensor at a time into a reusable buffer (`dump.Scratch`), so neither capture is
+ever held whole and memory stays at the two largest tensors. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
 never errors; the first tensor over tolerance is the first divergent one.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from verify.compare import TensorDiff, ToleranceSet, compare
-from verify.dump import Dump, json_safe, open_dump
+from verify.dump import Dump, Scratch, json_safe, open_dump
 from verify.errors import ArchiveError, DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
 from verify.testcase import layer_names, read_archive
@@ -182,12 +182,14 @@ def _dump_side(dump: Dump, case: int) -> _Side:
         raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
+    scratch = Scratch()
     outputs = set(dump.manifest.get("outputs", []))
     tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     fused = dump.manifest.get("fused_away") or []
     return _Side(
-        label=str(dump.path), tensors=tensors, load=lambda name: dump.load(entries[name]),
+        label=str(dump.path), tensors=tensors,
+        load=lambda name: dump.load(entries[name], scratch),
         fused_away={str(f["name"]) for f in fused if isinstance(f, dict) and "name" in f},
         fused_into={str(k): [str(x) for x in v]
                     for k, v in (dump.manifest.get("fused_into") or {}).items()},
@@ -213,8 +215,15 @@ def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
     floors = saturation_floors(parse_model(tc.model_bytes, str(path)))
     order = [t for t in tc.tensor_order if t.name in keys]
 
+    scratch = Scratch()
+
     def load(name: str) -> np.ndarray:
-        return np.asarray(group[keys[name]][()])
+        ds = group[keys[name]]
+        if ds.dtype.hasobject or ds.shape is None or ds.size == 0:
+            return np.asarray(ds[()])
+        out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
+        ds.read_direct(out)
+        return out
 
     return _Side(label=str(path),
                  tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)

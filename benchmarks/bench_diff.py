@@ -45,12 +45,11 @@ def best(fn, n: int = 3) -> float:
 
 
 def read_bandwidth() -> tuple[float, float]:
-    a = np.ones(1 << 28, np.float32)  # 1 GiB
-    one = a.nbytes / best(lambda: a.sum()) / 1e9
-    halves = [a[: a.size // 2], a[a.size // 2:]]
+    big = np.ones(1 << 28, np.float32)  # 1 GiB
+    halves = [big[: big.size // 2], big[big.size // 2:]]
+    one = big.nbytes / best(big.sum) / 1e9
     with ThreadPoolExecutor(2) as pool:
-        two = a.nbytes / best(lambda: list(pool.map(np.sum, halves))) / 1e9
-    del a, halves
+        two = big.nbytes / best(lambda: list(pool.map(np.sum, halves))) / 1e9
     return one, two
 
 
@@ -98,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
         for engine in ("numpy", "numba", "auto"):
             diff_captures(dumps[0], dumps[1], ToleranceSet(), engine=engine)  # warm up
-            secs = best(lambda: diff_captures(dumps[0], dumps[1], ToleranceSet(), engine=engine))
+            secs = best(lambda e=engine: diff_captures(dumps[0], dumps[1], ToleranceSet(),
+                                                       engine=e))
             gbs = nbytes / secs / 1e9
             print(f"diff engine={engine:<5}: {secs:.3f} s, {gbs:.2f} GB/s = {gbs / one:.0%} of "
                   f"1-thread read, {gbs / two:.0%} of 2-thread read (target >= 40%)")
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         secs = best(lambda: [compare("t", a, r, MagnitudeRule(), engine="numba") for a, r in pairs])
         print(f"for scale: compare() alone on the same tensors already in memory, numba: "
               f"{nbytes / secs / 1e9:.2f} GB/s")
-        del pairs
+        pairs.clear()
         t_diff = sh([*verify, "diff", str(dumps[0]), str(dumps[1])], env=env)
         ours = t_capture + t_diff
         print(f"verify: capture 2 x {t_capture / 2:.1f} s + diff {t_diff:.1f} s = {ours:.1f} s")

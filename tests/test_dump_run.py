@@ -195,6 +195,14 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     for case in range(3):
         code, _, err = run_cli(capsys, "diff", out, dyn, "--case", case)
         assert code == 0, err
+    # a run of one case holds that case, under the archive's number
+    one = make_dump(dyn, tmp_path / "dyn2", "disable", "--case", "2")
+    assert open_dump(one).case_numbers == [2]
+    capsys.readouterr()
+    code, _, err = run_cli(capsys, "diff", one, dyn, "--case", "2")
+    assert code == 0, err
+    code, _, err = run_cli(capsys, "diff", one, dyn, "--case", "0")
+    assert (code, err.strip()) == (2, f"error: {one}: no case 0 (the dump holds case(s) 2)")
     # integers and bools: exact rule, bool stats
     ib = tmp_path / "ib.vtc"
     assert main(["pack", str(models / "int_bool.onnx"), "-o", str(ib), "--layers", "--json"]) == 0

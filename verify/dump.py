@@ -146,18 +146,24 @@ class Dump:
     def stats_only(self) -> bool:
         return bool(self.manifest.get("options", {}).get("stats_only"))
 
+    @property
+    def case_numbers(self) -> list[int]:
+        """The archive's case numbers the dump holds (a run with --case 2 holds just 2)."""
+        return [int(c.get("case", i)) for i, c in enumerate(self.manifest["cases"])]
+
     def entries(self, case: int = 0) -> list[DumpEntry]:
-        cases = self.manifest["cases"]
-        if not 0 <= case < len(cases):
-            raise UsageError(f"{self.path}: no case {case} (the dump holds "
-                             f"{len(cases)} case(s), 0..{len(cases) - 1})")
+        """The tensors of the archive's case `case`, in topological order."""
+        numbers = self.case_numbers
+        if case not in numbers:
+            raise UsageError(f"{self.path}: no case {case} (the dump holds case(s) "
+                             f"{', '.join(map(str, numbers))})")
         try:
             return [DumpEntry(int(t["index"]), str(t["name"]), str(t.get("node", "")),
                               str(t.get("op", "")), str(t["dtype"]),
                               tuple(int(d) for d in t["shape"]), t.get("file"),
                               t.get("stats", {}), float(t.get("floor", 0.0)),
                               str(t.get("origin", "model")))
-                    for t in cases[case]["tensors"]]
+                    for t in self.manifest["cases"][numbers.index(case)]["tensors"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "
                             f"{type(exc).__name__}: {exc})") from None

@@ -184,7 +184,7 @@ def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
     info = {t.name: t for t in plan.tensors}
     optimized_only = set(plan.optimized_only)
     cases = []
-    for ci, records in zip(indices, capture.records):
+    for ci, records in zip(indices, capture.records, strict=True):
         tensors = []
         for rec in records:
             t = info[rec["name"]]

@@ -101,6 +101,9 @@ def local_suite(folder: Path, *, testcases: dict[str, Path] | None = None,
     if 'name = "arm64"' not in devices:
         body = body.replace('devices = ["local", "arm64"]', 'devices = ["local"]')
     head = head.replace('baselines = "../baselines"', 'baselines = "baselines"')
+    # tests that do not inject a slowdown must not fail on a busy machine: allow 2x (an
+    # injected sleep is hundreds of times the tiny models' latency)
+    head = head.replace("threshold = 0.25 ", "threshold = 1.0  ")
     path = folder / "suite.toml"
     path.write_text(head + devices + "\n" + body + "\n" + extra, encoding="utf-8")
     return path

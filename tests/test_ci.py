@@ -105,7 +105,8 @@ def test_perturbed_model_over_tolerance_fails_accuracy_and_names_the_tensor(
     assert run.job("cnn/local/opt-off")["first_divergent"]["name"] == "block2/proj/conv:0"
     validate_junit(tmp_path / "ci.xml")
     xml = (tmp_path / "ci.xml").read_text()
-    assert 'message="accuracy: 1 of 1 output(s) over tolerance; first prob (case 0): max_abs=' in xml
+    assert ('message="accuracy: 1 of 1 output(s) over tolerance; first prob (case 0): '
+            'max_abs=') in xml
     assert "first divergent layer block2/proj/conv:0 (Conv, #17, case 0): max_abs=" in xml
     assert "first divergent tensor: `block2/proj/conv:0` (Conv, #17, case 0)" in \
         (tmp_path / "ci.md").read_text()
@@ -151,7 +152,8 @@ def test_unreachable_device_errors_its_jobs_and_the_others_go_on(
     devices = ('[[device]]\nname = "local"\nspec = "local"\n\n'
                '[[device]]\nname = "board"\nspec = "ssh:nobody@127.0.0.1:1"\n')
     suite = local_suite(tmp_path, devices=devices)
-    text = suite.read_text().replace('devices = ["local"]\ngates', 'devices = ["local", "board"]\ngates')
+    text = suite.read_text().replace('devices = ["local"]\ngates',
+                                     'devices = ["local", "board"]\ngates')
     suite.write_text(text)
     run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn", "--junit",
                   tmp_path / "ci.xml"], capsys, tmp_path)

@@ -65,7 +65,8 @@ def run_suite(request: CiRequest,
     return CiOutcome(suite, tuple(results), info)
 
 
-def write_reports(outcome: CiOutcome, *, junit: Path | None = None, markdown_path: Path | None = None,
+def write_reports(outcome: CiOutcome, *, junit: Path | None = None,
+                  markdown_path: Path | None = None,
                   json_path: Path | None = None, html_path: Path | None = None) -> dict[str, str]:
     """Write the requested reports atomically; returns {kind: path}."""
     written: dict[str, str] = {}

@@ -72,9 +72,10 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
                "worse_outputs": worse, "worse_layers": worse_layers,
                "not_in_baseline": new + new_layers, "baseline": baseline_name}
     if not worse and not worse_layers:
-        note = f" ({len(new + new_layers)} tensor(s) not in the baseline)" if new + new_layers else ""
-        return GateResult("regression", PASS, f"no error grew beyond {settings.regression_factor:g}x "
-                                              f"the baseline{note}", details)
+        unknown = len(new + new_layers)
+        note = f" ({unknown} tensor(s) not in the baseline)" if unknown else ""
+        return GateResult("regression", PASS, f"no error grew beyond "
+                          f"{settings.regression_factor:g}x the baseline{note}", details)
     first = (worse_layers or worse)[0]
     kind = f"layer #{first['index']} {first['op']}" if worse_layers else "output"
     return GateResult(
@@ -118,7 +119,8 @@ def latency(current: Latency | None, base: Latency | None, settings: GateSetting
     slower = bound > limit and cm - bm >= settings.latency_min_delta_ms
     details = {"median_ms": num(cm), "baseline_median_ms": num(bm), "ratio": num(ratio),
                "ratio_lower_bound": num(bound), "confidence": settings.latency_confidence,
-               "threshold": settings.latency_threshold, "min_delta_ms": settings.latency_min_delta_ms,
+               "threshold": settings.latency_threshold,
+               "min_delta_ms": settings.latency_min_delta_ms,
                "samples": len(current.samples_ms), "baseline_samples": len(base.samples_ms)}
     conf = f"{settings.latency_confidence:.0%}"
     text = (f"median {cm:.4g} ms vs baseline {bm:.4g} ms ({ratio:.2f}x; {conf} lower bound "

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from verify.ci.report import RunInfo, verdict
-from verify.ci.results import ERROR, FAILED, PASSED, JobResult, TensorError, overall
+from verify.ci.results import ERROR, FAIL, FAILED, PASSED, JobResult, TensorError, overall
 from verify.errors import UsageError
 
 ZERO_FLOOR = 1e-12   # errors of exactly 0 are drawn here (a log axis has no 0)
@@ -142,7 +142,7 @@ def _e(text: Any) -> str:
 
 
 def _row(r: JobResult) -> str:
-    gates = "<br>".join(f"{_e(g.gate)}: <span class='{'failed' if g.status == 'fail' else 'muted'}'>"
+    gates = "<br>".join(f"{_e(g.gate)}: <span class='{'failed' if g.status == FAIL else 'muted'}'>"
                         f"{_e(g.status)}</span>" for g in r.gates)
     med = f"{r.latency.median_ms:.4g}" if r.latency and r.latency.samples_ms else "–"
     base = (f"{r.baseline_latency.median_ms:.4g}" if r.baseline_latency

@@ -157,9 +157,11 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     shown = _shown(path)
     base = baselines.load(path)
     sha = model_sha256(outcome)
-    if base is not None and base.model_sha256 and base.model_sha256 != sha and not ci.update_goldens:
-        notes.append(f"the baseline was recorded for another model (sha256 {base.model_sha256[:12]}…,"
-                     f" now {sha[:12]}…); refresh it with --update-goldens if the change is intended")
+    stale = base is not None and base.model_sha256 not in ("", sha)
+    if stale and not ci.update_goldens:
+        notes.append(f"the baseline was recorded for another model (sha256 "
+                     f"{base.model_sha256[:12]}…, now {sha[:12]}…); refresh it with "
+                     "--update-goldens if the change is intended")
     verdicts: list[GateResult] = []
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))

@@ -242,3 +242,16 @@ def test_a_runner_without_layer_capture_is_a_device_error(
     assert err.strip().splitlines()[-1] == (
         "error: alt: the device's runner wrote no optimized model (optimized_model_path), so "
         "the graph that ran cannot be dumped; use verify's own runner.py, or --opt-level disable")
+
+
+def test_scalar_inputs_stay_scalar(tmp_path: Path, dump_factory: Callable[..., Path]) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["y"], name="mul"),
+         helper.make_node("Neg", ["y"], ["z"], name="neg")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+         helper.make_tensor_value_info("s", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    d = open_dump(dump_factory(model.SerializeToString(), "disable"))
+    shapes = {e.name: e.shape for e in d.entries(0)}
+    assert shapes == {"x": (3,), "s": (), "y": (3,), "z": (3,)}

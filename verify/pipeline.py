@@ -175,7 +175,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
             files = {}
             for k, (name, value) in enumerate(case.items()):
                 path = tmp / f"case{ci}_in{k}.npy"
-                np.save(path, np.ascontiguousarray(value), allow_pickle=False)
+                np.save(path, np.asarray(value, order="C"), allow_pickle=False)  # keeps 0-d
                 files[name] = path
             input_files.append(files)
         say(f"connecting to {profile.spec}")

@@ -430,7 +430,7 @@ def _fetch_views(np, ort, sess, feeds, fetch):
     if not hasattr(sess, "run_with_ort_values"):
         return run_once(sess, feeds, fetch), None
     try:
-        ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v))
+        ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.asarray(v, order="C"))
                      for k, v in feeds.items()}
         owners = sess.run_with_ort_values(fetch, ort_feeds)
     except Exception as exc:

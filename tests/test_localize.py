@@ -360,3 +360,18 @@ def test_control_flow_reading_the_outer_scope(if_vtc: Path, faulty_profile, faul
     assert code == 1 and (doc["verdict"], doc["subgraph"]) == ("faulty here", [node])
     code, _, _ = run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)
     assert code == 0
+
+
+def test_command_line_tolerances_judge_and_travel_with_the_repro(
+        residual_vtc: Path, faulty_profile, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = faulty_profile("dev", "scale", "res1/conv1", 1.01)
+    code, doc = _localize(residual_vtc, spec, capsys, "-o", tmp_path, "--atol", "1e-4",
+                          "--rtol", "0", "--tol", "prob:exact")
+    assert code == 1 and doc["suspect"]["name"] == "res1/conv1"
+    assert doc["suspect"]["own"][0]["rule"] == "allclose atol=0.0001 rtol=0"
+    code, out, _ = run_cli(["inspect", doc["repro"], "--json"], capsys)
+    assert json.loads(out)["tolerances"] == {"atol": 1e-4, "rtol": 0.0, "specs": ["prob:exact"]}
+    # a tolerance loose enough to accept the fault: nothing to find
+    code, doc = _localize(residual_vtc, spec, capsys, "--atol", "10", "--rtol", "0")
+    assert code == 0 and doc["verdict"] == "no faulty node"

@@ -159,7 +159,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     mode = req.mode
     if mode == "auto":
         mode = "dump" if tc.has_layers or fits else "bisect"
-    if mode == "dump" and tc.has_layers:
+    if tc.has_layers and (mode == "dump" or fits):
         refs.load_archive_layers()
     search = _Search(ng, refs, device, judge, req)
     if mode == "dump":

@@ -12,6 +12,8 @@ does not contain the node (another piece of a bisection) runs unchanged.
 Every node named gets the same fault (several small faults that only add up together make a
 failure no single node shows). With --fused, a node whose output is a graph output is left
 alone, like a bug in a fused kernel that disappears when the intermediate tensor is fetched.
+With --die-on-pieces, the runner crashes (exit 9, no result) on any model verify cut into
+pieces: a device lost in the middle of a localization.
 
 KIND    what happens to node NAME                                     default V
 scale   its first output is multiplied by V                           1.01
@@ -104,6 +106,7 @@ def main(argv):
     parser.add_argument("--node", required=True, action="append")
     parser.add_argument("--value", type=float, default=None)
     parser.add_argument("--fused", action="store_true")
+    parser.add_argument("--die-on-pieces", action="store_true")
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
     if rest == ["--describe"] or len(rest) != 1:
@@ -114,6 +117,9 @@ def main(argv):
         job = json.load(fh)
     model_path = job.get("model", "")
     model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
+    if args.die_on_pieces and model.producer_name == "verify-localize":
+        sys.stderr.write("faulty_runner: device lost\n")
+        return 9
     value = DEFAULTS[args.fault] if args.value is None else args.value
     hits = [inject(model, args.fault, node, value, args.fused) for node in args.node]
     if any(hits):

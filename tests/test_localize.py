@@ -375,3 +375,23 @@ def test_command_line_tolerances_judge_and_travel_with_the_repro(
     # a tolerance loose enough to accept the fault: nothing to find
     code, doc = _localize(residual_vtc, spec, capsys, "--atol", "10", "--rtol", "0")
     assert code == 0 and doc["verdict"] == "no faulty node"
+
+
+@pytest.mark.parametrize("mode", ["dump", "bisect"])
+def test_device_lost_mid_search_exits_3_without_a_repro(residual_vtc: Path, device_env,
+                                                       mode: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from fixtures_localize import FAULTY_RUNNER
+
+    device_env.write_profile("flaky", {"transport": "local", "runner": [
+        sys.executable, str(FAULTY_RUNNER), "--fault", "scale", "--node", "br1/conv",
+        "--die-on-pieces"]})
+    folder = tmp_path / "out"
+    code, out, err = run_cli(["localize", residual_vtc, "--device", "flaky", "-o", folder,
+                              *(["--no-dump"] if mode == "bisect" else [])], capsys)
+    assert (code, out) == (3, "")
+    assert err == ("error: flaky: the runner exited with status 9 without writing a result: "
+                   "faulty_runner: device lost\n")
+    assert not folder.exists() or list(folder.iterdir()) == []

@@ -11,6 +11,7 @@ never errors; the first tensor over tolerance is the first divergent one.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,8 +246,10 @@ def iter_rows(report: DiffReport, *, top: int | None = None,
 
 
 def _units(d: TensorDiff | None) -> float:
+    """Sort key for --top: error in tolerance units; a failing tensor without a figure (a
+    shape mismatch) ranks worst."""
     if d is None:
         return -1.0
-    if not d.passed and not (d.tol_units == d.tol_units):  # NaN (shape mismatch): worst
-        return float("inf")
-    return d.tol_units if d.tol_units == d.tol_units else -1.0
+    if math.isnan(d.tol_units):
+        return math.inf if not d.passed else -1.0
+    return d.tol_units

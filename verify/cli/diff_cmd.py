@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
 from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from verify.diff import DiffReport
 
 
 @cli.command(context_settings=CONTEXT)
@@ -62,7 +66,7 @@ def _g(x: float, spec: str = ".3g") -> str:
     return format(x, spec)
 
 
-def render_report(report, *, top: int | None = None, only_failing: bool = False,
+def render_report(report: DiffReport, *, top: int | None = None, only_failing: bool = False,
                   show_missing: bool = False) -> str:
     """The text report: a table of tensors, what one side lacks, the first divergent tensor,
     and a one-line verdict."""
@@ -108,7 +112,7 @@ def render_report(report, *, top: int | None = None, only_failing: bool = False,
         if fd.fused:
             lines.append("  on the actual side this tensor's producer also computes the "
                          f"fused-away {', '.join(fd.fused)}: the fault may be in any of them")
-    lines.append(("=== " + report.verdict()))
+    lines.append("=== " + report.verdict())
     return "\n".join(lines)
 
 

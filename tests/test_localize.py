@@ -343,14 +343,9 @@ def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_pr
                                                          "the whole model"]
 
 
-_SCALAR_FEED = pytest.mark.xfail(
-    reason="pipeline.run_on_device saves inputs with np.ascontiguousarray, which turns the 0-d "
-           "condition fed to the If piece into shape (1,)", strict=False)
-
-
 @pytest.mark.parametrize("fault, node, mode", [
     ("scale", "mul", "dump"), ("scale", "mul", "bisect"), ("bias", "if", "dump"),
-    pytest.param("bias", "if", "bisect", marks=_SCALAR_FEED)])
+    ("bias", "if", "bisect")])   # bisection feeds the If piece a 0-d condition
 def test_control_flow_reading_the_outer_scope(if_vtc: Path, faulty_profile, fault: str,
                                               node: str, mode: str, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -130,6 +130,14 @@ def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.Captur
     assert not (tmp_path / "d" / "manifest.json").exists()
 
 
+def test_io_dump_into_a_folder_is_refused(cnn_vtc: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(capsys, "run", cnn_vtc, "--io-dump", tmp_path)
+    assert (code, err.strip()) == (2, f"error: --io-dump {tmp_path}: is a folder; give a file "
+                                      "name (the text dump), and --bin-io-dump DIR for a dump "
+                                      "folder")
+
+
 def test_dump_options_need_a_dump(cnn_vtc: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(capsys, "run", cnn_vtc, "--dump-stats-only")
     assert (code, err.strip()) == (2, "error: --dump-filter, --dump-budget-mb and "

@@ -159,6 +159,9 @@ def _dump_spec(request: RunRequest) -> DumpSpec | None:
         raise UsageError(f"--dump-budget-mb must be > 0, got {request.dump_budget_mb:g}")
     if request.dump_filter is not None:
         plan_dump_filter_check(request.dump_filter)
+    if request.io_dump is not None and Path(request.io_dump).is_dir():
+        raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "
+                         "(the text dump), and --bin-io-dump DIR for a dump folder")
     dest = None
     if request.bin_io_dump is not None:
         dest = prepare_dir(request.bin_io_dump)

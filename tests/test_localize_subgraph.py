@@ -111,3 +111,16 @@ def test_a_model_over_the_budget_is_bisected(cnn_vtc: Path, faulty_profile,
     doc = _found_in_1mb(cnn_vtc, faulty_profile("f", "scale", "block3/se/fc2", 1.01), capsys)
     assert doc["suspect"]["name"] == "block3/se/fc2"
     assert (doc["mode"], doc["reference_source"]) == ("bisect", "host")
+
+
+def test_archive_layers_over_the_budget_serve_bisection(tmp_path: Path, faulty_profile,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures_localize import REPO
+
+    vtc = tmp_path / "cnn.vtc"
+    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "cnn.onnx", "--layers",
+                            "-o", vtc], capsys)
+    assert code == 0, err
+    doc = _found_in_1mb(vtc, faulty_profile("f", "leaky", "block3/relu1", 0.1), capsys)
+    assert doc["suspect"]["name"] == "block3/relu1"
+    assert (doc["mode"], doc["reference_source"]) == ("bisect", "archive")

@@ -37,8 +37,8 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
               help="Per-layer mode: how many ranked suspects to run in isolation.")
 @click.option("--budget", "budget_mb", type=click.IntRange(min=1), default=512,
               show_default=True,
-              help="MB of activations per per-layer device run; a model needing more than "
-                   "this per layer-dump is bisected instead.")
+              help="MB the per-layer references may take: a model whose activations need "
+                   "more is bisected instead.")
 @click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]),
               default="all", show_default=True, help="ONNX Runtime graph optimization level "
                                                      "on the device.")

@@ -1,9 +1,10 @@
 """`verify localize`: from "outputs differ on the device" to the faulty node and a repro archive.
 
 Two searches, both on the device itself and both batching pieces into few round trips:
-- dump (a per-layer reference exists, from the archive or a host run): one per-layer run on
-  the device, rank nodes by where the error jumps, then run the candidates in isolation (each
-  fed the reference values of its inputs) side by side in one trip;
+- dump (the per-layer references, from the archive's layers or a host run, fit the memory
+  budget): one per-layer run on the device, rank nodes by where the error jumps, then run the
+  candidates in isolation (each fed the reference values of its inputs) side by side in one
+  trip;
 - bisect (`--no-dump`, or too big to dump): cut the failing range into parts on single-tensor
   cuts, run the parts with reference boundary inputs in one trip, keep the failing part.
 Either ends with a node whose own output is wrong ("faulty here"), or the smallest subgraph that
@@ -154,13 +155,11 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     case_index, whole, notes = _choose_case(tc, req.case_index, device, judge, len(ng))
     case = tc.cases[case_index]
     fits = _activation_bytes(model, tc) <= req.budget_bytes
-    refs = References(tc.model_bytes, case.inputs, tc.path, case_index, req.budget_bytes,
-                      fetch_all=fits)
+    refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
+                      case_index, req.budget_bytes, fetch_all=fits)
     mode = req.mode
     if mode == "auto":
-        mode = "dump" if tc.has_layers or fits else "bisect"
-    if tc.has_layers and (mode == "dump" or fits):
-        refs.load_archive_layers()
+        mode = "dump" if fits else "bisect"
     search = _Search(ng, refs, device, judge, req)
     if mode == "dump":
         outcome = search.by_dump(model, tc.model_bytes, case.outputs, whole)

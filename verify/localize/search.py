@@ -46,35 +46,45 @@ class References:
     def __init__(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
                  archive: Path | None = None, case: int = 0,
                  budget_bytes: int | None = None, fetch_all: bool = False) -> None:
+        """`archive`: read per-layer references from it (packed with --layers); `fetch_all`:
+        everything fits in memory, so the first request reads (or computes) every tensor once
+        and later rounds need no host run; otherwise only the tensors asked for are kept."""
         self._model_bytes = model_bytes
         self._feeds = dict(feeds)
         self._values: dict[str, np.ndarray] = dict(feeds)
         self._archive = archive
         self._case = case
         self._budget = budget_bytes
-        self._fetch_all = fetch_all   # everything fits in memory: one host run serves all rounds
-        self.source = "host"
-
-    def load_archive_layers(self) -> None:
-        from verify.testcase import iter_layers
-
-        assert self._archive is not None
-        for name, value in iter_layers(self._archive, self._case):
-            self._values.setdefault(name, value)
-        self.source = "archive"
+        self._fetch_all = fetch_all
+        self.source = "archive" if archive is not None else "host"
 
     def get(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         wanted = list(dict.fromkeys(names))
         missing = [n for n in wanted if n not in self._values]
         if missing:
-            from verify.capture import host_layers
-
-            names = None if self._fetch_all else missing
+            keep = None if self._fetch_all else set(missing)
             self._fetch_all = False
-            for name, value in host_layers(self._model_bytes, self._feeds, names,
-                                           budget_bytes=self._budget):
-                self._values[name] = np.asarray(value)
+            if self._archive is not None:
+                self._read_archive(keep)
+                missing = [n for n in missing if n not in self._values]
+            if missing:
+                self._compute(None if keep is None else missing)
         return {n: self._values[n] for n in wanted if n in self._values}
+
+    def _read_archive(self, keep: set[str] | None) -> None:
+        from verify.testcase import iter_layers
+
+        assert self._archive is not None
+        for name, value in iter_layers(self._archive, self._case):
+            if keep is None or name in keep:
+                self._values.setdefault(name, value)
+
+    def _compute(self, names: list[str] | None) -> None:
+        from verify.capture import host_layers
+
+        for name, value in host_layers(self._model_bytes, self._feeds, names,
+                                       budget_bytes=self._budget):
+            self._values.setdefault(name, np.asarray(value))
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.get([name])[name]

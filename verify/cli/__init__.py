@@ -11,9 +11,14 @@ from typing import Any
 import click
 
 from verify import __version__
-from verify.errors import (EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
-                           VerifyError)
 from verify.cli import render
+from verify.errors import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    VerifyError,
+)
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -83,6 +88,37 @@ def tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+DEVICE_HELP = ("local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name from "
+               "devices/ (see `verify devices list`).")
+
+
+def device_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """--device SPEC, the same on every command that runs something on a device."""
+    return click.option("--device", "device_spec", default="local", show_default=True,
+                        metavar="SPEC", help=DEVICE_HELP)(f)
+
+
+def insecure_host_key_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--insecure-host-key", is_flag=True,
+                        help="ssh: accept an unknown or changed host key (not recommended).")(f)
+
+
+def timeout_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--timeout SECONDS; `what` says which work it bounds."""
+    return click.option("--timeout", type=float, default=None,
+                        help=f"Seconds {what} may take on the device (default: the profile's).")
+
+
+def iteration_options(per: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--iter and --warmup, as load_and_run has them; `per` says what they count for."""
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+                         help=f"Untimed warmup runs per {per}.")(f)
+        return click.option("--iter", "iterations", type=click.IntRange(min=1), default=10,
+                            show_default=True, help=f"Timed iterations per {per}.")(f)
+    return wrap
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=render.json_default))
 
@@ -91,7 +127,18 @@ def emit_json(data: Any) -> None:
 
 def _register() -> None:
     """Import the command modules; each adds its commands to `cli`."""
-    from verify.cli import bench_cmd, ci_cmd, devices_cmd, diff_cmd, export_cmd, inspect_cmd, localize_cmd, pack_cmd, profile_cmd, run_cmd  # noqa: F401,E501
+    from verify.cli import (  # noqa: F401,E501
+        bench_cmd,
+        ci_cmd,
+        devices_cmd,
+        diff_cmd,
+        export_cmd,
+        inspect_cmd,
+        localize_cmd,
+        pack_cmd,
+        profile_cmd,
+        run_cmd,
+    )
 
 
 _register()

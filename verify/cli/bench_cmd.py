@@ -8,8 +8,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
-from verify.cli import render
+from verify.cli import (
+    CONTEXT,
+    cli,
+    device_option,
+    emit_json,
+    insecure_host_key_option,
+    iteration_options,
+    json_option,
+    render,
+    timeout_option,
+    tolerance_options,
+)
 from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
@@ -49,8 +59,7 @@ def settings_from(opt_levels: str | None, threads: str | None, providers: str | 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(path_type=Path))
-@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
-              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name.")
+@device_option
 @click.option("--opt-levels", default=None, metavar="LIST",
               help="Graph optimization levels to try, e.g. disable,all "
                    "(default: disable,basic,extended,all when no other setting is given).")
@@ -63,18 +72,13 @@ def settings_from(opt_levels: str | None, threads: str | None, providers: str | 
 @click.option("--setting", "explicit", multiple=True, metavar="KEY=V[,KEY=V]",
               help="One setting, repeatable: opt=, threads=, provider=, layout=, spin=0|1, "
                    "prepack=0|1, or a dotted onnxruntime session config key.")
-@click.option("--iter", "iterations", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Timed iterations per case and round.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Untimed warmup runs per case and round.")
+@iteration_options("case and round")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Rounds over all settings, interleaved (A B A B …), pooled per setting.")
 @click.option("--case", "case_index", type=int, default=None,
               help="Use only this case of the archive (default: all, pooled).")
-@click.option("--timeout", type=float, default=None,
-              help="Seconds each setting's job may take on the device.")
-@click.option("--insecure-host-key", is_flag=True,
-              help="ssh: accept an unknown or changed host key (not recommended).")
+@timeout_option("each setting's job")
+@insecure_host_key_option
 @tolerance_options
 @json_option
 def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str | None,
@@ -92,7 +96,8 @@ def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str 
       verify bench cnn.vtc --device arm64 --opt-levels disable,all --threads 1,2
       verify bench cnn.vtc --setting opt=all --setting opt=all,layout=nchw --repeat 3
     """
-    from verify.bench import BenchRequest, bench as run_bench
+    from verify.bench import BenchRequest
+    from verify.bench import bench as run_bench
 
     settings = settings_from(opt_levels, threads, providers, layouts, explicit)
     request = BenchRequest(archive=archive, settings=tuple(settings), device=device_spec,

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option
-from verify.cli import render
+from verify.cli import (
+    CONTEXT,
+    cli,
+    emit_json,
+    insecure_host_key_option,
+    json_option,
+    render,
+)
 from verify.errors import EXIT_OK
 
 
@@ -42,8 +47,7 @@ def devices_list(as_json: bool) -> int:
 
 @devices.command("check", context_settings=CONTEXT)
 @click.argument("spec")
-@click.option("--insecure-host-key", is_flag=True,
-              help="ssh: accept an unknown or changed host key (not recommended).")
+@insecure_host_key_option
 @json_option
 def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
     """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
@@ -67,8 +71,7 @@ def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
 
 @devices.command("clean", context_settings=CONTEXT)
 @click.argument("spec")
-@click.option("--insecure-host-key", is_flag=True,
-              help="ssh: accept an unknown or changed host key (not recommended).")
+@insecure_host_key_option
 @json_option
 def devices_clean(spec: str, insecure_host_key: bool, as_json: bool) -> int:
     """Remove verify's file cache and leftover work directories from the device SPEC.

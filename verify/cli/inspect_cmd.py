@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option
-from verify.cli import render
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
 from verify.errors import EXIT_OK
 
 

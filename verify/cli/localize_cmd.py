@@ -8,8 +8,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
-from verify.cli import render
+from verify.cli import (
+    CONTEXT,
+    cli,
+    device_option,
+    emit_json,
+    insecure_host_key_option,
+    json_option,
+    render,
+    timeout_option,
+    tolerance_options,
+)
 from verify.errors import EXIT_MISMATCH, EXIT_OK
 
 if TYPE_CHECKING:
@@ -22,9 +31,7 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(path_type=Path))
-@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
-              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name "
-                   "from devices/.")
+@device_option
 @click.option("--case", "case_index", type=click.IntRange(min=0), default=None,
               help="Which case of the archive to localize with (default: the first whose "
                    "outputs fail on the device).")
@@ -49,10 +56,8 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder for the repro archive (default: beside ARCHIVE).")
 @click.option("--no-repro", is_flag=True, help="Do not write a repro archive.")
-@click.option("--timeout", type=float, default=None,
-              help="Seconds each device round trip may take (default: the profile's).")
-@click.option("--insecure-host-key", is_flag=True,
-              help="ssh: accept an unknown or changed host key (not recommended).")
+@timeout_option("each device round trip")
+@insecure_host_key_option
 @tolerance_options
 @json_option
 def localize(archive: Path, device_spec: str, case_index: int | None, no_dump: bool, fanout: int,

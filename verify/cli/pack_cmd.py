@@ -6,8 +6,7 @@ from pathlib import Path
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
-from verify.cli import render
+from verify.cli import CONTEXT, cli, emit_json, json_option, render, tolerance_options
 from verify.errors import EXIT_OK, UsageError
 
 

@@ -189,8 +189,13 @@ def progress_factory():
     def make(label: str, total: int):
         if total < threshold:
             return None
-        from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                   TransferSpeedColumn)
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TransferSpeedColumn,
+        )
 
         bar = Progress(TextColumn(f"push {label}"), BarColumn(), DownloadColumn(),
                        TransferSpeedColumn(), transient=True, console=_console(stderr=True))

@@ -6,21 +6,26 @@ from pathlib import Path
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
-from verify.cli import render
+from verify.cli import (
+    CONTEXT,
+    cli,
+    device_option,
+    emit_json,
+    insecure_host_key_option,
+    iteration_options,
+    json_option,
+    render,
+    timeout_option,
+    tolerance_options,
+)
 from verify.errors import EXIT_MISMATCH, EXIT_OK
 
 
 # --- run-----------------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(path_type=Path))
-@click.option("--device", "device_spec", default="local", show_default=True, metavar="SPEC",
-              help="local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name "
-                   "from devices/.")
-@click.option("--iter", "iterations", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Timed iterations per case.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
-              help="Untimed warmup runs per case.")
+@device_option
+@iteration_options("case")
 @click.option("--provider", "providers", multiple=True, metavar="NAME",
               help="Execution provider(s) in order, e.g. CUDAExecutionProvider "
                    "(default: the device profile's).")
@@ -50,11 +55,9 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
               help="Compute the per-tensor summary on the device and transfer no tensors.")
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), default=None,
               help="Write ONNX Runtime's per-node profile (Chrome trace JSON) here.")
-@click.option("--timeout", type=float, default=None,
-              help="Seconds the device may take for the whole job (default: the profile's).")
+@timeout_option("the device")
 @click.option("--keep", is_flag=True, help="Keep the work directory on the device (for debugging).")
-@click.option("--insecure-host-key", is_flag=True,
-              help="ssh: accept an unknown or changed host key (not recommended).")
+@insecure_host_key_option
 @tolerance_options
 @json_option
 def run(archive: Path, device_spec: str, iterations: int, warmup: int, providers: tuple[str, ...],

@@ -276,12 +276,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError("--repeat must be at least 1")
     tc = read_archive(request.archive)
     tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-    indices = tuple(range(len(tc.cases)))
-    if request.case_index is not None:
-        if not 0 <= request.case_index < len(tc.cases):
-            raise UsageError(f"{request.archive}: --case {request.case_index} out of range "
-                             f"(the archive holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
-        indices = (request.case_index,)
+    indices = tc.case_indices(request.case_index)
     feeds = [tc.cases[i].inputs for i in indices]
     floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
     profile = resolve_profile(request.device, request.insecure_host_key)

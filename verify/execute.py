@@ -94,12 +94,7 @@ def run(request: RunRequest, *, status: Status | None = None,
         progress: ProgressFactory | None = None) -> RunOutcome:
     tc = read_archive(request.archive)
     tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-    indices = tuple(range(len(tc.cases)))
-    if request.case_index is not None:
-        if not 0 <= request.case_index < len(tc.cases):
-            raise UsageError(f"{request.archive}: --case {request.case_index} out of range "
-                             f"(the archive holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
-        indices = (request.case_index,)
+    indices = tc.case_indices(request.case_index)
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
     profile = resolve_profile(request.device, request.insecure_host_key)

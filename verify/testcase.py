@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from verify import __version__, schema
-from verify.errors import ArchiveError
+from verify.errors import ArchiveError, UsageError
 from verify.graph import TensorInfo
 
 
@@ -37,6 +37,15 @@ class Testcase:
     has_layers: bool = False
     format_version: int = schema.FORMAT_VERSION
     path: Path | None = None
+
+    def case_indices(self, index: int | None = None) -> tuple[int, ...]:
+        """Every case, or just `index` (a --case option); UsageError when out of range."""
+        if index is None:
+            return tuple(range(len(self.cases)))
+        if not 0 <= index < len(self.cases):
+            raise UsageError(f"{self.path}: --case {index} out of range (the archive holds "
+                             f"{len(self.cases)} case(s), 0..{len(self.cases) - 1})")
+        return (index,)
 
 
 def write_archive(path: Path, tc: Testcase,

@@ -133,9 +133,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     if req.fanout < 2:
         raise UsageError("--fanout must be at least 2")
     tc = read_archive(req.archive)
-    if req.case_index is not None and not 0 <= req.case_index < len(tc.cases):
-        raise UsageError(f"{req.archive}: --case {req.case_index} out of range (the archive "
-                         f"holds {len(tc.cases)} case(s), 0..{len(tc.cases) - 1})")
+    tc.case_indices(req.case_index)  # validates --case
     from verify.execute import resolve_profile
 
     model = parse_model(tc.model_bytes, str(req.archive))

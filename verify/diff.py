@@ -1,9 +1,10 @@
 """`verify diff`: two layer captures compared tensor by tensor, first divergent tensor named.
 
 Each side is a dump directory (`run --bin-io-dump`) or a `.vtc` packed with `--layers`.
-Tensors are matched by name and walked in the reference's topological order; each side
-reads one tensor at a time into a reusable buffer (`dump.Scratch`), so neither capture is
-ever held whole and memory stays at the two largest tensors. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
+Tensors are matched by name and walked in the reference's topological order, one pair at a
+time: a dump's .npy files are memory-mapped in place (`dump.map_readonly`, zero copy) and an
+archive's datasets read into a reusable buffer (`dump.Scratch`), so neither capture is ever
+held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
 never errors; the first tensor over tolerance is the first divergent one.
 """
@@ -183,14 +184,13 @@ def _dump_side(dump: Dump, case: int) -> _Side:
         raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
-    scratch = Scratch()
     outputs = set(dump.manifest.get("outputs", []))
     tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     fused = dump.manifest.get("fused_away") or []
     return _Side(
         label=str(dump.path), tensors=tensors,
-        load=lambda name: dump.load(entries[name], scratch),
+        load=lambda name: dump.load(entries[name]),
         fused_away={str(f["name"]) for f in fused if isinstance(f, dict) and "name" in f},
         fused_into={str(k): [str(x) for x in v]
                     for k, v in (dump.manifest.get("fused_into") or {}).items()},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,7 +181,8 @@ def test_per_job_timeout_is_a_device_error(ci_baselines: Path, device_env, tmp_p
     assert run.code == 3
     job = run.job("two_io/local/opt-all")
     assert job["error"] == {"kind": "device", "type": "DeviceTimeout",
-                            "message": "local: python did not finish within 3 s"}
+                            "message": f"local: {Path(sys.executable).name} did not finish "
+                                       "within 3 s"}
     assert job["attempts"] == 1
 
 

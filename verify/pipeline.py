@@ -203,8 +203,12 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                     "outputs_dir": "out", "result": "result.json",
                     "profile": "profile.json" if options.profile else None,
                 }
+                plan = None
                 if dump is not None and options.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
+                elif dump is not None:  # the model itself: the timed runner dumps it first
+                    plan = plan_dump(model_bytes, None, dump.dump_filter)
+                    job["dump_first"] = {**_dump_entry(plan, dump), "result": _DUMP_RESULT}
                 job_file = tmp / "job.json"
                 job_file.write_text(json.dumps(job, indent=1))
                 driver.put(job_file, f"{workdir}/job.json")
@@ -229,7 +233,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 if dump is not None:
                     capture = _run_dump(driver, profile, runner_argv(profile, runner_path),
                                         workdir, tmp, job, model_bytes, dump, say,
-                                        options.timeout)
+                                        options.timeout, plan, result.get("dump_result"))
             finally:
                 if not options.keep:  # quiet while failing: a dead link must not hide why
                     driver.remove(workdir, quiet=sys.exc_info()[1] is not None)
@@ -243,6 +247,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
 
 
 _OPTIMIZED = "optimized.onnx"
+_DUMP_RESULT = "dump_result.json"
 
 
 def _dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
@@ -255,12 +260,19 @@ def _dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
 
 def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, tmp: Path,
               job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec, say: Status,
-              timeout: float | None) -> DumpCapture:
-    """The dump job, after the timed one, in a runner process of its own (bounded memory):
-    at opt-level disable it captures the model itself; above it, the optimized model
-    onnxruntime wrote during the timed run, with optimization off, so the dump shows the graph
-    that ran. Planned on the host (onnx), captured on the device in chunks; then each tensor
-    file is pulled into `dump.dest`."""
+              timeout: float | None, plan: DumpPlan | None = None,
+              forked: str | None = None) -> DumpCapture:
+    """The dump, captured on the device in chunks in a runner process of its own (bounded
+    memory), then each tensor file pulled into `dump.dest`. At opt-level disable it captures
+    the model itself: planned before the timed run (`plan`), and done by the timed runner in
+    a child forked before its session (`forked` names that child's result file; None when
+    the runner could not fork, or does not know "dump_first": then a job of its own runs it).
+    Above disable, it captures the optimized model onnxruntime wrote during the timed run,
+    with optimization off, so the dump shows the graph that ran."""
+    if plan is not None and forked:
+        result = _fetch_result(driver, workdir, tmp, 0, "", profile, name=_DUMP_RESULT)
+        return _pull_dump(driver, profile, workdir, dump, plan, result)
+    job = {k: v for k, v in job.items() if k != "dump_first"}
     model_ref, optimized = job["model"], None
     if "optimized_model_path" in job:
         local = tmp / _OPTIMIZED
@@ -270,9 +282,9 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
                               "use verify's own runner.py, or --opt-level disable")
         driver.get(f"{workdir}/{_OPTIMIZED}", local)
         model_ref, optimized = _OPTIMIZED, local.read_bytes()
-    plan = plan_dump(model_bytes, optimized, dump.dump_filter)
+    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter)
     dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
-                "optimized_model_path": None, "result": "dump_result.json",
+                "optimized_model_path": None, "result": _DUMP_RESULT,
                 "dump": _dump_entry(plan, dump)}
     job_file = tmp / "dump_job.json"
     job_file.write_text(json.dumps(dump_job, indent=1))
@@ -281,7 +293,13 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
     res = driver.run([*argv, f"{workdir}/dump_job.json"], cwd=workdir, timeout=timeout,
                      check=False)
     result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile,
-                           name="dump_result.json")
+                           name=_DUMP_RESULT)
+    return _pull_dump(driver, profile, workdir, dump, plan, result)
+
+
+def _pull_dump(driver: Driver, profile: Profile, workdir: str, dump: DumpSpec, plan: DumpPlan,
+               result: Mapping[str, Any]) -> DumpCapture:
+    """The dump runner's records, each tensor file pulled into `dump.dest`."""
     info = result.get("dump")
     if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
         raise RunnerError(f"{profile.spec}: the device's runner does not capture layers (its "

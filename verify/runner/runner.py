@@ -320,11 +320,14 @@ def total_memory():
 
 
 def default_budget(model_bytes, memory=None):
-    """Bytes of marked activations one chunk may hold: the model's size, at least 16 MiB, at
-    most 1/16 of the machine's memory. A plain run holds the model twice while its session is
-    made (the file's bytes and the weights); a dump session loads from the file and keeps no
-    copy, so that much room is free (benchmarks/bench_dump.py: 0.6-1.2x a plain run's peak)."""
-    budget = max(16 * _MIB, model_bytes)
+    """Bytes of marked activations one chunk may hold: 1.5x the model's size, at least
+    16 MiB, at most 1/16 of the machine's memory. A plain run holds the model twice while its
+    session is made (the file's bytes and the weights); a dump session loads from the file and
+    keeps no copy, so a model's worth of room is free, and half a model more is within 1.3x of
+    the plain run's peak, which is at least twice the model. Fewer chunks, fewer sessions: a
+    ResNet-50 (100 MB of weights, 106 MB of activations) is one chunk, captured by the
+    session that sized it (benchmarks/bench_dump.py: 0.6-1.2x a plain run's peak)."""
+    budget = max(16 * _MIB, model_bytes * 3 // 2)
     memory = total_memory() if memory is None else memory
     if memory:
         budget = min(budget, max(memory // 16, _MIB))

@@ -6,6 +6,7 @@ content-addressed cache, a job file in, a result file out (docs/runner-contract.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -99,6 +100,7 @@ class DeviceRun:
     workdir: str | None = None
     dump: DumpCapture | None = None
     peak_rss_bytes: int | None = None     # the runner's, as it reported it
+    model_sha256: str = ""
 
 
 def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
@@ -168,8 +170,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
     providers = options.providers or profile.providers
     with tempfile.TemporaryDirectory(prefix="verify-run-") as tmp_name:
         tmp = Path(tmp_name)
-        model_file = tmp / "model.onnx"
-        model_file.write_bytes(model_bytes)
+        model_sha256 = hashlib.sha256(model_bytes).hexdigest()
         input_files: list[dict[str, Path]] = []
         for ci, case in enumerate(cases):
             files = {}
@@ -183,7 +184,9 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
             runner_path = None if profile.runner else driver.push_cached(
                 RUNNER_SOURCE, _progress(progress, "runner", RUNNER_SOURCE))
             push_support_files(driver, profile, progress)
-            remote_model = driver.push_cached(model_file, _progress(progress, "model", model_file))
+            remote_model = driver.push_cached_bytes(
+                model_bytes, tmp / "model.onnx",
+                progress("model", len(model_bytes)) if progress else None, model_sha256)
             job_cases = []
             for files in input_files:
                 job_cases.append({"inputs": {
@@ -243,7 +246,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                              options=options, providers=tuple(providers),
                              profile_file=profile_file,
                              workdir=workdir if options.keep else None, dump=capture,
-                             peak_rss_bytes=result.get("peak_rss_bytes"))
+                             peak_rss_bytes=result.get("peak_rss_bytes"),
+                             model_sha256=model_sha256)
 
 
 _OPTIMIZED = "optimized.onnx"

@@ -201,6 +201,19 @@ class Driver(ABC):
         self.put(local, remote, progress)
         return remote
 
+    def push_cached_bytes(self, data: bytes, local: Path, progress: Progress | None = None,
+                          digest: str | None = None) -> str:
+        """`push_cached` for bytes already in memory: hashed once, written to `local` (whose
+        suffix the cached name keeps) only when the device does not have them yet, so a
+        repeated run of a 100 MB model neither writes nor re-hashes a file (~0.15 s)."""
+        digest = digest or hashlib.sha256(data).hexdigest()
+        remote = posixpath.join(self.cache_dir, digest + "".join(local.suffixes[-1:]))
+        if self._exists_impl(remote):
+            self.stats.files_cached += 1
+            return remote
+        local.write_bytes(data)
+        return self.push_cached(local, progress, digest)
+
     def makedirs(self, path: str) -> None:
         self._makedirs_impl(path)
 

@@ -3,12 +3,16 @@ capture's fixed-cost cuts. (Speed itself is measured in benchmarks/, never asser
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from verify.dump import DumpEntry, Scratch, load_npy
+from fixtures_devices import run_cli
+from verify.dump import DumpEntry, Scratch, load_npy, open_dump
 from verify.errors import DumpError
 
 
@@ -56,3 +60,49 @@ def test_mapped_read_refuses_trailing_data(tmp_path: Path) -> None:
         fh.write(b"\0" * 8)
     with pytest.raises(DumpError, match=r"^t: x.npy has 8 bytes of trailing data$"):
         load_npy(path, _entry(a), "t")
+
+
+# --- the dump at opt-level disable: a forked child of the timed runner ------------------------
+
+RUNNER_PY = Path(__file__).resolve().parent.parent / "verify" / "runner" / "runner.py"
+# verify's runner on a platform without fork (Windows): the host must run the dump as a job.
+NO_FORK = ("import os, runpy, sys; del os.fork; sys.argv = sys.argv[1:]; "
+           "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def _dump_run(device_env: Any, vtc: Path, device: str, level: str, dest: Path,
+              capsys: pytest.CaptureFixture[str]) -> Path:
+    """Run with a layer dump, keeping the work directory; return that directory."""
+    before = set(device_env.local_jobs().iterdir()) if device_env.local_jobs().is_dir() else set()
+    code, _, err = run_cli(["run", vtc, "--device", device, "--iter", "1", "--warmup", "0",
+                            "--opt-level", level, "--bin-io-dump", dest, "--keep"], capsys)
+    assert code == 0, err
+    (workdir,) = set(device_env.local_jobs().iterdir()) - before
+    return workdir
+
+
+def test_dump_at_opt_disable_is_taken_by_a_forked_child_else_by_a_job_of_its_own(
+        device_env: Any, small_vtc: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("nofork", {"transport": "local",
+                                        "runner": [sys.executable, "-c", NO_FORK,
+                                                   str(RUNNER_PY)]})
+    forked = _dump_run(device_env, small_vtc, "local", "disable", tmp_path / "a", capsys)
+    assert (forked / "dump_result.json").is_file()
+    assert not (forked / "dump_job.json").exists()  # no second runner process
+    result = json.loads((forked / "result.json").read_text())
+    assert result["dump_result"] == "dump_result.json" and result["cases"][0]["iter_ms"]
+
+    unforked = _dump_run(device_env, small_vtc, "nofork", "disable", tmp_path / "b", capsys)
+    assert json.loads((unforked / "result.json").read_text())["dump_result"] is None
+    assert (unforked / "dump_job.json").is_file()  # the fallback: a job of its own
+
+    optimized = _dump_run(device_env, small_vtc, "local", "all", tmp_path / "c", capsys)
+    assert "dump_result" not in json.loads((optimized / "result.json").read_text())
+    assert (optimized / "dump_job.json").is_file()  # needs the optimized model: a second job
+
+    a, b = open_dump(tmp_path / "a"), open_dump(tmp_path / "b")
+    names = [e.name for e in a.entries(0)]
+    assert names == [e.name for e in b.entries(0)] and len(names) > 2
+    for ea, eb in zip(a.entries(0), b.entries(0), strict=True):
+        assert np.array_equal(a.load(ea), b.load(eb))  # the same capture either way

@@ -458,10 +458,16 @@ def _np_rows(x: np.ndarray, y: np.ndarray, blocks: np.ndarray, atol: float, rtol
     if threads <= 1:
         work(0, 1)
     else:  # numpy releases the GIL inside each block's ufuncs
-        with ThreadPoolExecutor(threads) as pool:
-            for f in [pool.submit(work, k, threads) for k in range(threads)]:
-                f.result()
+        pool = _np_pool()
+        for f in [pool.submit(work, k, threads) for k in range(threads)]:
+            f.result()
     return rows
+
+
+@functools.lru_cache(maxsize=1)
+def _np_pool() -> ThreadPoolExecutor:
+    """One pool for the process: starting threads for every tensor cost ~0.1 ms each."""
+    return ThreadPoolExecutor(_NP_THREADS, thread_name_prefix="verify-compare")
 
 
 # The numba kernel is written as plain Python at module level (so numba can cache it) and

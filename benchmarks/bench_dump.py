@@ -59,7 +59,8 @@ def plain_peak(archive: Path, level: str) -> int:
 
 
 def dump_peak(archive: Path, level: str, out: Path, budget_mb: float | None) -> tuple[int, float]:
-    """The dump's runner peak (at opt-level disable the timed run's process, which dumps too)."""
+    """The dump's runner peak (at opt-level disable a child forked by the timed run's process
+    before its session; above it, a runner process of its own)."""
     t = time.perf_counter()
     o = execute.run(execute.RunRequest(archive=archive, iterations=1, warmup=0, opt_level=level,
                                        bin_io_dump=out, dump_budget_mb=budget_mb))

@@ -4,6 +4,8 @@ capture's fixed-cost cuts. (Speed itself is measured in benchmarks/, never asser
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,3 +108,45 @@ def test_dump_at_opt_disable_is_taken_by_a_forked_child_else_by_a_job_of_its_own
     assert names == [e.name for e in b.entries(0)] and len(names) > 2
     for ea, eb in zip(a.entries(0), b.entries(0), strict=True):
         assert np.array_equal(a.load(ea), b.load(eb))  # the same capture either way
+
+
+# --- the auto engine loads numba up front for a big enough job --------------------------------
+
+def test_expect_bytes_loads_numba_only_for_a_job_that_pays_it_back() -> None:
+    code = ("import verify.compare as C\n"
+            "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES - 1), C._nb_state)\n"
+            "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES), C._nb_state)\n")
+    env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout.split("\n")
+    assert out[0] == "False unloaded"
+    assert out[1] in ("True loaded", "False missing")  # missing: numba not installed
+    off = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**env, "VERIFY_NO_NUMBA": "1"}).stdout.split("\n")
+    assert off[:2] == ["False unloaded", "False unloaded"]
+
+
+def test_diff_results_do_not_depend_on_the_engine(tmp_path: Path) -> None:
+    from verify.compare import ToleranceSet
+    from verify.diff import diff_captures
+    from verify.dump import MANIFEST, write_json_atomic
+
+    rng = np.random.default_rng(1)
+    tensors = {"x": rng.standard_normal((4, 300_000)).astype(np.float32),
+               "y": rng.standard_normal(1000).astype(np.float32)}
+    for side, scale in (("a", 1.0 + 2.0 ** -20), ("r", 1.0)):
+        (tmp_path / side).mkdir()
+        entries = []
+        for i, (name, value) in enumerate(tensors.items()):
+            np.save(tmp_path / side / f"c0_t{i:05d}.npy", value * np.float32(scale))
+            entries.append({"index": i, "name": name, "node": name, "op": "Relu",
+                            "dtype": "float32", "shape": list(value.shape),
+                            "file": f"c0_t{i:05d}.npy"})
+        write_json_atomic(tmp_path / side / MANIFEST, {
+            "format": "verify-dump", "format_version": 1, "complete": True,
+            "cases": [{"case": 0, "tensors": entries}]})
+    reports = [diff_captures(tmp_path / "a", tmp_path / "r", ToleranceSet(), engine=e)
+               for e in ("numpy", "numba", "auto")]
+    rows = [[(r.name, r.diff.max_abs, r.diff.n_outside, r.diff.passed) for r in rep.rows
+             if r.diff is not None] for rep in reports]
+    assert rows[0] == rows[1] == rows[2] and len(rows[0]) == 2

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.compare import TensorDiff, ToleranceSet, compare
+from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes
 from verify.dump import Dump, Scratch, json_safe, open_dump
 from verify.errors import ArchiveError, DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
@@ -47,6 +47,7 @@ class _Side:
     fused_into: dict[str, list[str]] = field(default_factory=dict)
     model_sha256: str = ""
     graph: str = "model"
+    nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
     if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
         notes.append("the two captures come from different model files (sha256 "
                      f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
+    if engine == "auto":
+        expect_bytes(act.nbytes + ref.nbytes)
     rows: list[DiffRow] = []
     for i, t in enumerate(ref.tensors):
         if t.name not in act_names:
@@ -195,7 +198,15 @@ def _dump_side(dump: Dump, case: int) -> _Side:
         fused_into={str(k): [str(x) for x in v]
                     for k, v in (dump.manifest.get("fused_into") or {}).items()},
         model_sha256=str(dump.manifest.get("model_sha256", "")),
-        graph=str(dump.manifest.get("graph", "model")))
+        graph=str(dump.manifest.get("graph", "model")),
+        nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()))
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    try:
+        return math.prod(shape) * np.dtype(dtype).itemsize
+    except TypeError:  # a dtype numpy does not know: it adds nothing to the estimate
+        return 0
 
 
 def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
@@ -229,7 +240,8 @@ def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
     return _Side(label=str(path),
                  tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
                           for t in order],
-                 load=load, model_sha256=str(tc.provenance.get("model_sha256", "")))
+                 load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
+                 nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
 
 
 def iter_rows(report: DiffReport, *, top: int | None = None,

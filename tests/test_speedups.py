@@ -150,3 +150,22 @@ def test_diff_results_do_not_depend_on_the_engine(tmp_path: Path) -> None:
     rows = [[(r.name, r.diff.max_abs, r.diff.n_outside, r.diff.passed) for r in rep.rows
              if r.diff is not None] for rep in reports]
     assert rows[0] == rows[1] == rows[2] and len(rows[0]) == 2
+
+
+# --- the runner's per-tensor stats: a block's own min/max tell it holds no NaN/Inf ------------
+
+def test_tensor_stats_count_nan_and_inf_in_any_block_and_summarize_the_finite_rest() -> None:
+    from verify.runner import runner
+
+    x = np.arange(3_000_000, dtype=np.float32) - 1000.0  # three stat blocks
+    x[5], x[1_500_000], x[2_999_999] = np.nan, np.inf, -np.inf
+    s = runner.tensor_stats(np, x)
+    finite = x[np.isfinite(x)].astype(np.float64)
+    assert (s["nan"], s["inf"]) == (1, 2)
+    assert (s["min"], s["max"]) == (float(finite.min()), float(finite.max()))
+    assert s["mean"] == pytest.approx(finite.mean(), rel=1e-12)
+    assert s["std"] == pytest.approx(finite.std(), rel=1e-9)
+    clean = runner.tensor_stats(np, np.array([-2.0, 0.5, 3.0], np.float32))
+    assert (clean["nan"], clean["inf"], clean["min"], clean["max"]) == (0, 0, -2.0, 3.0)
+    only_nan = runner.tensor_stats(np, np.full(4, np.nan, np.float32))
+    assert (only_nan["nan"], only_nan["min"], only_nan["mean"]) == (4, None, None)

@@ -382,13 +382,16 @@ def tensor_stats(np, value, first=STAT_FIRST):
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
     for start in range(0, flat.size, _STAT_BLOCK):
         block = flat[start:start + _STAT_BLOCK]
-        if a.dtype.kind == "f":
+        bmin = bmax = None
+        if a.dtype.kind == "f" and block.size:
+            bmin, bmax = block.min(), block.max()  # both finite: no NaN/Inf in the block
+        if a.dtype.kind == "f" and not (np.isfinite(bmin) and np.isfinite(bmax)):
             finite = np.isfinite(block)
             nan = int(np.count_nonzero(np.isnan(block)))
             stats["nan"] += nan
             stats["inf"] += int(block.size - np.count_nonzero(finite)) - nan
-            if not finite.all():
-                block = block[finite]
+            block = block[finite]
+            bmin = bmax = None
         if block.size == 0:
             continue
         b64 = block.astype(np.float64)
@@ -401,7 +404,9 @@ def tensor_stats(np, value, first=STAT_FIRST):
         mean = (total / count if count else 0.0) + delta * block.size / n
         m2 = m2 + bm2 + delta * delta * count * block.size / n
         total, count = mean * n, n
-        bmin, bmax = block.min().item(), block.max().item()
+        if bmin is None:
+            bmin, bmax = block.min(), block.max()
+        bmin, bmax = bmin.item(), bmax.item()
         lo = bmin if lo is None else min(lo, bmin)
         hi = bmax if hi is None else max(hi, bmax)
     if count:

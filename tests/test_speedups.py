@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from fixtures_devices import run_cli
+
 from verify.dump import DumpEntry, Scratch, load_npy, open_dump
 from verify.errors import DumpError
 
@@ -129,7 +129,8 @@ def test_expect_bytes_loads_numba_only_for_a_job_that_pays_it_back() -> None:
 def test_diff_results_do_not_depend_on_the_engine(tmp_path: Path) -> None:
     from verify.compare import ToleranceSet
     from verify.diff import diff_captures
-    from verify.dump import MANIFEST, write_json_atomic
+    from verify.dump import MANIFEST
+    from verify.files import write_json_atomic
 
     rng = np.random.default_rng(1)
     tensors = {"x": rng.standard_normal((4, 300_000)).astype(np.float32),

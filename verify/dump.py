@@ -63,30 +63,6 @@ def prepare_dir(path: Path) -> Path:
     return path
 
 
-def write_json_atomic(path: Path, doc: Any) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, ensure_ascii=False, allow_nan=False, default=_json_value)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _json_value(obj: Any) -> Any:
-    if isinstance(obj, (np.generic,)):
-        return obj.item()
-    if isinstance(obj, (tuple, set)):
-        return list(obj)
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
-
-
 def json_safe(value: Any) -> Any:
     """Non-finite floats as the strings nan/inf/-inf (strict JSON)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -16,13 +14,31 @@ import numpy as np
 from verify import devices
 from verify.check import CaseCheck, check_outputs
 from verify.devices import Profile
+from verify.dump import (
+    MANIFEST,
+    io_dump_text,
+    json_safe,
+    manifest_header,
+    prepare_dir,
+)
 from verify.errors import InputError, UsageError
+from verify.files import (
+    copy_atomic,
+    save_npy_atomic,
+    write_json_atomic,
+    write_text_atomic,
+)
 from verify.graph import parse_model, saturation_floors, sha256_bytes
 from verify.inputs import load_array_file, model_inputs
-from verify.dump import (MANIFEST, io_dump_text, json_safe, manifest_header, prepare_dir,
-                         write_json_atomic, write_text_atomic)
-from verify.pipeline import (DeviceRun, DumpCapture, DumpSpec, ProgressFactory, RunOptions,
-                             Status, run_on_device)
+from verify.pipeline import (
+    DeviceRun,
+    DumpCapture,
+    DumpSpec,
+    ProgressFactory,
+    RunOptions,
+    Status,
+    run_on_device,
+)
 from verify.testcase import Testcase, read_archive
 from verify.tolerance import tolerance_set
 
@@ -108,7 +124,7 @@ def run(request: RunRequest, *, status: Status | None = None,
                                    progress=progress, local_out=Path(tmp), dump=dump_spec)
         written: dict[str, str] = {}
         if request.profile_path is not None and device_run.profile_file is not None:
-            _atomic_copy(device_run.profile_file, request.profile_path)
+            copy_atomic(device_run.profile_file, request.profile_path)
             written["profile"] = str(request.profile_path)
     notes = []
     checks = []
@@ -241,21 +257,8 @@ def write_out_dump(folder: Path, indices: Sequence[int], device_run: DeviceRun) 
     for pos, ci in enumerate(indices):
         for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
             file = f"case{ci}-out{k}.npy"
-            tmp = folder / f".{file}.part"
-            with open(tmp, "wb") as fh:
-                np.save(fh, value, allow_pickle=False)
-            os.replace(tmp, folder / file)
+            save_npy_atomic(folder / file, value)
             index.append({"case": ci, "output": name, "file": file,
                           "dtype": str(value.dtype), "shape": list(value.shape)})
-    manifest = folder / "outputs.json"
-    tmp = folder / ".outputs.json.part"
-    tmp.write_text(json.dumps({"device": device_run.device, "outputs": index}, indent=1))
-    os.replace(tmp, manifest)
+    write_json_atomic(folder / "outputs.json", {"device": device_run.device, "outputs": index})
     return folder
-
-
-def _atomic_copy(src: Path, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part")
-    tmp.write_bytes(src.read_bytes())
-    os.replace(tmp, dest)

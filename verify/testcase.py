@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +13,7 @@ import numpy as np
 
 from verify import __version__, schema
 from verify.errors import ArchiveError, UsageError
+from verify.files import atomic_path
 from verify.graph import TensorInfo
 
 
@@ -59,37 +58,23 @@ def write_archive(path: Path, tc: Testcase,
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise ArchiveError(f"{path}: folder {directory} does not exist")
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
-    os.close(fd)
-    try:
-        with h5py.File(tmp_name, "w") as f:
-            f.attrs[schema.ATTR_FORMAT] = schema.FORMAT_NAME
-            f.attrs[schema.ATTR_VERSION] = schema.FORMAT_VERSION
-            f.attrs[schema.ATTR_VERIFY_VERSION] = __version__
-            f.attrs[schema.ATTR_CREATED] = str(tc.provenance.get("created_utc", ""))
-            f.attrs[schema.ATTR_PROVENANCE] = json.dumps(tc.provenance, sort_keys=True)
-            f.attrs[schema.ATTR_TOLERANCES] = json.dumps(tc.tolerances, sort_keys=True)
-            f.attrs[schema.ATTR_TENSOR_ORDER] = json.dumps([t.to_dict() for t in tc.tensor_order])
-            model = f.create_dataset(schema.MODEL, data=np.frombuffer(tc.model_bytes, np.uint8))
-            model.attrs[schema.ATTR_SHA256] = str(tc.provenance.get("model_sha256", ""))
-            for i, case in enumerate(tc.cases):
-                group = f.create_group(schema.case_path(i))
-                group.attrs[schema.ATTR_SOURCE] = case.source
-                _write_named(group.create_group(schema.INPUTS), case.inputs.items())
-                _write_named(group.create_group(schema.OUTPUTS), case.outputs.items())
-                if layers is not None:
-                    _write_named(group.create_group(schema.LAYERS), layers[i])
-        os.chmod(tmp_name, 0o666 & ~_umask())  # mkstemp makes 0600; an archive is for sharing
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs[schema.ATTR_FORMAT] = schema.FORMAT_NAME
+        f.attrs[schema.ATTR_VERSION] = schema.FORMAT_VERSION
+        f.attrs[schema.ATTR_VERIFY_VERSION] = __version__
+        f.attrs[schema.ATTR_CREATED] = str(tc.provenance.get("created_utc", ""))
+        f.attrs[schema.ATTR_PROVENANCE] = json.dumps(tc.provenance, sort_keys=True)
+        f.attrs[schema.ATTR_TOLERANCES] = json.dumps(tc.tolerances, sort_keys=True)
+        f.attrs[schema.ATTR_TENSOR_ORDER] = json.dumps([t.to_dict() for t in tc.tensor_order])
+        model = f.create_dataset(schema.MODEL, data=np.frombuffer(tc.model_bytes, np.uint8))
+        model.attrs[schema.ATTR_SHA256] = str(tc.provenance.get("model_sha256", ""))
+        for i, case in enumerate(tc.cases):
+            group = f.create_group(schema.case_path(i))
+            group.attrs[schema.ATTR_SOURCE] = case.source
+            _write_named(group.create_group(schema.INPUTS), case.inputs.items())
+            _write_named(group.create_group(schema.OUTPUTS), case.outputs.items())
+            if layers is not None:
+                _write_named(group.create_group(schema.LAYERS), layers[i])
 
 
 def _write_named(group: h5py.Group, items: Iterator[tuple[str, np.ndarray]] | Any) -> None:

@@ -17,7 +17,7 @@ from verify.ci.report import RunInfo, markdown, to_json, verdict
 from verify.ci.results import JobResult
 from verify.ci.schedule import CiRun, run_jobs
 from verify.ci.suite import Suite, SuiteError, load_suite
-from verify.dump import write_text_atomic
+from verify.files import write_text_atomic
 
 __all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError", "load_suite",
            "parse_shard", "plan", "run_suite", "verdict", "write_reports"]

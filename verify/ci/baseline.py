@@ -17,8 +17,8 @@ from typing import Any
 from verify import __version__
 from verify.ci.jobs import Job
 from verify.ci.results import JobResult, Latency, TensorError, num, unnum
-from verify.dump import write_text_atomic
 from verify.errors import UsageError
+from verify.files import write_text_atomic
 
 FORMAT = "verify-ci-baseline"
 VERSION = 1

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from verify.ci.report import RunInfo
 from verify.ci.results import ERROR, FAILED, NO_BASELINE, JobResult
-from verify.dump import write_text_atomic
 from verify.errors import UsageError
+from verify.files import write_text_atomic
 
 
 def _failure_text(r: JobResult) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +9,7 @@ import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option
 from verify.errors import EXIT_OK, UsageError
+from verify.files import write_bytes_atomic
 
 if TYPE_CHECKING:
     from verify.testcase import Testcase
@@ -42,7 +41,7 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
     parse_model(tc.model_bytes, str(archive))  # a corrupt model is an error, not a file
     if not target.parent.is_dir():
         raise UsageError(f"{target}: folder {target.parent} does not exist")
-    _write_atomic(target, tc.model_bytes)
+    write_bytes_atomic(target, tc.model_bytes)
     written = {"model": str(target)}
     if data_dir is not None:
         written["data"] = str(_write_test_data(tc, data_dir))
@@ -53,24 +52,6 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
         for what, where in written.items():
             click.echo(f"wrote {what}: {where}")
     return EXIT_OK
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _write_test_data(tc: "Testcase", folder: Path) -> Path:
@@ -84,5 +65,5 @@ def _write_test_data(tc: "Testcase", folder: Path) -> Path:
         for kind, values in (("input", case.inputs), ("output", case.outputs)):
             for k, (name, value) in enumerate(values.items()):
                 proto = numpy_helper.from_array(value, name)
-                _write_atomic(case_dir / f"{kind}_{k}.pb", proto.SerializeToString())
+                write_bytes_atomic(case_dir / f"{kind}_{k}.pb", proto.SerializeToString())
     return folder

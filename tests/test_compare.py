@@ -416,13 +416,13 @@ def test_read_only_memmaps(tmp_path, engine: str) -> None:
 
 
 def test_auto_engine_policy(monkeypatch) -> None:
-    from verify import compare as module
+    from verify import scan as module
 
     monkeypatch.setattr(module, "_bytes_seen", 0)
-    assert module._choose_engine("numpy", 1 << 40) == "numpy"
-    assert module._choose_engine("auto", 1 << 10) == "numpy"  # small tensors never pay for numba
+    assert module.choose_engine("numpy", 1 << 40) == "numpy"
+    assert module.choose_engine("auto", 1 << 10) == "numpy"  # small tensors never pay for numba
     monkeypatch.setenv("VERIFY_NO_NUMBA", "1")
-    assert module._choose_engine("auto", module.NUMBA_AFTER_BYTES) == "numpy"
+    assert module.choose_engine("auto", module.NUMBA_AFTER_BYTES) == "numpy"
     monkeypatch.delenv("VERIFY_NO_NUMBA")
     expected = "numba" if numba_available() else "numpy"
-    assert module._choose_engine("auto", module.NUMBA_AFTER_BYTES) == expected
+    assert module.choose_engine("auto", module.NUMBA_AFTER_BYTES) == expected

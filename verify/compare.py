@@ -36,41 +36,40 @@ NaN/Inf mismatches; NaN and Inf counts on each side. Metrics that cannot be comp
 differ) are NaN. `to_dict()` renders non-finite floats as the strings "nan", "inf" and "-inf",
 so the JSON stays strict.
 
-Speed: one streaming pass over both arrays in blocks, no full-size temporaries (a tensor
-failing the magnitude rule gets a second pass over its failing blocks, to count them). The
-fused numba kernel (parallel over blocks, float64 accumulators) runs at memory bandwidth, about
-10x the numpy blocked engine, with the same results (identical maxima, counts and verdicts;
-sums to ~1e-13). Numba costs ~0.7 s once per process (import, loading its cached code; 2 s
-more to compile on a cold cache), so `engine="auto"` stays on numpy until `NUMBA_AFTER_BYTES`
-have been compared in the process, or from the start once a caller announced a job of
-`NUMBA_UPFRONT_BYTES` or more (`expect_bytes`: where the kernel pays its load back), and for
+Speed (the kernel lives in verify/scan.py): one streaming pass over both arrays in blocks, no
+full-size temporaries (a tensor failing the magnitude rule gets a second pass over its failing
+blocks, to count them). The fused numba kernel (parallel over blocks, float64 accumulators) runs at
+memory bandwidth, about 10x the numpy blocked engine, with the same results (identical maxima,
+counts and verdicts; sums to ~1e-13). Numba costs ~0.7 s once per process (import, loading its
+cached code; 2 s more to compile on a cold cache), so `engine="auto"` stays on numpy until
+`NUMBA_AFTER_BYTES` have been compared in the process, or from the start once a caller announced a
+job of `NUMBA_UPFRONT_BYTES` or more (`expect_bytes`: where the kernel pays its load back), and for
 tensor pairs under 64 KiB. `VERIFY_NO_NUMBA=1` keeps auto on numpy.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
 import re
-import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from verify.errors import UsageError
+from verify.scan import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Engine, Scan, choose_engine,
+                         cosine, count_unequal, dtype_kind, dtype_name, expect_bytes, float_eps,
+                         numba_available, scan, sqnr_db, tiny_of)
 
 __all__ = [
-    "NUMBA_AFTER_BYTES", "NUMBA_UPFRONT_BYTES", "SATURATING_OPS", "SATURATION_FLOOR", "SHAPE_ONLY_OPS", "AllcloseRule",
-    "ExactRule", "MagnitudeRule", "Rule", "TensorDiff", "ToleranceOverride", "ToleranceSet",
-    "TopKAgreement", "compare", "compare_many", "expect_bytes", "first_divergent",
-    "numba_available",
-    "parse_tolerance", "saturating_floor", "topk_agreement",
+    "NUMBA_AFTER_BYTES", "NUMBA_UPFRONT_BYTES", "SATURATING_OPS", "SATURATION_FLOOR",
+    "SHAPE_ONLY_OPS", "AllcloseRule", "ExactRule", "MagnitudeRule", "Rule", "TensorDiff",
+    "ToleranceOverride", "ToleranceSet", "TopKAgreement", "compare", "compare_many",
+    "expect_bytes", "first_divergent", "numba_available", "parse_tolerance", "saturating_floor",
+    "topk_agreement",
 ]
 
 # --- tolerance rules --------------------------------------------------------------------------
@@ -135,7 +134,7 @@ class MagnitudeRule:
     def k_for(self, dtype: np.dtype) -> float:
         if self.k is not None:
             return self.k
-        eps = _float_eps(np.dtype(dtype))
+        eps = float_eps(np.dtype(dtype))
         return _K_ULPS * max(eps if eps is not None else _EPS_FLOAT32, _EPS_FLOAT32)
 
     def threshold(self, ref_peak: float, dtype: np.dtype) -> float:
@@ -322,428 +321,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-# --- dtypes -----------------------------------------------------------------------------------
-
-def _ml_info(dtype: np.dtype, which: str) -> Any:
-    """ml_dtypes' finfo/iinfo for its own types (bfloat16, float8_*, int4...), else None."""
-    if dtype.kind != "V":
-        return None
-    try:
-        import ml_dtypes
-        return getattr(ml_dtypes, which)(dtype)
-    except (ImportError, ValueError, TypeError):
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def _float_eps(dtype: np.dtype) -> float | None:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).eps)
-    info = _ml_info(dtype, "finfo")
-    return float(info.eps) if info is not None else None
-
-
-@functools.lru_cache(maxsize=64)
-def _kind(dtype: np.dtype) -> str:
-    """'float', 'int', 'bool' or 'other' (strings, objects, complex: compared for equality)."""
-    if dtype.kind == "b":
-        return "bool"
-    if dtype.kind in "iu" or (dtype.kind == "V" and _ml_info(dtype, "iinfo") is not None):
-        return "int"
-    if _float_eps(dtype) is not None:
-        return "float"
-    return "other"
-
-
-@functools.lru_cache(maxsize=64)
-def _dtype_name(dtype: np.dtype) -> str:
-    return str(dtype)
-
-
-@functools.lru_cache(maxsize=64)
-def _tiny(dtype: np.dtype) -> float:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).tiny)
-    info = _ml_info(dtype, "finfo")
-    return float(info.tiny) if info is not None else 1.0
-
-
-# --- the scan: one streaming pass, per-block partial results -----------------------------------
-
-# Columns of a per-block row.
-_MAXD, _PEAK, _MAXREL, _MAXTR, _SD, _SDD, _SAA, _SRR, _NV, _NCMP = range(10)
-_NANA, _NANR, _INFA, _INFR, _NFMIS = range(10, 15)
-_NCOL = 15
-_DEN_MIN = float(np.finfo(np.float64).tiny)  # keeps 0/0 out of tolerance-unit ratios
-_NB_BLOCK = 1 << 16  # elements per numba block (per-thread unit of work)
-_NP_BLOCK = 1 << 16  # elements per numpy block (its five float64 buffers stay in cache)
-_NP_THREADS = min(4, os.cpu_count() or 1)
-_CHUNK = 1 << 20  # elements per buffered chunk when inputs need casting or are strided
-NUMBA_AFTER_BYTES = 1 << 30  # auto engine: numpy until this many bytes were compared
-NUMBA_UPFRONT_BYTES = 1 << 29  # auto engine: load numba at once for a job this big
-_NUMBA_MIN_BYTES = 1 << 16  # auto engine: numpy for smaller pairs even once numba is loaded
-# (per call once loaded: 8 KB 27 vs 41 us, 64 KB 30 vs 68 us, 512 KB 62 vs 320 us)
-
-Engine = Literal["auto", "numba", "numpy"]
-
-
-def _dot(x: np.ndarray, y: np.ndarray) -> float:
-    """x.y through BLAS in pieces of 8192: OpenBLAS threads dot products above 10000 elements,
-    and its spinning threads then fight numba's for the cores."""
-    return sum(float(np.dot(x[i:i + 8192], y[i:i + 8192])) for i in range(0, x.size, 8192))
-
-
-def _np_scratch(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Reused block buffers: fresh ones per block make glibc map and unmap pages each time."""
-    return np.empty((5, n)), np.empty(n, dtype=bool)
-
-
-def _np_block(x: np.ndarray, y: np.ndarray, atol: float, rtol: float, tiny: float,
-              want_tr: bool, row: np.ndarray, scratch: tuple[np.ndarray, np.ndarray]) -> None:
-    """Fill one row from one block with numpy; handles NaN/Inf (the numba kernel does not)."""
-    n = x.size
-    buf, gt = scratch[0][:, :n], scratch[1][:n]
-    if x.dtype != np.float64:
-        np.copyto(buf[0], x, casting="unsafe")
-        x = buf[0]
-    if y.dtype != np.float64:
-        np.copyto(buf[1], y, casting="unsafe")
-        y = buf[1]
-    saa, srr = _dot(x, x), _dot(y, y)
-    if not math.isfinite(saa + srr):
-        nx, ny = np.isnan(x), np.isnan(y)
-        fx, fy = np.isfinite(x), np.isfinite(y)
-        row[_NANA], row[_NANR] = np.count_nonzero(nx), np.count_nonzero(ny)
-        row[_INFA] = n - row[_NANA] - np.count_nonzero(fx)
-        row[_INFR] = n - row[_NANR] - np.count_nonzero(fy)
-        fin = fx & fy
-        xb, yb = x[~fin], y[~fin]
-        row[_NFMIS] = np.count_nonzero(~((xb == yb) | (np.isnan(xb) & np.isnan(yb))))
-        x, y = x[fin], y[fin]
-        n = x.size
-        buf, gt = buf[:, :n], gt[:n]
-        saa, srr = _dot(x, x), _dot(y, y)
-    d, ay, t = buf[2], buf[3], buf[4]
-    np.subtract(x, y, out=d)
-    np.abs(d, out=d)
-    np.abs(y, out=ay)
-    row[_MAXD] = d.max(initial=0.0)
-    row[_PEAK] = ay.max(initial=0.0)
-    np.fmax(ay, tiny, out=t)
-    np.divide(d, t, out=t)
-    row[_MAXREL] = t.max(initial=0.0)
-    np.multiply(ay, rtol, out=t)
-    t += atol
-    np.greater(d, t, out=gt)
-    row[_NV] = np.count_nonzero(gt)
-    if want_tr:
-        np.fmax(t, _DEN_MIN, out=t)
-        np.divide(d, t, out=t)
-        row[_MAXTR] = t.max(initial=0.0)
-    row[_SD] = d.sum()
-    row[_SDD] = _dot(d, d)
-    row[_SAA], row[_SRR] = saa, srr
-    row[_NCMP] = n
-
-
-def _np_rows(x: np.ndarray, y: np.ndarray, blocks: np.ndarray, atol: float, rtol: float,
-             tiny: float, want_tr: bool) -> np.ndarray:
-    rows = np.zeros((blocks.size, _NCOL))
-    starts = blocks.tolist()
-
-    def work(first: int, step: int) -> None:
-        scratch = _np_scratch(min(_NP_BLOCK, x.size))
-        for j in range(first, len(starts), step):
-            lo = starts[j] * _NP_BLOCK
-            _np_block(x[lo:lo + _NP_BLOCK], y[lo:lo + _NP_BLOCK], atol, rtol, tiny, want_tr,
-                      rows[j], scratch)
-
-    threads = min(_NP_THREADS, len(starts) // 2)
-    if threads <= 1:
-        work(0, 1)
-    else:  # numpy releases the GIL inside each block's ufuncs
-        pool = _np_pool()
-        for f in [pool.submit(work, k, threads) for k in range(threads)]:
-            f.result()
-    return rows
-
-
-@functools.lru_cache(maxsize=1)
-def _np_pool() -> ThreadPoolExecutor:
-    """One pool for the process: starting threads for every tensor cost ~0.1 ms each."""
-    return ThreadPoolExecutor(_NP_THREADS, thread_name_prefix="verify-compare")
-
-
-# The numba kernel is written as plain Python at module level (so numba can cache it) and
-# compiled on first use; `_fmax` and `_prange` are bound when numba is loaded.
-_fmax: Any = max
-_prange: Any = range
-
-
-def _nb_rows_py(a, r, blocks, bs, atol, rtol, tiny, want_tr, out):  # pragma: no cover (jitted)
-    """_np_block's columns _MAXD.._NCMP for each listed block, assuming every value finite."""
-    n = a.size
-    for j in _prange(blocks.size):
-        lo = blocks[j] * bs
-        hi = min(n, lo + bs)
-        av = a[lo:hi]  # indices from 0: provably non-negative, so plain vector loads (with
-        rv = r[lo:hi]  # a[lo + i], negative-index handling made LLVM gather element by element)
-        maxd = 0.0
-        peak = 0.0
-        mrel = 0.0
-        mtr = 0.0
-        sd = 0.0
-        sdd = 0.0
-        saa = 0.0
-        srr = 0.0
-        nv = 0
-        for i in range(hi - lo):
-            x = np.float64(av[i])
-            y = np.float64(rv[i])
-            d = abs(x - y)
-            ay = abs(y)
-            maxd = _fmax(maxd, d)
-            peak = _fmax(peak, ay)
-            mrel = _fmax(mrel, d / _fmax(ay, tiny))
-            den = atol + rtol * ay
-            nv += d > den
-            if want_tr:
-                mtr = _fmax(mtr, d / _fmax(den, _DEN_MIN))
-            sd += d
-            sdd += d * d
-            saa += x * x
-            srr += y * y
-        out[j, _MAXD] = maxd
-        out[j, _PEAK] = peak
-        out[j, _MAXREL] = mrel
-        out[j, _MAXTR] = mtr
-        out[j, _SD] = sd
-        out[j, _SDD] = sdd
-        out[j, _SAA] = saa
-        out[j, _SRR] = srr
-        out[j, _NV] = nv
-        out[j, _NCMP] = hi - lo
-
-
-_nb_kernel: Any = None
-_nb_state = "unloaded"  # unloaded | loaded | missing
-_nb_error = ""
-_nb_lock = threading.Lock()  # numba's default threading layer forbids concurrent launches
-_bytes_seen = 0
-
-
-def _load_numba() -> Any:
-    """The jitted kernel, or None when numba cannot be imported or cannot build it."""
-    global _nb_kernel, _nb_state, _nb_error, _fmax, _prange
-    with _nb_lock:
-        if _nb_state == "unloaded":
-            try:
-                import numba
-                from llvmlite import ir
-                from numba.core import types
-                from numba.extending import intrinsic
-            except ImportError as exc:
-                _nb_state, _nb_error = "missing", f"numba is not installed ({exc})"
-                return None
-
-            # max() that vectorizes: maxnum with the no-NaN flag on this call only. Whole-kernel
-            # fast-math would let LLVM assume the sums finite too; they must stay honest, as a
-            # non-finite sum is how blocks holding NaN/Inf are found (and redone in numpy).
-            @intrinsic
-            def fmax(typingctx: Any, a: Any, b: Any) -> Any:
-                def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-                    dbl = ir.DoubleType()
-                    fn = builder.module.declare_intrinsic(
-                        "llvm.maxnum", [dbl], ir.FunctionType(dbl, [dbl, dbl]))
-                    return builder.call(fn, args, fastmath=("nnan", "nsz"))
-                return types.float64(types.float64, types.float64), codegen
-
-            _fmax, _prange = fmax, numba.prange
-            _prefer_512_bit_vectors()
-            # reassoc lets the float64 sums vectorize; no 'contract', so atol + rtol*|r| rounds
-            # exactly as numpy's and element counts agree between the two paths.
-            kernel = numba.njit(parallel=True, cache=True, error_model="numpy",
-                                fastmath={"reassoc", "nsz"})(_nb_rows_py)
-            try:  # compile (or load from the cache) the float32 version now, so that a
-                # platform where numba cannot build it falls back to numpy instead of failing
-                one = np.ones(1, np.float32)
-                one.flags.writeable = False
-                kernel(one, one, np.zeros(1, np.int64), 1, 0.0, 0.0, 1.0, False,
-                       np.zeros((1, _NCOL)))
-            except Exception as exc:  # noqa: BLE001 (numba's errors share no base class)
-                _nb_state, _nb_error = "missing", f"numba cannot build the kernel: {exc}"
-                return None
-            _nb_kernel, _nb_state = kernel, "loaded"
-    return _nb_kernel
-
-
-def _prefer_512_bit_vectors() -> None:
-    """On AVX-512 machines, let LLVM use 512-bit vectors (it prefers 256 by default): the
-    kernel runs 1.3x faster per thread here. Only when the user has not set numba's CPU name
-    or features (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES); compiled code is cached per feature
-    set, so this costs one compile per machine."""
-    try:
-        import llvmlite.binding as llb
-        from numba.core import config
-
-        if config.CPU_NAME is not None or config.CPU_FEATURES is not None:
-            return
-        features = llb.get_host_cpu_features().flatten()
-    except Exception:  # noqa: BLE001 (an llvmlite without the call: keep numba's defaults)
-        return
-    if "+avx512f" in features.split(","):
-        config.CPU_FEATURES = features + ",-prefer-256-bit"
-
-
-def numba_available() -> bool:
-    """Whether the compiled kernel can be used (imports numba and builds it on first call)."""
-    return _load_numba() is not None
-
-
-def expect_bytes(nbytes: int) -> bool:
-    """Tell the auto engine that about `nbytes` (both sides) are going to be compared. At
-    `NUMBA_UPFRONT_BYTES` or more, numba is loaded now rather than after `NUMBA_AFTER_BYTES`:
-    at ~0.9 GB/s for numpy and 2-6 GB/s for the kernel, its ~0.4 s load pays back from about
-    0.5 GB. Returns whether the kernel is loaded."""
-    if (nbytes >= NUMBA_UPFRONT_BYTES and _nb_state == "unloaded"
-            and os.environ.get("VERIFY_NO_NUMBA", "") in ("", "0")):
-        _load_numba()
-    return _nb_state == "loaded"
-
-
-def _choose_engine(engine: Engine, nbytes: int) -> str:
-    global _bytes_seen
-    if engine != "auto":
-        return engine
-    _bytes_seen += nbytes
-    if os.environ.get("VERIFY_NO_NUMBA", "") not in ("", "0") or nbytes < _NUMBA_MIN_BYTES:
-        return "numpy"
-    if _nb_state == "loaded" or (_bytes_seen >= NUMBA_AFTER_BYTES and _nb_state == "unloaded"):
-        return "numba" if _load_numba() is not None else "numpy"
-    return "numpy"
-
-
-def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, tiny: float,
-          want_tr: bool, select: np.ndarray | None = None) -> np.ndarray:
-    """Per-block rows for one chunk (1-D, C-contiguous, float32 or float64); `select` limits
-    the work to those block indices."""
-    bs = _NB_BLOCK if engine == "numba" else _NP_BLOCK
-    blocks = np.arange(-(-x.size // bs), dtype=np.int64) if select is None else select
-    if engine == "numpy":
-        return _np_rows(x, y, blocks, atol, rtol, tiny, want_tr)
-    kernel = _load_numba()
-    if kernel is None:
-        raise ImportError(f"{_nb_error}; use engine='numpy' or 'auto'")
-    rows = np.zeros((blocks.size, _NCOL))
-    xv, yv = x.view(), y.view()
-    xv.flags.writeable = yv.flags.writeable = False  # one compiled signature, memmaps included
-    with _nb_lock:
-        kernel(xv, yv, blocks, bs, atol, rtol, tiny, want_tr, rows)
-    bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
-    if bad:  # NaN/Inf inside: redo those blocks in numpy
-        scratch = _np_scratch(min(bs, x.size))
-        for j in bad:
-            lo = int(blocks[j]) * bs
-            rows[j] = 0.0
-            _np_block(x[lo:lo + bs], y[lo:lo + bs], atol, rtol, tiny, want_tr, rows[j], scratch)
-    return rows
-
-
-def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Matching 1-D C-contiguous `kd` pieces of a and r: views when possible, else bounded
-    buffers (casting and gathering strided data a chunk at a time)."""
-    if a.dtype == kd and r.dtype == kd:
-        if a.flags.c_contiguous and r.flags.c_contiguous:
-            yield a.ravel("C"), r.ravel("C")
-            return
-        if a.flags.f_contiguous and r.flags.f_contiguous:
-            yield a.ravel("F"), r.ravel("F")
-            return
-    # 'contig' makes nditer gather strided data into its buffers: chunks of _CHUNK elements
-    # instead of one call per innermost row (numpy's stubs misspell the flag, hence the ignore).
-    it = np.nditer([a, r], flags=["external_loop", "buffered", "zerosize_ok"],  # type: ignore[call-overload]
-                   op_flags=[["readonly", "contig"], ["readonly", "contig"]], op_dtypes=[kd, kd],
-                   casting="unsafe", buffersize=_CHUNK, order="K")
-    with it:
-        for ca, cr in it:
-            yield np.ascontiguousarray(ca), np.ascontiguousarray(cr)
-
-
-def _count_unequal(a: np.ndarray, r: np.ndarray) -> int:
-    """Exact element inequality (integers above 2^53 stay exact), a chunk at a time."""
-    if a.size <= _CHUNK:
-        return int(np.count_nonzero(a != r))
-    common = np.promote_types(a.dtype, r.dtype)
-    it = np.nditer([a, r], flags=["external_loop", "buffered", "zerosize_ok"],
-                   op_flags=[["readonly"], ["readonly"]], op_dtypes=[common, common],
-                   casting="unsafe", buffersize=_CHUNK, order="K")
-    with it:
-        return sum(int(np.count_nonzero(ca != cr)) for ca, cr in it)
-
-
-@dataclass(frozen=True)
-class _Scan:
-    max_abs: float
-    ref_peak: float
-    max_rel: float
-    max_tr: float
-    sum_abs: float
-    sum_dd: float
-    sum_aa: float
-    sum_rr: float
-    n_outside: int
-    n_compared: int
-    nan_a: int
-    nan_r: int
-    inf_a: int
-    inf_r: int
-    nonfinite_mismatch: int
-
-
-def _scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, rtol: float,
-          tiny: float, want_tr: bool, threshold_of: Callable[[float], float] | None) -> _Scan:
-    """All metrics in one pass. With `threshold_of` (peak -> threshold: the magnitude rule's
-    threshold is known only at the end), count |a-r| > threshold in a second pass over only
-    the blocks whose maximum exceeds it, so a passing tensor is read once."""
-    per_chunk = [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)]
-    rows = np.concatenate(per_chunk) if per_chunk else np.zeros((0, _NCOL))
-    col = rows.sum(axis=0)
-    top = rows.max(axis=0, initial=0.0)
-    n_out = int(col[_NV])
-    if threshold_of is not None:
-        n_out = 0
-        recount_above = threshold_of(float(top[_PEAK]))
-        if top[_MAXD] > recount_above:
-            for (x, y), crows in zip(_chunks(a, r, kd), per_chunk, strict=True):
-                sel = np.flatnonzero(crows[:, _MAXD] > recount_above)
-                if sel.size:
-                    recount = _rows(x, y, engine, recount_above, 0.0, tiny, False, sel)
-                    n_out += int(recount[:, _NV].sum())
-    ints = [int(v) for v in col[[_NCMP, _NANA, _NANR, _INFA, _INFR, _NFMIS]]]
-    return _Scan(float(top[_MAXD]), float(top[_PEAK]), float(top[_MAXREL]), float(top[_MAXTR]),
-                 float(col[_SD]), float(col[_SDD]), float(col[_SAA]), float(col[_SRR]),
-                 n_out, *ints)
-
-
-def _cosine(saa: float, srr: float, sdd: float) -> float:
-    if not math.isfinite(saa + srr + sdd):  # squares overflowed (|values| > 1e154)
-        return math.nan
-    if saa == 0.0 or srr == 0.0:
-        return 1.0 if saa == srr else 0.0
-    na, nr = math.sqrt(saa), math.sqrt(srr)
-    # a.r = (|a|^2 + |r|^2 - |a-r|^2) / 2, so 1 - cos = (|a-r|^2 - (|a|-|r|)^2) / (2|a||r|):
-    # no cancellation when a ~ r, unlike a.r / (|a||r|) from rounded sums.
-    return min(1.0, max(-1.0, 1.0 - (sdd - (na - nr) ** 2) / (2.0 * na * nr)))
-
-
-def _sqnr_db(srr: float, sdd: float) -> float:
-    if sdd == 0.0:
-        return math.inf
-    if srr == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(srr / sdd)
-
-
 # --- comparing --------------------------------------------------------------------------------
 
 def _plural(n: int, word: str) -> str:
@@ -768,7 +345,8 @@ def topk_agreement(actual: np.ndarray, reference: np.ndarray) -> TopKAgreement |
     same shape, real numbers); None for anything else."""
     a, r = np.asarray(actual), np.asarray(reference)
     if (a.shape != r.shape or a.ndim not in (1, 2) or a.shape[-1] < 2
-            or _kind(a.dtype) not in ("float", "int") or _kind(r.dtype) not in ("float", "int")):
+            or dtype_kind(a.dtype) not in ("float", "int")
+            or dtype_kind(r.dtype) not in ("float", "int")):
         return None
     a2 = a.reshape(-1, a.shape[-1]).astype(np.float64)
     r2 = r.reshape(-1, r.shape[-1]).astype(np.float64)
@@ -782,7 +360,7 @@ def topk_agreement(actual: np.ndarray, reference: np.ndarray) -> TopKAgreement |
     return TopKAgreement(rows, top1, float(np.mean((sa == sr).all(axis=1))))
 
 
-def _values_reason(judge: Rule, s: _Scan, size: int, threshold: float, tol_units: float) -> str:
+def _values_reason(judge: Rule, s: Scan, size: int, threshold: float, tol_units: float) -> str:
     if isinstance(judge, MagnitudeRule):
         return "max|a-r| {} > {}".format(*_fmt_apart(s.max_abs, threshold))
     if isinstance(judge, AllcloseRule):
@@ -804,15 +382,15 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
     a, r = np.asarray(actual), np.asarray(reference)
     rule = rule if rule is not None else MagnitudeRule()
     shape_a, shape_r = tuple(int(s) for s in a.shape), tuple(int(s) for s in r.shape)
-    ka, kr = _kind(a.dtype), _kind(r.dtype)
+    ka, kr = dtype_kind(a.dtype), dtype_kind(r.dtype)
     judge: Rule = ExactRule() if kr in ("int", "bool", "other") else rule
     if isinstance(judge, MagnitudeRule):
         judge = MagnitudeRule(judge.k_for(r.dtype), judge.floor or 0.0)
     nan = math.nan
     base: dict[str, Any] = {
         "name": name, "rule": judge.describe(), "actual_shape": shape_a,
-        "reference_shape": shape_r, "actual_dtype": _dtype_name(a.dtype),
-        "reference_dtype": _dtype_name(r.dtype)}
+        "reference_shape": shape_r, "actual_dtype": dtype_name(a.dtype),
+        "reference_dtype": dtype_name(r.dtype)}
     if shape_a != shape_r:
         return TensorDiff(**base, passed=False,
                           reason=f"shape {_fmt_shape(shape_a)} vs {_fmt_shape(shape_r)}",
@@ -839,20 +417,20 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
                           nan_actual=0, nan_reference=0, inf_actual=0, inf_reference=0,
                           nonfinite_mismatch=0)
 
-    small_float = all(_kind(d) == "float" and d.itemsize <= 4 for d in (a.dtype, r.dtype))
+    small_float = all(dtype_kind(d) == "float" and d.itemsize <= 4 for d in (a.dtype, r.dtype))
     kd = np.dtype(np.float32 if small_float else np.float64)
-    eng = _choose_engine(engine, a.nbytes + r.nbytes)
-    tiny = _tiny(r.dtype)
+    eng = choose_engine(engine, a.nbytes + r.nbytes)
+    tiny = tiny_of(r.dtype)
     if isinstance(judge, MagnitudeRule):
         magnitude = judge
-        s = _scan(a, r, kd, eng, math.inf, 0.0, tiny, False,
+        s = scan(a, r, kd, eng, math.inf, 0.0, tiny, False,
                   lambda peak: magnitude.threshold(peak, r.dtype))
     elif isinstance(judge, AllcloseRule):
-        s = _scan(a, r, kd, eng, judge.atol, judge.rtol, tiny, True, None)
+        s = scan(a, r, kd, eng, judge.atol, judge.rtol, tiny, True, None)
     else:
-        s = _scan(a, r, kd, eng, 0.0, 0.0, tiny, False, None)
+        s = scan(a, r, kd, eng, 0.0, 0.0, tiny, False, None)
     if isinstance(judge, ExactRule) and kr != "float":  # exact integer count, not via float64
-        s = dataclasses.replace(s, n_outside=_count_unequal(a, r))
+        s = dataclasses.replace(s, n_outside=count_unequal(a, r))
 
     if isinstance(judge, MagnitudeRule):
         threshold = judge.threshold(s.ref_peak, r.dtype)
@@ -877,7 +455,7 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
         **base, passed=not reasons, reason="; ".join(reasons), size=size,
         max_abs=s.max_abs, max_rel=s.max_rel,
         mean_abs=s.sum_abs / s.n_compared if s.n_compared else 0.0,
-        cosine=_cosine(s.sum_aa, s.sum_rr, s.sum_dd), sqnr_db=_sqnr_db(s.sum_rr, s.sum_dd),
+        cosine=cosine(s.sum_aa, s.sum_rr, s.sum_dd), sqnr_db=sqnr_db(s.sum_rr, s.sum_dd),
         ref_peak=s.ref_peak, threshold=threshold, tol_units=tol_units, n_outside=n_outside,
         frac_outside=n_outside / size if size else 0.0, nan_actual=s.nan_a,
         nan_reference=s.nan_r, inf_actual=s.inf_a, inf_reference=s.inf_r,

@@ -16,7 +16,7 @@ import pytest
 from fixtures_profile import only_line, verify
 from verify.bench import (DISABLE_OPTIMIZERS, LAYOUT_TRANSFORMERS, Setting, SettingResult,
                           Timing, parse_setting, timing_notes)
-from verify.cli.bench_cmd import settings_from
+from verify.bench import settings_from
 from verify.errors import UsageError
 
 TESTS = Path(__file__).resolve().parent
@@ -185,9 +185,9 @@ def test_a_setting_over_tolerance_fails_the_bench(capsys: pytest.CaptureFixture[
 
 @pytest.mark.parametrize("args,message", [
     (["--setting", "opt=all", "--setting", "opt=all"], "setting 'opt=all' is given twice"),
-    (["--threads", "1,x"], "--setting 'threads=x': threads must be a whole number >= 0, "
+    (["--threads", "1,x"], "--threads 'x': threads must be a whole number >= 0, "
                            "got 'x'"),
-    (["--opt-levels", ","], "empty list ','"),
+    (["--opt-levels", ","], "--opt-levels ',': give a comma-separated list"),
     (["--case", "5"], "{archive}: --case 5 out of range (the archive holds 2 case(s), 0..1)"),
 ])
 def test_bad_bench_usage(capsys: pytest.CaptureFixture[str], cnn_two_cases: Path,

@@ -104,53 +104,84 @@ def provider_name(text: str) -> str:
     return short + "ExecutionProvider"
 
 
-def parse_setting(text: str) -> Setting:
-    """A Setting from 'opt=all,threads=1,layout=nchw' (see the module docstring)."""
+def parse_setting(text: str, origin: str | None = None) -> Setting:
+    """A Setting from 'opt=all,threads=1,layout=nchw' (see the module docstring).
+
+    `origin` names what the user typed, for error messages (default: `--setting 'TEXT'`)."""
+    label = origin or f"--setting {text!r}"
     fields: dict[str, Any] = {}
     config: list[tuple[str, str]] = []
     for item in (p.strip() for p in text.split(",")):
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key or not value:
-            raise UsageError(f"--setting {text!r}: expected KEY=VALUE pairs joined by commas, "
+            raise UsageError(f"{label}: expected KEY=VALUE pairs joined by commas, "
                              f"got {item!r}")
         if key == "opt":
-            fields["opt_level"] = _choice(value, OPT_LEVELS, "opt", text)
+            fields["opt_level"] = _choice(value, OPT_LEVELS, "opt", label)
         elif key == "threads":
-            fields["threads"] = _count(value, "threads", text)
+            fields["threads"] = _count(value, "threads", label)
         elif key == "provider":
             fields["providers"] = tuple(provider_name(p) for p in value.split("+"))
         elif key == "layout":
-            fields["layout"] = _choice(value, LAYOUTS, "layout", text)
+            fields["layout"] = _choice(value, LAYOUTS, "layout", label)
         elif key == "spin":
-            config.append((SPINNING, _choice(value, ("0", "1"), "spin", text)))
+            config.append((SPINNING, _choice(value, ("0", "1"), "spin", label)))
         elif key == "prepack":
-            flag = _choice(value, ("0", "1"), "prepack", text)
+            flag = _choice(value, ("0", "1"), "prepack", label)
             config.append((DISABLE_PREPACKING, "1" if flag == "0" else "0"))
         elif "." in key:
             config.append((key, value))
         else:
-            raise UsageError(f"--setting {text!r}: unknown key {key!r}; valid: opt, threads, "
+            raise UsageError(f"{label}: unknown key {key!r}; valid: opt, threads, "
                              "provider, layout, spin, prepack, or a dotted onnxruntime session "
                              "config key")
     return Setting(**fields, session_config=tuple(config))
 
 
-def _choice(value: str, valid: Sequence[str], key: str, text: str) -> str:
+def _choice(value: str, valid: Sequence[str], key: str, label: str) -> str:
     if value not in valid:
-        raise UsageError(f"--setting {text!r}: {key} must be one of {', '.join(valid)}, "
+        raise UsageError(f"{label}: {key} must be one of {', '.join(valid)}, "
                          f"got {value!r}")
     return value
 
 
-def _count(value: str, key: str, text: str) -> int:
+def _count(value: str, key: str, label: str) -> int:
     try:
         n = int(value)
     except ValueError:
         n = -1
     if n < 0:
-        raise UsageError(f"--setting {text!r}: {key} must be a whole number >= 0, got {value!r}")
+        raise UsageError(f"{label}: {key} must be a whole number >= 0, got {value!r}")
     return n
+
+
+DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,
+                  layouts: str | None, explicit: Sequence[str] = ()) -> list[Setting]:
+    """The cartesian grid of the comma-separated list options, then each explicit setting.
+
+    With nothing given, the grid is every opt level. Every word goes through `parse_setting`,
+    so the lists validate like --setting does, and errors name the option the user typed."""
+    lists = {"--opt-levels": (opt_levels, "opt"), "--threads": (threads, "threads"),
+             "--providers": (providers, "provider"), "--layouts": (layouts, "layout")}
+    settings: list[Setting] = []
+    if any(v is not None for v, _ in lists.values()) or not explicit:
+        parsed: dict[str, list[Setting]] = {}
+        for option, (value, key) in lists.items():
+            words = [w.strip() for w in (value or "").split(",") if w.strip()]
+            if value is not None and not words:
+                raise UsageError(f"{option} {value!r}: give a comma-separated list")
+            parsed[option] = [parse_setting(f"{key}={w}", origin=f"{option} {w!r}")
+                              for w in words]
+        opts = [s.opt_level for s in parsed["--opt-levels"]] or (
+            list(DEFAULT_OPT_LEVELS) if all(v is None for v, _ in lists.values()) else ["all"])
+        settings = grid(opts, [s.threads for s in parsed["--threads"]] or [0],
+                        [s.providers for s in parsed["--providers"]] or [()],
+                        [s.layout for s in parsed["--layouts"]] or ["auto"])
+    return settings + [parse_setting(s) for s in explicit]
 
 
 def grid(opt_levels: Iterable[str] = ("all",), threads: Iterable[int] = (0,),

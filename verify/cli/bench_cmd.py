@@ -20,42 +20,10 @@ from verify.cli import (
     timeout_option,
     tolerance_options,
 )
-from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
+from verify.errors import EXIT_MISMATCH, EXIT_OK
 
 if TYPE_CHECKING:
-    from verify.bench import BenchReport, Setting
-
-DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")
-
-
-def _words(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    words = [w.strip() for w in text.split(",") if w.strip()]
-    if not words:
-        raise UsageError(f"empty list {text!r}")
-    return words
-
-
-def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,
-                  layouts: str | None, explicit: tuple[str, ...]) -> list["Setting"]:
-    """The cartesian grid of the list options, then each --setting; the default grid is
-    every opt level."""
-    from verify.bench import grid, parse_setting
-
-    lists = [opt_levels, threads, providers, layouts]
-    settings = []
-    if any(x is not None for x in lists) or not explicit:
-        opts = _words(opt_levels) or (list(DEFAULT_OPT_LEVELS) if not any(lists) else ["all"])
-        # every word goes through parse_setting, so the grid validates like --setting does
-        one = [parse_setting(f"opt={o}").opt_level for o in opts]
-        nthreads = [parse_setting(f"threads={t}").threads for t in _words(threads) or ["0"]]
-        provs = [parse_setting(f"provider={p}").providers for p in _words(providers) or []] \
-            or [()]
-        lays = [parse_setting(f"layout={x}").layout for x in _words(layouts) or ["auto"]]
-        settings = grid(one, nthreads, provs, lays)
-    return settings + [parse_setting(s) for s in explicit]
-
+    from verify.bench import BenchReport
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("archive", type=click.Path(path_type=Path))
@@ -96,7 +64,7 @@ def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str 
       verify bench cnn.vtc --device arm64 --opt-levels disable,all --threads 1,2
       verify bench cnn.vtc --setting opt=all --setting opt=all,layout=nchw --repeat 3
     """
-    from verify.bench import BenchRequest
+    from verify.bench import BenchRequest, settings_from
     from verify.bench import bench as run_bench
 
     settings = settings_from(opt_levels, threads, providers, layouts, explicit)

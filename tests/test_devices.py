@@ -182,6 +182,14 @@ def test_devices_check_unknown_device_is_a_usage_error(device_env: DeviceEnv,
                    "local, cuda[:N], ssh:user@host[:port], adb[:SERIAL] or a profile name\n")
 
 
+def test_a_mistyped_profile_name_gets_a_suggestion(device_env: DeviceEnv,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["devices", "check", "arm65"], capsys)
+    assert code == 2
+    assert "no profile arm65.toml in " in err
+    assert "; did you mean 'arm64'? use local, cuda[:N]" in err
+
+
 def test_unknown_transport_lists_the_available_ones(device_env: DeviceEnv,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     device_env.write_profile("odd", {"transport": "serial", "address": "/dev/ttyUSB0"})

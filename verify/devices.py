@@ -14,6 +14,7 @@ emulated ARM64 userland: $VERIFY_ARM64_ROOT, else {cache}/arm64-root) and {env:N
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import sys
@@ -152,9 +153,11 @@ def resolve(spec: str) -> Profile:
     if transport == "adb":
         return Profile(name=spec, transport="adb", address=target)
     if ":" not in spec and transport not in TRANSPORTS_BUILTIN:
+        near = difflib.get_close_matches(spec, _profile_names(), n=1)
+        hint = f"did you mean {near[0]!r}? " if near else ""
         raise UsageError(f"unknown device {spec!r}: no profile {spec}.toml in "
-                         f"{', '.join(str(d) for d in profile_dirs())}; use local, cuda[:N], "
-                         "ssh:user@host[:port], adb[:SERIAL] or a profile name")
+                         f"{', '.join(str(d) for d in profile_dirs())}; {hint}use local, "
+                         "cuda[:N], ssh:user@host[:port], adb[:SERIAL] or a profile name")
     return Profile(name=spec, transport=transport, address=target)
 
 
@@ -163,6 +166,11 @@ def _on_gpu(profile: Profile, index: int, spec: str) -> Profile:
     options = {k: dict(v) for k, v in profile.provider_options.items()}
     options[CUDA] = {**options.get(CUDA, {}), "device_id": index}
     return replace(profile, name=spec, provider_options=options)
+
+
+def _profile_names() -> list[str]:
+    """Names of the profiles on the search path, without parsing them."""
+    return sorted({p.stem for d in profile_dirs() for p in d.glob("*.toml")})
 
 
 def load_profile(path: Path) -> Profile:

@@ -279,7 +279,7 @@ def test_cli_exit_codes_and_listing(device_env, tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err == ("error: --only resnet: matches none of the 4 jobs "
                                        "(ids look like cnn/local/opt-all)\n")
     assert main(["ci", str(tmp_path / "nope.toml")]) == 2
-    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.toml'}: suite file not found\n"
+    assert capsys.readouterr().err == f"error: {tmp_path / 'nope.toml'}: no such file\n"
 
 
 def test_help_has_an_example(capsys) -> None:

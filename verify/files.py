@@ -18,6 +18,21 @@ from typing import IO, Any
 
 import numpy as np
 
+from verify.errors import VerifyError
+
+
+def read_user_file(path: Path, error: type[VerifyError], expected: str) -> bytes:
+    """The bytes of a file the user named; a missing, directory or unreadable path is one
+    `error` line (`expected` says what should be there, e.g. "an .onnx file")."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise error(f"{path}: is a directory, expected {expected}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+
 
 def umask() -> int:
     """The process's umask (reading it means setting it: restore at once)."""

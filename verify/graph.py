@@ -11,6 +11,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from verify.errors import ModelError
+from verify.files import read_user_file
 
 INPUT_OP = "<input>"
 
@@ -35,14 +36,7 @@ class TensorInfo:
 
 
 def load_model_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise ModelError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ModelError(f"{path}: is a directory, expected an .onnx file") from None
-    except OSError as exc:
-        raise ModelError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return read_user_file(path, ModelError, "an .onnx file")
 
 
 def parse_model(data: bytes, where: str) -> onnx.ModelProto:

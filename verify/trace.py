@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.errors import ProfileError, UsageError
+from verify.files import read_user_file
 from verify.flops import UNKNOWN, TensorSpec
 
 KERNEL_SUFFIX = "_kernel_time"
@@ -91,16 +92,11 @@ def load_profile(path: Path, *, skip_runs: int | None = None) -> Profile:
     Raises ProfileError (one line) for a missing or unreadable file, one that is not a JSON
     trace, or a trace with no node events.
     """
+    raw = read_user_file(path, ProfileError, "a profile .json file")
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProfileError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ProfileError(f"{path}: is a directory, expected a profile .json file") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: not a JSON trace (not UTF-8 text)") from None
-    except OSError as exc:
-        raise ProfileError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -17,6 +17,7 @@ from typing import Any
 
 from verify.compare import parse_tolerance
 from verify.errors import ProfileError, UsageError
+from verify.files import read_user_file
 from verify.pipeline import OPT_LEVELS
 
 if sys.version_info >= (3, 11):
@@ -218,11 +219,9 @@ def load_suite(path: Path) -> Suite:
     """Read and validate a suite file; globs are expanded relative to its folder."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SuiteError(f"{path}: suite file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SuiteError(f"{path}: cannot read the suite file: {exc}") from None
+        text = read_user_file(path, SuiteError, "a suite .toml file").decode("utf-8")
+    except UnicodeDecodeError:
+        raise SuiteError(f"{path}: not a suite file (not UTF-8 text)") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -44,3 +44,19 @@ def test_json_is_strict_and_npy_never_pickles(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         save_npy_atomic(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["np.json"]
+
+
+def test_files_pulled_from_a_device_get_the_umask_permissions(tmp_path: Path) -> None:
+    from verify.drivers.base import DriverConfig
+    from verify.drivers.local import LocalDriver
+
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "out.npy").write_bytes(b"data")
+    old = os.umask(0o022)
+    try:
+        with LocalDriver(DriverConfig("local", base_dir=str(tmp_path / "device"))) as driver:
+            driver.get(str(tmp_path / "device" / "out.npy"), tmp_path / "host" / "out.npy")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "host" / "out.npy").stat().st_mode) == 0o644
+    assert sorted(p.name for p in (tmp_path / "host").iterdir()) == ["out.npy"]

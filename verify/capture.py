@@ -27,11 +27,6 @@ from verify.runner import runner as _rt
 _HOST_JOB = {"opt_level": "disable", "providers": ["CPUExecutionProvider"]}
 
 
-def default_budget(model_size: int) -> int:
-    """The default chunk budget in bytes for a model of `model_size` bytes on this machine."""
-    return int(_rt.default_budget(model_size))
-
-
 def host_layers(model_bytes: bytes, feeds: Mapping[str, np.ndarray],
                 names: Sequence[str] | None = None, *,
                 budget_bytes: int | None = None) -> Iterator[tuple[str, np.ndarray]]:
@@ -56,7 +51,7 @@ def host_layers(model_bytes: bytes, feeds: Mapping[str, np.ndarray],
         wanted = [n for n in order if n in chosen]
     outputs = output_names(model)
     del model
-    budget = budget_bytes or default_budget(len(model_bytes))
+    budget = budget_bytes or int(_rt.default_budget(len(model_bytes)))
     feeds = {k: np.asarray(v) for k, v in feeds.items()}
     with tempfile.TemporaryDirectory(prefix="verify-capture-") as scratch:
         path = Path(scratch) / "model.onnx"
@@ -106,6 +101,17 @@ class DumpPlan:
     fused_away: tuple[TensorInfo, ...] = ()
     fused_into: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     filtered_out: int = 0
+    model_floors: Mapping[str, float] = field(default_factory=dict)  # the original model's, all
+
+
+def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
+    """The --dump-filter regular expression; UsageError naming it when it does not compile."""
+    if pattern is None:
+        return None
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"--dump-filter {pattern!r}: not a regular expression: {exc}") from None
 
 
 def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
@@ -114,13 +120,7 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
     optimized model onnxruntime wrote on the device) those of the optimized graph, with the
     original tensors it fused away and the tensors it alone has. `dump_filter` is a regular
     expression searched in each tensor's and producing node's name."""
-    pattern = None
-    if dump_filter is not None:
-        try:
-            pattern = re.compile(dump_filter)
-        except re.error as exc:
-            raise UsageError(f"--dump-filter {dump_filter!r}: not a regular expression: {exc}") \
-                from None
+    pattern = compile_dump_filter(dump_filter)
     original = parse_model(original_bytes, "model")
     captured = original if captured_bytes is None else parse_model(
         captured_bytes, "the optimized model written on the device")
@@ -131,7 +131,7 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
     if captured_bytes is None:
         return DumpPlan("model", tuple(_reindex(kept)), tuple(output_names(captured)),
                         {t.name: floors.get(t.name, 0.0) for t in kept},
-                        fused_into={}, filtered_out=len(order) - len(kept))
+                        fused_into={}, filtered_out=len(order) - len(kept), model_floors=floors)
     original_order = tensor_order(original)
     names = {t.name for t in order}
     original_names = {t.name for t in original_order}
@@ -143,7 +143,7 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
         optimized_only=tuple(t.name for t in order if t.name not in original_names),
         fused_away=tuple(t for t in original_order if t.name not in names),
         fused_into={k: tuple(v) for k, v in groups.items()},
-        filtered_out=len(order) - len(kept))
+        filtered_out=len(order) - len(kept), model_floors=original_floors)
 
 
 def _reindex(infos: Sequence[TensorInfo]) -> list[TensorInfo]:

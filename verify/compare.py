@@ -68,8 +68,8 @@ __all__ = [
     "NUMBA_AFTER_BYTES", "NUMBA_UPFRONT_BYTES", "SATURATING_OPS", "SATURATION_FLOOR",
     "SHAPE_ONLY_OPS", "AllcloseRule", "ExactRule", "MagnitudeRule", "Rule", "TensorDiff",
     "ToleranceOverride", "ToleranceSet", "TopKAgreement", "compare", "compare_many",
-    "expect_bytes", "first_divergent", "numba_available", "parse_tolerance", "saturating_floor",
-    "topk_agreement",
+    "expect_bytes", "first_divergent", "json_safe", "numba_available", "parse_tolerance",
+    "saturating_floor", "topk_agreement",
 ]
 
 # --- tolerance rules --------------------------------------------------------------------------
@@ -304,10 +304,11 @@ class TensorDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict: tuples become lists, non-finite floats the strings nan/inf/-inf."""
-        return _json_safe(dataclasses.asdict(self))
+        return json_safe(dataclasses.asdict(self))
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """Non-finite floats as the strings nan/inf/-inf, recursively (strict JSON)."""
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"
@@ -315,9 +316,9 @@ def _json_safe(value: Any) -> Any:
             return "inf" if value > 0 else "-inf"
         return value
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes
-from verify.dump import Dump, Scratch, json_safe, open_dump
+from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes, json_safe
+from verify.dump import Dump, Scratch, open_dump
 from verify.errors import ArchiveError, DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
 from verify.testcase import layer_names, read_archive

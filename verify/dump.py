@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import mmap
 import os
 import re
@@ -32,7 +31,12 @@ from verify.errors import DumpError, UsageError
 FORMAT = "verify-dump"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-_FILE_RE = re.compile(r"c\d+_t\d+\.npy(\.part)?")
+_FILE_RE = re.compile(r"c\d+_t\d+\.npy")
+
+
+def is_tensor_file(name: str) -> bool:
+    """Whether `name` is a dump tensor file's name (and so safe to write inside a dump)."""
+    return _FILE_RE.fullmatch(name) is not None
 
 
 def tensor_file(case: int, index: int) -> str:
@@ -61,17 +65,6 @@ def prepare_dir(path: Path) -> Path:
             if p.is_file():
                 p.unlink()
     return path
-
-
-def json_safe(value: Any) -> Any:
-    """Non-finite floats as the strings nan/inf/-inf (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def manifest_header(*, device: Mapping[str, Any], spec: str, providers: Sequence[str],

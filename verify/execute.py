@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -12,12 +11,13 @@ from typing import Any
 import numpy as np
 
 from verify import devices
+from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
+from verify.compare import json_safe
 from verify.devices import Profile
 from verify.dump import (
     MANIFEST,
     io_dump_text,
-    json_safe,
     manifest_header,
     prepare_dir,
 )
@@ -28,7 +28,7 @@ from verify.files import (
     write_json_atomic,
     write_text_atomic,
 )
-from verify.graph import parse_model, saturation_floors, sha256_bytes
+from verify.graph import parse_model, saturation_floors
 from verify.inputs import load_array_file, model_inputs
 from verify.pipeline import (
     DeviceRun,
@@ -127,17 +127,14 @@ def run(request: RunRequest, *, status: Status | None = None,
             copy_atomic(device_run.profile_file, request.profile_path)
             written["profile"] = str(request.profile_path)
     notes = []
-    checks = []
-    floors = _output_floors(tc, device_run.dump)
-    for pos, ci in enumerate(indices):
-        if overrides:
-            checks.append(CaseCheck(ci, None))
-            continue
-        checks.append(CaseCheck(ci, tuple(check_outputs(
-            device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
-            profile.spec))))
     if overrides:
+        checks = [CaseCheck(ci, None) for ci in indices]
         notes.append("inputs overridden with --input: no ground truth to check against")
+    else:
+        floors = _output_floors(tc, device_run.dump)
+        checks = [CaseCheck(ci, tuple(check_outputs(
+            device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
+            profile.spec))) for pos, ci in enumerate(indices)]
     if request.bin_out_dump is not None:
         written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
     if device_run.dump is not None:
@@ -148,10 +145,10 @@ def run(request: RunRequest, *, status: Status | None = None,
 
 
 def _output_floors(tc: Testcase, capture: DumpCapture | None) -> Mapping[str, float]:
-    """Saturation floors for the output check: from a whole dump of the model itself when
-    there is one (its plan parsed the model already, ~0.05 s for 100 MB), else parsed here."""
-    if capture is not None and capture.plan.graph == "model" and not capture.plan.filtered_out:
-        return capture.plan.floors
+    """Saturation floors for the output check: from the dump's plan when there is one (it
+    parsed the model already, ~0.05 s for 100 MB), else parsed here."""
+    if capture is not None:
+        return capture.plan.model_floors
     return saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
 
 
@@ -176,8 +173,7 @@ def _dump_spec(request: RunRequest) -> DumpSpec | None:
         return None
     if request.dump_budget_mb is not None and not request.dump_budget_mb > 0:
         raise UsageError(f"--dump-budget-mb must be > 0, got {request.dump_budget_mb:g}")
-    if request.dump_filter is not None:
-        plan_dump_filter_check(request.dump_filter)
+    compile_dump_filter(request.dump_filter)  # fail before anything runs
     if request.io_dump is not None and Path(request.io_dump).is_dir():
         raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "
                          "(the text dump), and --bin-io-dump DIR for a dump folder")
@@ -188,13 +184,6 @@ def _dump_spec(request: RunRequest) -> DumpSpec | None:
     budget = (int(request.dump_budget_mb * (1 << 20)) if request.dump_budget_mb is not None
               else None)
     return DumpSpec(dest=dest, budget_bytes=budget, dump_filter=request.dump_filter)
-
-
-def plan_dump_filter_check(pattern: str) -> None:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"--dump-filter {pattern!r}: not a regular expression: {exc}") from None
 
 
 def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
@@ -225,7 +214,7 @@ def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
         options={"opt_level": opts.opt_level, "threads": opts.threads,
                  "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
                  "filter": request.dump_filter, "stats_only": request.dump_stats_only},
-        model_sha256=device_run.model_sha256 or sha256_bytes(tc.model_bytes), graph=plan.graph,
+        model_sha256=device_run.model_sha256, graph=plan.graph,
         outputs=plan.outputs)
     if request.bin_io_dump is not None:
         manifest = {**header, "cases": cases,

@@ -218,6 +218,7 @@ def fused_away(original: onnx.ModelProto, kept: Iterable[str]) -> dict[str, list
         for out in node.output:
             if out:
                 producer[out] = node
+    order = {t: i for i, t in enumerate(producer)}
     groups: dict[str, list[str]] = {}
     for name in producer:
         if name not in kept:
@@ -233,6 +234,5 @@ def fused_away(original: onnx.ModelProto, kept: Iterable[str]) -> dict[str, list
             found.append(t)
             stack.extend(i for i in producer[t].input if i)
         if found:
-            order = {t: i for i, t in enumerate(producer)}
             groups[name] = sorted(found, key=order.__getitem__)
     return groups

@@ -27,7 +27,6 @@ class PackOptions:
     pre: Preprocess = Preprocess()
     tolerances: Mapping[str, object] = field(default_factory=dict)
     layers: bool = False
-    layers_budget_bytes: int | None = None   # default: sized to the model and this machine
 
 
 def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
@@ -76,7 +75,7 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
                   has_layers=options.layers)
     del model, session
     # Per-layer references stream from the chunked capture straight into the archive.
-    layers = ([host_layers(model_bytes, case.inputs, budget_bytes=options.layers_budget_bytes)
+    layers = ([host_layers(model_bytes, case.inputs)
                for case in cases] if options.layers else None)
     write_archive(out, tc, layers)
     return tc

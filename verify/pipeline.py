@@ -6,9 +6,7 @@ content-addressed cache, a job file in, a result file out (docs/runner-contract.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -23,13 +21,21 @@ from verify.capture import DumpPlan, plan_dump
 from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver, Progress
-from verify.errors import (DeviceError, InputError, ModelError, ProviderUnavailable,
-                           RunnerError, UsageError)
+from verify.dump import is_tensor_file
+from verify.errors import (
+    DeviceError,
+    InputError,
+    ModelError,
+    ProviderUnavailable,
+    RunnerError,
+    UsageError,
+)
+from verify.graph import sha256_bytes
+from verify.runner import runner as _runner
+from verify.runner.runner import CONTRACT, CONTRACT_VERSION
 
 RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "runner.py"
-CONTRACT = "verify-runner"
-CONTRACT_VERSION = 1
-OPT_LEVELS = ("disable", "basic", "extended", "all")
+OPT_LEVELS = tuple(_runner.OPT_LEVELS)  # the contract's names, in order
 
 # A callback for the CLI: status(message) between phases, and a progress factory for transfers.
 Status = Callable[[str], None]
@@ -170,7 +176,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
     providers = options.providers or profile.providers
     with tempfile.TemporaryDirectory(prefix="verify-run-") as tmp_name:
         tmp = Path(tmp_name)
-        model_sha256 = hashlib.sha256(model_bytes).hexdigest()
+        model_sha256 = sha256_bytes(model_bytes)
         input_files: list[dict[str, Path]] = []
         for ci, case in enumerate(cases):
             files = {}
@@ -316,10 +322,11 @@ def _pull_dump(driver: Driver, profile: Profile, workdir: str, dump: DumpSpec, p
                 continue
             rec = dict(rec)
             if rec.get("file") and dump.dest is not None:
-                name = rec["file"].rsplit("/", 1)[-1]
-                part = dump.dest / f".{name}.part"
-                driver.get(f"{workdir}/{rec['file']}", part)
-                os.replace(part, dump.dest / name)
+                name = str(rec["file"]).rsplit("/", 1)[-1]
+                if not is_tensor_file(name):  # the device names it: never a path of its choice
+                    raise RunnerError(f"{profile.spec}: the runner named a dump file "
+                                      f"{rec['file']!r}, not c<case>_t<index>.npy")
+                driver.get(f"{workdir}/{rec['file']}", dump.dest / name)  # atomic by itself
                 rec["file"] = name
             kept.append(rec)
         records.append(tuple(kept))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify.ci.jobs import Job
-from verify.compare import TensorDiff
+from verify.compare import TensorDiff, json_safe
 
 PASS, FAIL, NO_BASELINE, UPDATED = "pass", "fail", "no-baseline", "updated"
 PASSED, FAILED, ERROR = "passed", "failed", "error"
@@ -18,11 +18,7 @@ PASSED, FAILED, ERROR = "passed", "failed", "error"
 def num(x: float) -> float | str:
     """A float for JSON: 6 significant digits; non-finite values as strings."""
     x = float(x)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(f"{x:.6g}")
+    return float(f"{x:.6g}") if math.isfinite(x) else json_safe(x)
 
 
 def unnum(x: Any) -> float:

@@ -20,6 +20,7 @@ from verify.cli import (
     tolerance_options,
 )
 from verify.errors import EXIT_MISMATCH, EXIT_OK
+from verify.runner.runner import OPT_LEVELS
 
 if TYPE_CHECKING:
     from verify.compare import TensorDiff
@@ -46,7 +47,7 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
               show_default=True,
               help="MB the per-layer references may take: a model whose activations need "
                    "more is bisected instead.")
-@click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]),
+@click.option("--opt-level", type=click.Choice(OPT_LEVELS),
               default="all", show_default=True, help="ONNX Runtime graph optimization level "
                                                      "on the device.")
 @click.option("--provider", "providers", multiple=True, metavar="NAME",

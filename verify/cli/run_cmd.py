@@ -19,6 +19,7 @@ from verify.cli import (
     tolerance_options,
 )
 from verify.errors import EXIT_MISMATCH, EXIT_OK
+from verify.runner.runner import OPT_LEVELS
 
 
 # --- run-----------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
 @click.option("--provider", "providers", multiple=True, metavar="NAME",
               help="Execution provider(s) in order, e.g. CUDAExecutionProvider "
                    "(default: the device profile's).")
-@click.option("--opt-level", type=click.Choice(["disable", "basic", "extended", "all"]),
+@click.option("--opt-level", type=click.Choice(OPT_LEVELS),
               default="all", show_default=True, help="ONNX Runtime graph optimization level.")
 @click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
               help="Intra-op threads (0: onnxruntime's default).")
@@ -47,8 +48,8 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
               help="Write every layer's summary as text (shape, first values, min, max, mean, "
                    "std, NaN/Inf), one block per tensor; diffable with diff/vimdiff.")
 @click.option("--dump-budget-mb", type=float, default=None, metavar="MB",
-              help="Marked activations kept alive per chunk (default: the model's size, "
-                   "at least 16, at most 1/16 of the device's memory).")
+              help="Marked activations kept alive per chunk (default: 1.5x the model's "
+                   "size, at least 16, at most 1/16 of the device's memory).")
 @click.option("--dump-filter", default=None, metavar="REGEX",
               help="Dump only tensors whose name or producing node's name matches REGEX.")
 @click.option("--dump-stats-only", is_flag=True,

@@ -12,18 +12,17 @@ string to a remote shell quotes them at its boundary with `shlex.join`, never by
 from __future__ import annotations
 
 import hashlib
-import os
 import posixpath
 import secrets
 import shlex
-import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from verify.errors import DeviceTimeout, RemoteCommandFailed, TransferError
+from verify.errors import RemoteCommandFailed
+from verify.files import atomic_path
 
 Progress = Callable[[int], None]
 """Called with the number of bytes moved since the last call."""
@@ -173,15 +172,8 @@ class Driver(ABC):
     def get(self, remote: str, local: Path, progress: Progress | None = None) -> None:
         """Copy a device file to the host atomically: a partial file never appears at `local`."""
         local.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
-        os.close(fd)
-        tmp = Path(tmp_name)
-        try:
+        with atomic_path(local) as tmp:
             self._get_impl(remote, tmp, progress)
-            os.replace(tmp, local)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
         self.stats.bytes_got += local.stat().st_size
         self.stats.files_got += 1
 
@@ -212,7 +204,9 @@ class Driver(ABC):
             self.stats.files_cached += 1
             return remote
         local.write_bytes(data)
-        return self.push_cached(local, progress, digest)
+        self.makedirs(self.cache_dir)
+        self.put(local, remote, progress)
+        return remote
 
     def makedirs(self, path: str) -> None:
         self._makedirs_impl(path)
@@ -250,13 +244,3 @@ class Driver(ABC):
             self._remove_impl(path)
         except Exception:  # noqa: BLE001 - cleanup after a failure must not mask it
             pass
-
-
-def check_timeout(elapsed: float, limit: float, argv: Sequence[str], where: str) -> None:
-    if elapsed >= limit:
-        raise DeviceTimeout(f"{where}: {shlex.join(argv)[:120]} did not finish within {limit:g} s")
-
-
-def transfer_failed(where: str, what: str, exc: BaseException) -> TransferError:
-    """Build a TransferError naming what was being done when the transport failed."""
-    return TransferError(f"{where}: {what} failed: {exc}")

@@ -13,13 +13,13 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from verify.devices import verify_cache_dir
 from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress
 from verify.errors import DeviceTimeout, TransferError
 
 
 def default_local_base() -> str:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "verify", "local")
+    return str(verify_cache_dir() / "local")
 
 
 class LocalDriver(Driver):

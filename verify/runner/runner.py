@@ -378,12 +378,12 @@ def tensor_stats(np, value, first=STAT_FIRST):
     if a.dtype.kind not in "biuf":
         return stats
     flat = a.reshape(-1)
-    stats["first"] = [v.item() if a.dtype.kind != "b" else bool(v) for v in flat[:first]]
+    stats["first"] = [v.item() for v in flat[:first]]
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
     for start in range(0, flat.size, _STAT_BLOCK):
         block = flat[start:start + _STAT_BLOCK]
         bmin = bmax = None
-        if a.dtype.kind == "f" and block.size:
+        if a.dtype.kind == "f":
             bmin, bmax = block.min(), block.max()  # both finite: no NaN/Inf in the block
         if a.dtype.kind == "f" and not (np.isfinite(bmin) and np.isfinite(bmax)):
             finite = np.isfinite(block)
@@ -410,13 +410,9 @@ def tensor_stats(np, value, first=STAT_FIRST):
         lo = bmin if lo is None else min(lo, bmin)
         hi = bmax if hi is None else max(hi, bmax)
     if count:
-        stats.update({"min": _plain(lo), "max": _plain(hi), "mean": total / count,
+        stats.update({"min": lo, "max": hi, "mean": total / count,
                       "std": (m2 / count) ** 0.5})
     return stats
-
-
-def _plain(v):
-    return bool(v) if isinstance(v, bool) else v
 
 
 def _fed_symbols(sess, feeds):

@@ -2,10 +2,11 @@
 """A test device runner that follows the runner contract but corrupts its outputs with NaN.
 
 It runs verify's own runner (loaded from its file, as a device would have it), then writes NaN
-into the first `--count` elements of every float output it produced. verify itself does not
-know: it must find the NaNs by checking the outputs against the ground truth.
+into the first `--count` elements of every float output it produced, or with `--drop` leaves
+every output out of its result (a broken runner). verify itself does not know: it must find
+the fault by checking the outputs against the ground truth.
 
-    python nan_runner.py [--count N] JOB.json
+    python nan_runner.py [--count N | --drop] JOB.json
 """
 
 import importlib.util
@@ -20,10 +21,13 @@ RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
 
 
 def main(argv: list[str]) -> int:
-    count = 3
+    count, drop = 3, False
     if len(argv) == 4 and argv[1] == "--count":
         count = int(argv[2])
         argv = [argv[0], argv[3]]
+    elif len(argv) == 3 and argv[1] == "--drop":
+        drop = True
+        argv = [argv[0], argv[2]]
     spec = importlib.util.spec_from_file_location("device_runner", RUNNER)
     runner = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runner)
@@ -33,6 +37,12 @@ def main(argv: list[str]) -> int:
     workdir = os.path.dirname(os.path.abspath(argv[1]))
     with open(os.path.join(workdir, "result.json")) as fh:
         result = json.load(fh)
+    if drop:
+        for case in result.get("cases", []):
+            case["outputs"] = {}
+        with open(os.path.join(workdir, "result.json"), "w") as fh:
+            json.dump(result, fh)
+        return status
     for case in result.get("cases", []):
         for rel in case["outputs"].values():
             path = os.path.join(workdir, rel)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import onnx
@@ -222,6 +223,18 @@ def test_runner_crash_exits_3(residual_vtc: Path, device_env,
     assert code == 3 and out == ""
     assert err.startswith("error: broken: the runner exited with status 7 without writing a "
                           "result")
+
+
+@pytest.mark.parametrize("extra", [[], ["--no-dump"]], ids=["dump", "bisect"])
+def test_a_runner_that_returns_no_outputs_is_a_device_error_not_a_clean_result(
+        residual_vtc: Path, device_env, capsys: pytest.CaptureFixture[str],
+        extra: list[str]) -> None:
+    runner = Path(__file__).resolve().parent / "nan_runner.py"
+    device_env.write_profile("mute", {"transport": "local",
+                                      "runner": [sys.executable, str(runner), "--drop"]})
+    code, out, err = run_cli(["localize", residual_vtc, "--device", "mute", *extra], capsys)
+    assert code == 3 and out == ""
+    assert err.startswith("error: mute: the runner returned no value for output(s) ")
 
 
 def test_unreachable_device_exits_3(residual_vtc: Path, device_env,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +23,15 @@ class CaseCheck:
         return None if self.diffs is None else all(d.passed for d in self.diffs)
 
 
+def require_outputs(actual: Mapping[str, object], names: Iterable[str], where: str) -> None:
+    """A device that returns no value for an output it was asked for has a broken runner:
+    RunnerError (exit 3), never a silently shorter comparison."""
+    missing = [name for name in names if name not in actual]
+    if missing:
+        raise RunnerError(f"{where}: the runner returned no value for output(s) "
+                          f"{', '.join(repr(m) for m in missing)}")
+
+
 def check_outputs(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray],
                   tolerances: ToleranceSet, floors: Mapping[str, float],
                   where: str = "device") -> list[TensorDiff]:
@@ -30,10 +39,7 @@ def check_outputs(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.n
 
     `floors` maps a tensor name to its magnitude floor (`graph.saturation_floors`).
     """
-    missing = [name for name in reference if name not in actual]
-    if missing:
-        raise RunnerError(f"{where}: the runner returned no value for output(s) "
-                          f"{', '.join(repr(m) for m in missing)}")
+    require_outputs(actual, reference, where)
     return [compare(name, actual[name], ref, tolerances.rule_for(name, floors.get(name, 0.0)),
                     topk=True)
             for name, ref in reference.items()]

@@ -24,7 +24,7 @@ from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes, json
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import ArchiveError, DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
-from verify.testcase import layer_names, read_archive
+from verify.testcase import read_archive
 
 
 @dataclass(frozen=True)
@@ -218,11 +218,11 @@ def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
     if not 0 <= case < len(tc.cases):
         raise UsageError(f"{path}: no case {case} (the archive holds {len(tc.cases)} "
                          f"case(s), 0..{len(tc.cases) - 1})")
-    if not tc.has_layers or not layer_names(path, case):
+    f = stack.enter_context(h5py.File(path, "r"))
+    group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
+    if group is None or not len(group):
         raise ArchiveError(f"{path}: holds no per-layer references for case {case}; "
                            "re-pack it with `verify pack --layers`")
-    f = stack.enter_context(h5py.File(path, "r"))
-    group = f[f"{schema.case_path(case)}/{schema.LAYERS}"]
     keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
     floors = saturation_floors(parse_model(tc.model_bytes, str(path)))
     order = [t for t in tc.tensor_order if t.name in keys]

@@ -156,11 +156,3 @@ def iter_layers(path: Path, case: int = 0) -> Iterator[tuple[str, np.ndarray]]:
         group = f[group_path]
         for k in sorted(group.keys(), key=int):
             yield str(group[k].attrs[schema.ATTR_NAME]), group[k][()]
-
-
-def layer_names(path: Path, case: int = 0) -> list[str]:
-    with _open(Path(path)) as f:
-        group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
-        if group is None:
-            return []
-        return [str(group[k].attrs[schema.ATTR_NAME]) for k in sorted(group.keys(), key=int)]

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.check import require_outputs
 from verify.compare import TensorDiff, compare
 from verify.errors import UsageError
 from verify.graph import parse_model, saturation_floors
@@ -226,7 +227,8 @@ def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: A
     runs = device.run_cases(tc.model_bytes, [c.inputs for c in tc.cases],
                             f"the whole model, {len(tc.cases)} cases", nodes=nodes)
     for i, (case, outs) in enumerate(zip(tc.cases, runs)):
-        if not all(judge(o, outs[o], ref).passed for o, ref in case.outputs.items() if o in outs):
+        require_outputs(outs, case.outputs, device.profile.spec)
+        if not all(judge(o, outs[o], ref).passed for o, ref in case.outputs.items()):
             return i, runs[i], (f"case {i} is the first of {len(tc.cases)} whose outputs fail",)
     return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
 
@@ -340,8 +342,8 @@ class _Search:
         if outs is None:
             outs = self.device.run(model_bytes, self.refs.get(ng.graph_inputs),
                                    "the whole model", nodes=len(ng))
-        final = tuple(self.judge(o, outs[o], ref) for o, ref in reference_outputs.items()
-                      if o in outs)
+        require_outputs(outs, reference_outputs, self.device.profile.spec)
+        final = tuple(self.judge(o, outs[o], ref) for o, ref in reference_outputs.items())
         if all(d.passed for d in final):
             return _Outcome(final, None)
         b = bisect(ng, self.refs, self.device, self.judge, 0, len(ng), final, self.req.fanout)

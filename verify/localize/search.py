@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verify.check import require_outputs
 from verify.compare import TensorDiff
 from verify.devices import Profile
 from verify.pipeline import RunOptions, Status, run_on_device
@@ -127,6 +128,7 @@ class DeviceRounds:
         nodes = sum(len(p.segment) for p in batch.pieces)
         outputs = self.run(batch.model.SerializeToString(), batch.feeds(refs), purpose,
                            pieces=len(batch.pieces), nodes=nodes)
+        require_outputs(outputs, [t for p in batch.pieces for t in p.outputs], self.profile.spec)
         return [tuple(judge(t, outputs[t], refs[t]) for t in piece.outputs)
                 for piece in batch.pieces]
 

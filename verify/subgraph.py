@@ -86,6 +86,10 @@ class NodeGraph:
     def makes(self, i: int) -> list[str]:
         return [n for n in self.nodes[i].output if n]
 
+    def computed(self) -> list[str]:
+        """Every tensor a node makes, in topological order."""
+        return [t for i in range(len(self.nodes)) for t in self.makes(i)]
+
     def segment_inputs(self, seg: Segment) -> list[str]:
         made = {t for i in range(seg.lo, seg.hi) for t in self.makes(i)}
         return _unique(t for i in range(seg.lo, seg.hi) for t in self.reads(i) if t not in made)

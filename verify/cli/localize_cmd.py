@@ -123,6 +123,8 @@ def _worst(diffs: "tuple[TensorDiff, ...]") -> "TensorDiff | None":
 
 
 def print_report(r: "LocalizeResult") -> None:
+    from verify.localize import FAULTY
+
     echo = click.echo
     dev = r.device_info
     echo(f"device {r.device}: {dev.get('arch', '?')} {dev.get('os', '')}, onnxruntime "
@@ -150,8 +152,8 @@ def print_report(r: "LocalizeResult") -> None:
     if r.candidates:
         echo("suspects run in isolation (own error: fed reference inputs; inherited: the "
              "worst input in the full run):")
-        shown = [c for c in r.candidates if c.verdict == "faulty here"]
-        shown += [c for c in r.candidates if c.verdict != "faulty here"][:SHOW_PROPAGATED]
+        shown = [c for c in r.candidates if c.verdict == FAULTY]
+        shown += [c for c in r.candidates if c.verdict != FAULTY][:SHOW_PROPAGATED]
         for c in sorted(shown, key=lambda c: c.index):
             _print_finding(c, indent="  ")
         if len(r.candidates) > len(shown):
@@ -196,22 +198,24 @@ def _fold(run: "list[Step]", worst: Any) -> "list[Step | str]":
 
 
 def _print_finding(c: "NodeFinding", indent: str) -> None:
+    from verify.localize import FAULTY
     from verify.localize.search import worst
 
     echo = click.echo
     verdict = c.verdict
-    color = "red" if verdict == "faulty here" else "yellow"
+    color = "red" if verdict == FAULTY else "yellow"
     echo(f"{indent}{c.name:<28} {c.op:<20} own {_units(worst(c.own)):<14} inherited "
          f"{_units(worst(c.inherited)):<14} " + click.style(verdict, fg=color, bold=True))
 
 
 def _print_suspect(r: "LocalizeResult") -> None:
+    from verify.localize import FAULTY
     from verify.localize.search import worst
 
     echo = click.echo
     s, info = r.suspect, r.suspect_info or {}
     assert s is not None
-    if r.verdict == "faulty here":
+    if r.verdict == FAULTY:
         echo(click.style(f"=== FAULTY NODE: {s.name} ({s.op}) — faulty here", fg="red",
                          bold=True))
     else:

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from verify.check import require_outputs
-from verify.compare import TensorDiff, compare
+from verify.compare import TensorDiff, compare, first_divergent
 from verify.errors import UsageError
-from verify.graph import parse_model, saturation_floors
+from verify.graph import inferred_types, parse_model, saturation_floors
 from verify.localize.repro import effective_tolerances, repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
@@ -153,7 +153,8 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     device = DeviceRounds(profile, options, status)
     case_index, whole, notes = _choose_case(tc, req.case_index, device, judge, len(ng))
     case = tc.cases[case_index]
-    fits = _activation_bytes(model, tc) <= req.budget_bytes
+    types = inferred_types(model)  # shape inference once: sizing here, marking in by_dump
+    fits = _activation_bytes(types, tc) <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
                       case_index, req.budget_bytes, fetch_all=fits)
     mode = req.mode
@@ -161,7 +162,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         mode = "dump" if fits else "bisect"
     search = _Search(ng, refs, device, judge, req)
     if mode == "dump":
-        outcome = search.by_dump(model, tc.model_bytes, case.outputs, whole)
+        outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
     else:
         outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
     outcome = replace(outcome, notes=(*notes, *outcome.notes))
@@ -192,7 +193,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
                  "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                  "rule": own[0].rule if own else ""}
         repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
-    first = next((d for d in outcome.first_order(ng, cumulative) if not d.passed), None)
+    first = first_divergent(cumulative[t] for t in ng.computed() if t in cumulative)
     return LocalizeResult(
         **base, device_info=device.device_info, reference_source=refs.source,
         first_divergent=_step(ng, first.name, first) if first else None,
@@ -233,15 +234,12 @@ def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: A
     return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
 
 
-def _activation_bytes(model: Any, tc: Any) -> int:
+def _activation_bytes(types: Mapping[str, Any], tc: Any) -> int:
     """What a per-layer reference of one case holds in memory: the computed tensors' sizes from
     shape inference (a dimension it cannot tell counts as the largest input's size)."""
     import onnx
 
-    from verify.graph import inferred_types
-
     fallback = max((int(np.asarray(v).size) for v in tc.cases[0].inputs.values()), default=1)
-    types = inferred_types(model)
     total = 0
     for info in tc.tensor_order:
         tp = types.get(info.name)
@@ -273,17 +271,14 @@ class _Outcome:
     notes: tuple[str, ...] = ()
     mode: str = ""                      # set when the search switched modes
 
-    def first_order(self, ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list[TensorDiff]:
-        names = [t for i in range(len(ng)) for t in ng.makes(i)]
-        return [cumulative[t] for t in names if t in cumulative]
-
 
 class _Search:
     def __init__(self, ng: NodeGraph, refs: References, device: DeviceRounds, judge: Any,
                  req: LocalizeRequest) -> None:
         self.ng, self.refs, self.device, self.judge, self.req = ng, refs, device, judge, req
 
-    def by_dump(self, model: Any, model_bytes: bytes, reference_outputs: Mapping[str, np.ndarray],
+    def by_dump(self, model: Any, types: Mapping[str, Any], model_bytes: bytes,
+                reference_outputs: Mapping[str, np.ndarray],
                 whole: Mapping[str, np.ndarray] | None = None) -> _Outcome:
         """One per-layer run (in chunks under the budget), rank, isolate candidates in one trip.
 
@@ -294,12 +289,12 @@ class _Search:
         from verify.graph import with_outputs
 
         ng = self.ng
-        names = [t for i in range(len(ng)) for t in ng.makes(i)]
+        names = ng.computed()
         values = self.refs.get(names)
         cumulative: dict[str, TensorDiff] = {}
         notes: list[str] = []
         for chunk in _chunks([n for n in names if n in values], values, self.req.budget_bytes):
-            marked, skipped = with_outputs(model, chunk)
+            marked, skipped = with_outputs(model, chunk, types=dict(types))
             if skipped:
                 notes.append(f"{len(skipped)} tensor(s) could not be marked as outputs")
             outs = self.device.run(marked.SerializeToString(), self.refs.get(ng.graph_inputs),

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from verify.graph import parse_model, sha256_bytes, tensor_order
+from verify.graph import sha256_bytes, tensor_order
 from verify.reference import reference_session, run_reference
 from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
 from verify.testcase import Case, Testcase, write_archive
@@ -33,8 +33,7 @@ def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[
     batch = build_batch(ng, [segment], reference, name=f"repro-{sanitize(found.get('node', ''))}")
     model_bytes = batch.model.SerializeToString()
     feeds = batch.feeds(reference)
-    where = f"{path.name}"
-    outputs = run_reference(reference_session(model_bytes, where), feeds, where)
+    outputs = run_reference(reference_session(model_bytes, path.name), feeds, path.name)
     prov = dict(source.provenance)
     prov.update({
         "model_file": path.name,
@@ -53,7 +52,7 @@ def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[
                   cases=(Case(inputs=feeds, outputs=outputs,
                               source=f"boundary reference values from {source.path} "
                                      f"case {case_index}"),),
-                  tensor_order=tuple(tensor_order(parse_model(model_bytes, where))),
+                  tensor_order=tuple(tensor_order(batch.model)),
                   tolerances=dict(tolerances), provenance=prov)
     write_archive(path, tc)
     return tc

@@ -2,8 +2,8 @@
 
 `DeviceRounds` sends one model (any number of pieces side by side) per round trip and counts the
 trips. `References` hands out reference values of intermediate tensors, from the archive's
-per-layer goldens or a host run. `rank_and_isolate` uses a per-layer comparison; `bisect`
-needs none.
+per-layer goldens or a host run. `rank_candidates` and `isolate` work from a per-layer
+comparison; `bisect` needs none.
 """
 
 from __future__ import annotations
@@ -87,9 +87,6 @@ class References:
                                        budget_bytes=self._budget):
             self._values.setdefault(name, np.asarray(value))
 
-    def __getitem__(self, name: str) -> np.ndarray:
-        return self.get([name])[name]
-
 
 class DeviceRounds:
     """Runs models on one device, one round trip each, and keeps the count."""
@@ -138,7 +135,6 @@ class BisectResult:
     lo: int
     hi: int
     diffs: tuple[TensorDiff, ...]    # the failing segment's outputs, fed reference inputs
-    isolated: bool                   # True when [lo, hi) is one node
 
 
 def piece_io(ng: NodeGraph, segments: Sequence[Segment]) -> list[str]:
@@ -171,7 +167,7 @@ def bisect(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
             return _shrink(ng, refs, device, judge, lo, hi, diffs, passed)
         seg, diffs = failing[0]
         lo, hi = seg.lo, seg.hi
-    return BisectResult(lo, hi, diffs, hi - lo == 1)
+    return BisectResult(lo, hi, diffs)
 
 
 def _shrink(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
@@ -194,7 +190,7 @@ def _shrink(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
     # [lo, hi) fails and an empty range does not: move each end inwards while it still fails
     start, diffs = _edge(lo, hi, lambda mid: fails(mid, hi), diffs)
     end, diffs = _edge(hi, start, lambda mid: fails(start, mid), diffs)
-    return BisectResult(start, end, diffs, end - start == 1)
+    return BisectResult(start, end, diffs)
 
 
 def _edge(failing: int, passing: int, fails_at: Callable[[int], tuple[TensorDiff, ...] | None],

@@ -368,3 +368,15 @@ def test_keep_says_where_the_work_directory_is(capsys: pytest.CaptureFixture[str
     assert (kept / "job.json").is_file() and (kept / "result.json").is_file()
     code, out, _ = verify(capsys, "run", cnn_vtc, "--iter", "1", "--json")
     assert json.loads(out)["kept_workdir"] is None
+
+
+def test_inspect_of_an_archive_whose_model_is_corrupt(capsys: pytest.CaptureFixture[str],
+                                                      cnn_vtc: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.vtc"
+    bad.write_bytes(cnn_vtc.read_bytes())
+    with h5py.File(bad, "r+") as f:
+        del f["model"]
+        f["model"] = np.frombuffer(b"\x08\x07garbage" * 9, np.uint8)
+    code, _, err = verify(capsys, "inspect", bad)
+    assert code == 2
+    assert only_line(err).startswith(f"error: {bad}: the archive's model: not an ONNX model")

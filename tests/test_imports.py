@@ -96,13 +96,3 @@ def test_help_works_without_the_optional_transport_libraries() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: verify" in proc.stdout
-
-
-def test_a_missing_transport_library_names_the_extra() -> None:
-    code = ("import sys\n"
-            "sys.modules['paramiko'] = None\n"
-            "from verify.cli import main\n"
-            "sys.exit(main(['devices', 'check', 'ssh:me@127.0.0.1:1']))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 3, proc.stderr
-    assert "pip install 'verify[ssh]'" in proc.stderr

@@ -83,7 +83,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_json_atomic(path: Path, doc: Any) -> None:
     """Strict JSON (no NaN), numpy scalars and tuples converted, written atomically."""
     write_bytes_atomic(Path(path), json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False,
-                                              default=_json_value).encode("utf-8"))
+                                              default=json_value).encode("utf-8"))
 
 
 def save_npy_atomic(path: Path, value: np.ndarray) -> None:
@@ -96,11 +96,17 @@ def copy_atomic(src: Path, dest: Path) -> None:
     write_bytes_atomic(Path(dest), Path(src).read_bytes())
 
 
-def _json_value(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, (tuple, set)):
-        return list(obj)
+def json_value(obj: Any) -> Any:
+    """`json.dumps`'s `default`: paths, numpy scalars and arrays, tuples and sets, and anything
+    with a `to_dict()` (verify's result dataclasses)."""
     if isinstance(obj, Path):
         return str(obj)
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")

@@ -30,9 +30,8 @@ def reference_session(model_bytes: bytes, where: str):
         raise ModelError(f"{where}: onnxruntime could not load the model: {text}") from None
 
 
-def run_reference(session, feeds: Mapping[str, np.ndarray], where: str,
-                  outputs: list[str] | None = None) -> dict[str, np.ndarray]:
-    names = outputs or [o.name for o in session.get_outputs()]
+def run_reference(session, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+    names = [o.name for o in session.get_outputs()]
     try:
         values = session.run(names, dict(feeds))
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are untyped

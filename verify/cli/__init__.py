@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from verify import __version__
-from verify.cli import render
+from verify.files import json_value
 from verify.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -34,10 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         code = EXIT_USAGE
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        code = EXIT_INTERRUPTED
-    except KeyboardInterrupt:
+    except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("interrupted", err=True)
         code = EXIT_INTERRUPTED
     except VerifyError as exc:
@@ -120,7 +117,7 @@ def iteration_options(per: str) -> Callable[[Callable[..., Any]], Callable[..., 
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=render.json_default))
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=json_value))
 
 
 

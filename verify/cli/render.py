@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -16,26 +15,13 @@ from typing import TYPE_CHECKING, Any
 import click
 import numpy as np
 
+from verify.timing import timing_summary
 from verify.tolerance import describe_record
 
 if TYPE_CHECKING:
     from verify.devices import Profile
     from verify.execute import RunOutcome
     from verify.testcase import Testcase
-
-
-def json_default(obj: Any) -> Any:
-    if isinstance(obj, Path):
-        return str(obj)
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (set, tuple)):
-        return list(obj)
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
 def _console(stderr: bool = False):
@@ -56,19 +42,18 @@ def fmt_shape(shape: Sequence[Any]) -> str:
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+            break
         n /= 1024
-    return f"{n:.1f} GB"
+    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
 
 
 # --- pack / inspect -----------------------------------------------------------------------------
-def _model_info(model_bytes: bytes) -> dict[str, Any]:
+def _model_info(model_bytes: bytes, where: str) -> dict[str, Any]:
     import onnx
 
-    from verify.graph import count_ops, opset_of
+    from verify.graph import count_ops, opset_of, parse_model
 
-    model = onnx.ModelProto()
-    model.ParseFromString(model_bytes)
+    model = parse_model(model_bytes, where)  # a corrupt model is one ModelError line, exit 2
     g = model.graph
     inits = {i.name for i in g.initializer}
 
@@ -106,7 +91,7 @@ def _array_info(a: np.ndarray) -> dict[str, Any]:
 def inspect_summary(tc: "Testcase") -> dict[str, Any]:
     return {
         "archive": str(tc.path), "format_version": tc.format_version,
-        "model": _model_info(tc.model_bytes),
+        "model": _model_info(tc.model_bytes, f"{tc.path}: the archive's model"),
         "cases": [{"index": i, "source": c.source,
                    "inputs": {k: _array_info(v) for k, v in c.inputs.items()},
                    "outputs": {k: _array_info(v) for k, v in c.outputs.items()}}
@@ -172,14 +157,6 @@ def print_inspect(s: Mapping[str, Any]) -> None:
 
 
 # --- run ------------------------------------------------------------------------------------------
-def timing_stats(ms: Sequence[float]) -> dict[str, float]:
-    total = float(sum(ms))
-    return {"n": len(ms), "total_ms": total, "avg_ms": total / len(ms) if ms else math.nan,
-            "sd_ms": statistics.stdev(ms) if len(ms) > 1 else 0.0,
-            "min_ms": min(ms) if ms else math.nan, "max_ms": max(ms) if ms else math.nan,
-            "median_ms": statistics.median(ms) if ms else math.nan}
-
-
 def progress_factory():
     """A factory of per-transfer progress callbacks: bars on a terminal, nothing in CI logs."""
     if not interactive():
@@ -242,7 +219,7 @@ class RunPrinter:
             echo(f"=== going to run input for {n} times")
             for k, ms in enumerate(case.iter_ms):
                 echo(f"iter {k}/{n}: {ms:.3f}ms")
-            s = timing_stats(case.iter_ms)
+            s = timing_summary(case.iter_ms)
             echo(f"=== finished test #{ci}: time={s['total_ms']:.3f}ms avg_time={s['avg_ms']:.3f}ms "
                  f"sd={s['sd_ms']:.3f}ms minmax={s['min_ms']:.3f},{s['max_ms']:.3f}")
         for check in o.checks:
@@ -308,7 +285,7 @@ def run_document(o: "RunOutcome") -> dict[str, Any]:
         "transfers": dict(r.transfers),
         "cases": [{"index": ci, "warmup_ms": list(r.cases[pos].warmup_ms),
                    "iter_ms": list(r.cases[pos].iter_ms),
-                   "timing": timing_stats(r.cases[pos].iter_ms),
+                   "timing": timing_summary(r.cases[pos].iter_ms),
                    "check": None if o.checks[pos].diffs is None
                    else [d.to_dict() for d in o.checks[pos].diffs]}
                   for pos, ci in enumerate(o.case_indices)],

@@ -75,8 +75,8 @@ def test_perturbed_model_within_tolerance_fails_regression_only(
     assert run.code == 1, run.err
     job = "cnn/local/opt-off"
     gates = {g["gate"]: g["status"] for g in run.job(job)["gates"]}
-    assert gates == {"accuracy": "pass", "determinism": "pass", "regression": "fail",
-                     "latency": gates["latency"]}
+    assert gates.pop("latency") in ("pass", "fail")  # timing on a shared machine: either
+    assert gates == {"accuracy": "pass", "determinism": "pass", "regression": "fail"}
     details = run.gate(job, "regression")["details"]
     assert [w["tensor"] for w in details["worse_outputs"]] == ["prob"]
     first = details["worse_layers"][0]   # the scaled conv is where the error starts to grow
@@ -227,6 +227,23 @@ def test_update_goldens_writes_sorted_reviewable_json_and_keeps_failing_jobs_out
     assert "baseline not written: a gate failed" in " ".join(run.job("cnn/local/opt-all")["notes"])
 
 
+def test_a_corrupt_baseline_fails_the_job_and_update_goldens_replaces_it(
+        device_env, tmp_path: Path, capsys) -> None:
+    suite = local_suite(tmp_path)
+    base = tmp_path / "bl"
+    path = base / "sample" / "int_bool" / "local" / "opt-all.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("{ not json")
+    run = run_ci([suite, "--baselines", base, "--only", "int_bool"], capsys, tmp_path)
+    assert run.code == 2 and run.job("int_bool/local/opt-all")["error"]["kind"] == "input"
+    run = run_ci([suite, "--baselines", base, "--only", "int_bool", "--update-goldens"],
+                 capsys, tmp_path)
+    assert run.code == 0
+    assert json.loads(path.read_text())["job"] == "int_bool/local/opt-all"
+    assert any(n.startswith("replacing an unreadable baseline: ")
+               for n in run.job("int_bool/local/opt-all")["notes"])
+
+
 def test_html_report_shows_the_plot_in_headless_chromium(ci_baselines: Path, device_env,
                                                           tmp_path: Path, capsys) -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -271,7 +288,7 @@ def test_cli_exit_codes_and_listing(device_env, tmp_path: Path, capsys) -> None:
     out, err = capsys.readouterr()
     assert out.split() == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
                            "int_bool/local/opt-all"]
-    assert err == "4 of 4 job(s)\n"
+    assert err == "4 of 4 job(s) in shard 1/1\n"
     assert main(["ci", str(suite), "--shard", "3/2"]) == 2
     assert capsys.readouterr().err == ("error: --shard '3/2': expected I/N with 1 <= I <= N, "
                                        "e.g. --shard 2/4\n")

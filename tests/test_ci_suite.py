@@ -107,7 +107,9 @@ def test_shards_are_disjoint_complete_and_stable() -> None:
     # a job's shard depends on its id and N only: dropping other jobs never moves it
     for j in jobs:
         assert [x.id for x in select([j], shard=(shard_of(j.id, 4), 4))] == [j.id]
-    assert shard_of("cnn/local/opt-all", 4) == shard_of("cnn/local/opt-all", 4)
+    # pinned: a job must land in the same shard on every runner and every verify version
+    assert [shard_of(i, 4) for i in ("cnn/local/opt-all", "two_io/arm64/opt-all",
+                                      "int_bool/local/opt-all")] == [4, 1, 3]
 
 
 def test_only_matches_globs_and_names() -> None:

@@ -208,12 +208,8 @@ def drop_warmup(events: list[dict[str, Any]], runs: int, source: str = "<profile
     if len(spans) < runs:
         raise ProfileError(f"{source}: cannot drop {runs} warmup runs, the profile has "
                            f"{len(spans)}")
-
-    def inside(e: dict[str, Any]) -> bool:
-        ts = e.get("ts")
-        return isinstance(ts, (int, float)) and any(a <= ts <= a + d for a, d in spans)
-
-    return [e for e in events if not inside(e)]
+    return [e for e in events
+            if not (isinstance(e.get("ts"), (int, float)) and _inside(e["ts"], spans))]
 
 
 def _inside(ts: float, spans: list[tuple[float, float]]) -> bool:

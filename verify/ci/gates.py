@@ -18,7 +18,16 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from verify.ci.results import (FAIL, NO_BASELINE, PASS, GateResult, Latency, TensorError, num)
+from verify.ci.results import (
+    FAIL,
+    NO_BASELINE,
+    PASS,
+    GateResult,
+    Latency,
+    TensorError,
+    fmt3,
+    num,
+)
 from verify.ci.suite import GateSettings
 
 BOOTSTRAP_ROUNDS = 2000
@@ -82,12 +91,8 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
         "regression", FAIL,
         f"{len(worse)} output(s), {len(worse_layers)} layer(s) worse than "
         f"{settings.regression_factor:g}x the baseline; first {kind} {first['tensor']}: "
-        f"max_abs={_g(first['max_abs'])} vs baseline {_g(first['baseline_max_abs'])} "
-        f"(limit {_g(first['limit'])})", details)
-
-
-def _g(x: float | str) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
+        f"max_abs={fmt3(first['max_abs'])} vs baseline {fmt3(first['baseline_max_abs'])} "
+        f"(limit {fmt3(first['limit'])})", details)
 
 
 def _seed(job_id: str) -> int:
@@ -149,4 +154,4 @@ def determinism(first: Sequence[Mapping[str, np.ndarray]],
     d = differing[0]
     return GateResult("determinism", FAIL,
                       f"{len(differing)} output(s) differ between two runs; first {d['tensor']} "
-                      f"(case {d['case']}) by max_abs={_g(d['max_abs'])}", details)
+                      f"(case {d['case']}) by max_abs={fmt3(d['max_abs'])}", details)

@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 
 from verify.ci.report import RunInfo, verdict
-from verify.ci.results import ERROR, FAIL, FAILED, PASSED, JobResult, TensorError, overall
+from verify.ci.results import (
+    ERROR,
+    FAIL,
+    FAILED,
+    PASSED,
+    JobResult,
+    TensorError,
+    overall,
+)
 from verify.errors import UsageError
 
 ZERO_FLOOR = 1e-12   # errors of exactly 0 are drawn here (a log axis has no 0)

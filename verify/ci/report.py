@@ -9,13 +9,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from verify import __version__
-from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASS, PASSED, UPDATED,
-                               JobResult, missing_baselines, overall)
+from verify.ci.results import (
+    ERROR,
+    FAIL,
+    FAILED,
+    NO_BASELINE,
+    PASS,
+    PASSED,
+    UPDATED,
+    JobResult,
+    fmt3,
+    missing_baselines,
+    overall,
+)
 from verify.ci.suite import GATES
 
 FORMAT = "verify-ci-report"
 VERSION = 1
-GREEN, RED, ERR = "passed", "failed", "error"
 
 
 @dataclass(frozen=True)
@@ -92,15 +102,11 @@ def _gate_cell(result: JobResult, gate: str) -> str:
         return "–"
     mark = _MARK.get(g.status, g.status)
     if gate == "latency" and g.status in (PASS, FAIL):
-        return f"{mark} {_g(g.details['median_ms'])} ms ({_g(g.details['ratio'])}x)"
+        return f"{mark} {fmt3(g.details['median_ms'])} ms ({fmt3(g.details['ratio'])}x)"
     if gate == "regression" and g.status == FAIL:
         worst = [*g.details["worse_outputs"], *g.details["worse_layers"]]
-        return f"{mark} {_g(worst[0]['ratio'])}x" if worst else mark
+        return f"{mark} {fmt3(worst[0]['ratio'])}x" if worst else mark
     return mark
-
-
-def _g(x: float | str) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
 
 
 def _device_label(r: JobResult) -> str:

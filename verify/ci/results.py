@@ -15,6 +15,11 @@ PASS, FAIL, NO_BASELINE, UPDATED = "pass", "fail", "no-baseline", "updated"
 PASSED, FAILED, ERROR = "passed", "failed", "error"
 
 
+def fmt3(x: float | str) -> str:
+    """A figure for a report line: 3 significant digits, or the text as it is (nan, inf)."""
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+
+
 def num(x: float) -> float | str:
     """A float for JSON: 6 significant digits; non-finite values as strings."""
     x = float(x)

@@ -7,7 +7,6 @@ marks its remaining jobs as errors without trying them; every other device goes 
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 import traceback
@@ -21,10 +20,26 @@ from verify import execute
 from verify.ci import baseline as baselines
 from verify.ci import gates, layers
 from verify.ci.jobs import Job
-from verify.ci.results import (ERROR, FAIL, FAILED, NO_BASELINE, PASSED, UPDATED,
-                               GateResult, JobResult, Latency, TensorError)
-from verify.errors import (ConnectError, DeviceError, DeviceTimeout, TransferError,
-                           UsageError, VerifyError)
+from verify.ci.results import (
+    ERROR,
+    FAIL,
+    FAILED,
+    NO_BASELINE,
+    PASSED,
+    UPDATED,
+    GateResult,
+    JobResult,
+    Latency,
+    TensorError,
+)
+from verify.errors import (
+    ConnectError,
+    DeviceError,
+    DeviceTimeout,
+    TransferError,
+    UsageError,
+    VerifyError,
+)
 
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0
@@ -134,18 +149,24 @@ def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:
     return tuple(rows)
 
 
-def model_sha256(outcome: execute.RunOutcome) -> str:
-    """Of the model bytes that ran (not the archive's provenance record, which a rewrite of
-    the archive may have carried over)."""
-    return hashlib.sha256(outcome.testcase.model_bytes).hexdigest()
-
-
 def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
+    # The baseline first: a bad one fails before any device time is spent, and one that
+    # --update-goldens is about to replace need not be readable at all.
+    path = baselines.baseline_path(ci.baselines, ci.suite_name, job)
+    shown = _shown(path)
+    replaced: list[str] = []
+    try:
+        base = baselines.load(path)
+    except UsageError as exc:
+        if not ci.update_goldens:
+            raise
+        base = None
+        replaced.append(f"replacing an unreadable baseline: {exc}")
     outcome = _retrying(lambda: execute.run(_request(job)), job.retries, attempts)
     outputs = _outputs(outcome)
     latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms))
     layer_rows: tuple[TensorError, ...] = ()
-    notes: list[str] = list(outcome.notes)
+    notes: list[str] = [*outcome.notes, *replaced]
     if job.layers and ("accuracy" in job.gates or "regression" in job.gates):
         if not outcome.testcase.has_layers:
             notes.append(f"{job.archive.name} has no per-layer references (pack it with "
@@ -153,10 +174,7 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
         else:
             layer_rows = _retrying(lambda: layers.run_with_dump(job, _request), job.retries,
                                    _Attempts())
-    path = baselines.baseline_path(ci.baselines, ci.suite_name, job)
-    shown = _shown(path)
-    base = baselines.load(path)
-    sha = model_sha256(outcome)
+    sha = outcome.run.model_sha256  # of the bytes that ran, hashed once by the pipeline
     stale = base is not None and base.model_sha256 not in ("", sha)
     if stale and not ci.update_goldens:
         notes.append(f"the baseline was recorded for another model (sha256 "

@@ -67,7 +67,6 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     named) or a bad testcase; 3 only device errors; 4 an internal error.
     """
     import verify.ci as ci_lib
-    from verify.ci.jobs import shard_of
 
     request = ci_lib.CiRequest(suite=suite, only=only,
                                shard=ci_lib.parse_shard(shard) if shard else None,
@@ -79,9 +78,9 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
             emit_json({"total": total, "jobs": [j.id for j in jobs]})
         else:
             for job in jobs:
-                n = request.shard[1] if request.shard else 1
-                click.echo(f"{job.id}" + (f"  (shard {shard_of(job.id, n)}/{n})" if n > 1 else ""))
-            click.echo(f"{len(jobs)} of {total} job(s)", err=True)
+                click.echo(job.id)
+            shard = f" in shard {shard}" if shard else ""
+            click.echo(f"{len(jobs)} of {total} job(s){shard}", err=True)
         return EXIT_OK
     show = None if as_json else (lambda r: click.echo(_line(r)))
     outcome = ci_lib.run_suite(request, on_result=show)

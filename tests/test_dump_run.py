@@ -215,8 +215,13 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     ib = tmp_path / "ib.vtc"
     assert main(["pack", str(models / "int_bool.onnx"), "-o", str(ib), "--layers", "--json"]) == 0
     out = make_dump(ib, tmp_path / "ib", "disable")
-    entries = {e.op: e for e in open_dump(out).entries(0)}
-    assert entries["Greater"].dtype == "bool" and entries["Greater"].stats["min"] in (False, True)
+    dumped = open_dump(out)
+    entries = {e.op: e for e in dumped.entries(0)}
+    greater = entries["Greater"]
+    value = dumped.load(greater)
+    assert greater.dtype == "bool" and value.dtype == np.bool_
+    assert (type(greater.stats["min"]), type(greater.stats["max"])) == (bool, bool)
+    assert (greater.stats["min"], greater.stats["max"]) == (bool(value.min()), bool(value.max()))
     capsys.readouterr()
     code, stdout, err = run_cli(capsys, "diff", out, ib, "--json")
     doc = json.loads(stdout)

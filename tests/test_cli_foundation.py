@@ -380,3 +380,17 @@ def test_inspect_of_an_archive_whose_model_is_corrupt(capsys: pytest.CaptureFixt
     code, _, err = verify(capsys, "inspect", bad)
     assert code == 2
     assert only_line(err).startswith(f"error: {bad}: the archive's model: not an ONNX model")
+
+
+def test_iter_layers_reads_only_the_names_asked_for(capsys: pytest.CaptureFixture[str],
+                                                    tmp_path: Path) -> None:
+    from verify.testcase import iter_layers
+
+    out = tmp_path / "layers.vtc"
+    assert verify(capsys, "pack", MODELS / "two_io.onnx", "-o", out, "--layers")[0] == 0
+    everything = dict(iter_layers(out))
+    assert {"a", "b", "prod", "sum_relu"} <= set(everything)
+    some = dict(iter_layers(out, names={"prod", "a"}))
+    assert sorted(some) == ["a", "prod"]
+    for name, value in some.items():
+        np.testing.assert_array_equal(value, everything[name])

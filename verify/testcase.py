@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,8 +146,10 @@ def read_archive(path: Path) -> Testcase:
                     format_version=version, path=path)
 
 
-def iter_layers(path: Path, case: int = 0) -> Iterator[tuple[str, np.ndarray]]:
-    """Stream the per-layer reference values of one case, one tensor at a time."""
+def iter_layers(path: Path, case: int = 0,
+                names: Collection[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """Stream the per-layer reference values of one case, one tensor at a time; with `names`,
+    only those are read from disk (the others are skipped by their name attribute)."""
     path = Path(path)
     with _open(path) as f:
         group_path = f"{schema.case_path(case)}/{schema.LAYERS}"
@@ -155,4 +157,6 @@ def iter_layers(path: Path, case: int = 0) -> Iterator[tuple[str, np.ndarray]]:
             raise ArchiveError(f"{path}: case {case} has no per-layer references (pack with --layers)")
         group = f[group_path]
         for k in sorted(group.keys(), key=int):
-            yield str(group[k].attrs[schema.ATTR_NAME]), group[k][()]
+            name = str(group[k].attrs[schema.ATTR_NAME])
+            if names is None or name in names:
+                yield name, group[k][()]

@@ -76,9 +76,8 @@ class References:
         from verify.testcase import iter_layers
 
         assert self._archive is not None
-        for name, value in iter_layers(self._archive, self._case):
-            if keep is None or name in keep:
-                self._values.setdefault(name, value)
+        for name, value in iter_layers(self._archive, self._case, keep):
+            self._values.setdefault(name, value)
 
     def _compute(self, names: list[str] | None) -> None:
         from verify.capture import host_layers

@@ -36,22 +36,15 @@ sys.path.insert(0, str(REPO))
 from verify.compare import MagnitudeRule, ToleranceSet, compare  # noqa: E402
 from verify.diff import diff_captures  # noqa: E402
 
-
-def best(fn, n: int = 3) -> float:
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.path)
 
 
 def read_bandwidth() -> tuple[float, float]:
     big = np.ones(1 << 28, np.float32)  # 1 GiB
     halves = [big[: big.size // 2], big[big.size // 2:]]
-    one = big.nbytes / best(big.sum) / 1e9
+    one = big.nbytes / best_seconds(big.sum, 3) / 1e9
     with ThreadPoolExecutor(2) as pool:
-        two = big.nbytes / best(lambda: list(pool.map(np.sum, halves))) / 1e9
+        two = big.nbytes / best_seconds(lambda: list(pool.map(np.sum, halves)), 3) / 1e9
     return one, two
 
 
@@ -98,15 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = sum(p.stat().st_size for d in dumps for p in d.glob("*.npy"))
         print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
         for engine in ("numpy", "numba", "auto"):
-            diff_captures(dumps[0], dumps[1], ToleranceSet(), engine=engine)  # warm up
-            secs = best(lambda e=engine: diff_captures(dumps[0], dumps[1], ToleranceSet(),
-                                                       engine=e))
+            secs = best_seconds(lambda e=engine: diff_captures(dumps[0], dumps[1],
+                                                               ToleranceSet(), engine=e), 3)
             gbs = nbytes / secs / 1e9
             print(f"diff engine={engine:<5}: {secs:.3f} s, {gbs:.2f} GB/s = {gbs / one:.0%} of "
                   f"1-thread read, {gbs / two:.0%} of 2-thread read (target >= 40%)")
         pairs = [(np.load(a, allow_pickle=False), np.load(dumps[1] / a.name, allow_pickle=False))
                  for a in sorted(dumps[0].glob("*.npy"))]
-        secs = best(lambda: [compare("t", a, r, MagnitudeRule(), engine="numba") for a, r in pairs])
+        secs = best_seconds(lambda: [compare("t", a, r, MagnitudeRule(), engine="numba")
+                                     for a, r in pairs], 3)
         print(f"for scale: compare() alone on the same tensors already in memory, numba: "
               f"{nbytes / secs / 1e9:.2f} GB/s")
         pairs.clear()

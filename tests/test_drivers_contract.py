@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver
 from verify.errors import EXIT_DEVICE, DeviceError, DeviceTimeout, TransferError
+from verify.files import umask
 
 DRIVERS = ["local", "ssh", "adb", "adb-v1"]
 
@@ -75,6 +77,48 @@ def test_put_get_round_trip_with_progress(driver: Driver, tmp_path: Path) -> Non
     assert (driver.stats.files_put, driver.stats.bytes_put) == (1, len(data))
     assert (driver.stats.files_got, driver.stats.bytes_got) == (1, len(data))
     assert [p.name for p in back.parent.iterdir()] == ["file.bin"]  # no temp file left
+
+
+def test_get_with_move_hands_the_file_over(driver: Driver, tmp_path: Path) -> None:
+    """get(move=True) is a get for a file the device no longer needs: same bytes, same
+    permissions and bookkeeping; a missing file is a TransferError, nothing left behind."""
+    data = os.urandom((1 << 20) + 5)
+    src = tmp_path / "src.bin"
+    src.write_bytes(data)
+    remote = f"{driver.base_dir}/m/file.npy"
+    driver.makedirs(f"{driver.base_dir}/m")
+    driver.put(src, remote)
+    back = tmp_path / "moved" / "file.npy"
+    pulled: list[int] = []
+    driver.get(remote, back, progress=pulled.append, move=True)
+    assert back.read_bytes() == data and sum(pulled) == len(data)
+    assert back.stat().st_mode & 0o777 == 0o666 & ~umask()  # as a copy would have it
+    assert (driver.stats.files_got, driver.stats.bytes_got) == (1, len(data))
+    assert [p.name for p in back.parent.iterdir()] == ["file.npy"]
+    with pytest.raises(TransferError):
+        driver.get(f"{driver.base_dir}/m/none.npy", tmp_path / "moved" / "none.npy", move=True)
+    assert [p.name for p in back.parent.iterdir()] == ["file.npy"]
+
+
+def test_local_move_is_a_rename_on_one_file_system_and_a_copy_across(tmp_path: Path) -> None:
+    """The local transport renames (the work directory's file is gone, the inode is the same)
+    and falls back to a copy across file systems (/dev/shm is a tmpfs beside the disk)."""
+    profile = Profile(name="local", transport="local", base_dir=str(tmp_path / "dev"),
+                      python=(sys.executable,))
+    with make_driver(profile) as d:
+        d.makedirs(d.base_dir)
+        remote = Path(d.base_dir) / "a.npy"
+        remote.write_bytes(b"x" * 4096)
+        inode = remote.stat().st_ino
+        d.get(str(remote), tmp_path / "a.npy", move=True)
+        assert not remote.exists() and (tmp_path / "a.npy").stat().st_ino == inode
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("no second file system here to move across")
+        remote.write_bytes(b"y" * 4096)
+        with tempfile.TemporaryDirectory(dir=shm) as other:
+            d.get(str(remote), Path(other) / "b.npy", move=True)
+            assert (Path(other) / "b.npy").read_bytes() == b"y" * 4096
 
 
 def test_push_cached_sends_once(driver: Driver, tmp_path: Path) -> None:

@@ -242,7 +242,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 if dump is not None:
                     capture = _run_dump(driver, profile, runner_argv(profile, runner_path),
                                         workdir, tmp, job, model_bytes, dump, say,
-                                        options.timeout, plan, result.get("dump_result"))
+                                        options.timeout, plan, result.get("dump_result"),
+                                        keep=options.keep)
             finally:
                 if not options.keep:  # quiet while failing: a dead link must not hide why
                     driver.remove(workdir, quiet=sys.exc_info()[1] is not None)
@@ -271,7 +272,7 @@ def _dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
 def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, tmp: Path,
               job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec, say: Status,
               timeout: float | None, plan: DumpPlan | None = None,
-              forked: str | None = None) -> DumpCapture:
+              forked: str | None = None, keep: bool = False) -> DumpCapture:
     """The dump, captured on the device in chunks in a runner process of its own (bounded
     memory), then each tensor file pulled into `dump.dest`. At opt-level disable it captures
     the model itself: planned before the timed run (`plan`), and done by the timed runner in
@@ -281,7 +282,7 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
     with optimization off, so the dump shows the graph that ran."""
     if plan is not None and forked:
         result = _fetch_result(driver, workdir, tmp, 0, "", profile, name=_DUMP_RESULT)
-        return _pull_dump(driver, profile, workdir, dump, plan, result)
+        return _pull_dump(driver, profile, workdir, dump, plan, result, keep)
     job = {k: v for k, v in job.items() if k != "dump_first"}
     model_ref, optimized = job["model"], None
     if "optimized_model_path" in job:
@@ -304,12 +305,13 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
                      check=False)
     result = _fetch_result(driver, workdir, tmp, res.status, res.stderr, profile,
                            name=_DUMP_RESULT)
-    return _pull_dump(driver, profile, workdir, dump, plan, result)
+    return _pull_dump(driver, profile, workdir, dump, plan, result, keep)
 
 
 def _pull_dump(driver: Driver, profile: Profile, workdir: str, dump: DumpSpec, plan: DumpPlan,
-               result: Mapping[str, Any]) -> DumpCapture:
-    """The dump runner's records, each tensor file pulled into `dump.dest`."""
+               result: Mapping[str, Any], keep: bool) -> DumpCapture:
+    """The dump runner's records, each tensor file pulled into `dump.dest` (moved, not
+    copied, where the transport can and the work directory is not kept)."""
     info = result.get("dump")
     if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
         raise RunnerError(f"{profile.spec}: the device's runner does not capture layers (its "
@@ -326,7 +328,8 @@ def _pull_dump(driver: Driver, profile: Profile, workdir: str, dump: DumpSpec, p
                 if not is_tensor_file(name):  # the device names it: never a path of its choice
                     raise RunnerError(f"{profile.spec}: the runner named a dump file "
                                       f"{rec['file']!r}, not c<case>_t<index>.npy")
-                driver.get(f"{workdir}/{rec['file']}", dump.dest / name)  # atomic by itself
+                driver.get(f"{workdir}/{rec['file']}", dump.dest / name,  # atomic by itself
+                           move=not keep)
                 rec["file"] = name
             kept.append(rec)
         records.append(tuple(kept))

@@ -112,6 +112,11 @@ class Driver(ABC):
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None: ...
 
     # --- file-system primitives: POSIX commands by default, overridable ----------------------
+    def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
+        """Fetch a file the device will not need again: a copy, unless the transport can do
+        better (the remote file may or may not be left behind)."""
+        self._get_impl(remote, local, progress)
+
     def _rename_impl(self, src: str, dst: str) -> None:
         self.run(["mv", "-f", src, dst], what="rename on device")
 
@@ -169,11 +174,14 @@ class Driver(ABC):
         self.stats.bytes_put += size
         self.stats.files_put += 1
 
-    def get(self, remote: str, local: Path, progress: Progress | None = None) -> None:
-        """Copy a device file to the host atomically: a partial file never appears at `local`."""
+    def get(self, remote: str, local: Path, progress: Progress | None = None, *,
+            move: bool = False) -> None:
+        """Copy a device file to the host atomically: a partial file never appears at `local`.
+        With `move` the device no longer needs the file, and a transport that can hand it over
+        without copying (the local one, on one file system) does so."""
         local.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(local) as tmp:
-            self._get_impl(remote, tmp, progress)
+            (self._move_impl if move else self._get_impl)(remote, tmp, progress)
         self.stats.bytes_got += local.stat().st_size
         self.stats.files_got += 1
 

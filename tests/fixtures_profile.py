@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures_devices import run_cli
+from helpers_cli import only_line, verify  # noqa: F401 (used by the profile and bench tests)
 from verify.devices import arm64_root
 
 REPO = Path(__file__).resolve().parent.parent
@@ -16,18 +16,6 @@ CNN = REPO / "goldens" / "models" / "cnn.onnx"
 IMAGE = REPO / "goldens" / "images" / "sample.png"
 
 __all__ = ["cnn_two_cases", "private_cache"]
-
-
-def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    """`verify ARGS` in this process: exit code, stdout, stderr."""
-    return run_cli([str(a) for a in args], capsys)
-
-
-def only_line(err: str) -> str:
-    """The one non-blank line of `err` (fails the test if there are more)."""
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from helpers_cli import only_line, verify
 from verify import __version__
 from verify.cli import cli, main
 
@@ -24,18 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "goldens" / "models"
 IMAGE = REPO / "goldens" / "images" / "sample.png"
 TESTS = Path(__file__).resolve().parent
-
-
-def verify(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def only_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert len(lines) == 1, f"expected one error line, got: {err!r}"
-    return lines[0]
 
 
 def leftovers(folder: Path) -> list[str]:

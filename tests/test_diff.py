@@ -13,15 +13,9 @@ import pytest
 
 from fixtures_dump import CNN, REPO
 from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 (fixtures)
-from verify.cli import main
+from helpers_cli import verify
 from verify.compare import ToleranceSet
 from verify.diff import diff_captures
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -32,7 +26,7 @@ def dump_copy(cnn_dumps: dict[str, Path], tmp_path: Path) -> Path:
 
 def test_opt_disable_and_all_diff_cleanly_with_fused_tensors_listed(
         cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+    code, out, err = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
                              "--show-missing")
     assert code == 0, err
     assert out.splitlines()[-1] == "=== PASS: 18 tensors within tolerance"
@@ -45,7 +39,7 @@ def test_opt_disable_and_all_diff_cleanly_with_fused_tensors_listed(
 def test_dump_against_archive_layers_json(cnn_dumps: dict[str, Path], cnn_layers_vtc: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     # the archive was packed with seed 7 random inputs, as the dumps: same inputs
-    code, out, _ = run_cli(capsys, "diff", cnn_dumps["disable"], cnn_layers_vtc, "--json")
+    code, out, _ = verify(capsys, "diff", cnn_dumps["disable"], cnn_layers_vtc, "--json")
     doc = json.loads(out)
     assert code == 0 and doc["passed"] is True and doc["first_divergent"] is None
     assert doc["counts"] == {"compared": 38, "failed": 0, "only_in_actual": 0,
@@ -58,14 +52,14 @@ def test_dump_against_archive_layers_json(cnn_dumps: dict[str, Path], cnn_layers
 
 def test_tight_tolerance_fails_names_the_first_divergent_and_exits_1(
         cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+    code, out, _ = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
                            "--atol", "1e-9", "--only-failing")
     assert code == 1
     assert "first divergent tensor: 'stem/relu:0'  node stem/relu  op Relu" in out
     assert out.splitlines()[-1].startswith(
         "=== FAIL: 17 of 18 tensors over tolerance; first divergent 'stem/relu:0' "
         "(node stem/relu, op Relu), fused on the actual side with stem/conv:0, stem/bn:0")
-    code, out, _ = run_cli(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+    code, out, _ = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
                            "--tol", "*:atol=1e-9", "--top", "3")
     table = [ln for ln in out.splitlines() if ln.endswith(("PASS     magnitude k=2^-14",)) or
              "FAIL" in ln and "allclose" in ln]
@@ -145,7 +139,7 @@ def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
                                               cnn_dumps: dict[str, Path],
                                               capsys: pytest.CaptureFixture[str]) -> None:
     expected = _damage(kind, dump_copy)
-    code, out, err = run_cli(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    code, out, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
     assert (code, out) == (2, "")
     assert err.strip() == expected
 
@@ -161,7 +155,7 @@ def test_pickle_payload_is_never_executed(dump_copy: Path, cnn_dumps: dict[str, 
     m = json.loads((dump_copy / "manifest.json").read_text())
     t = m["cases"][0]["tensors"][2]
     np.save(dump_copy / t["file"], np.array([Evil()], dtype=object), allow_pickle=True)
-    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], dump_copy)
+    code, _, err = verify(capsys, "diff", cnn_dumps["disable"], dump_copy)
     assert code == 2 and "a pickled .npy" in err
     assert not marker.exists()
 
@@ -170,7 +164,7 @@ def test_different_models_are_refused(tmp_path: Path, cnn_dumps: dict[str, Path]
                                       dump_factory: Callable[..., Path],
                                       capsys: pytest.CaptureFixture[str]) -> None:
     other = dump_factory(REPO / "goldens" / "models" / "two_io.onnx", "disable")
-    code, _, err = run_cli(capsys, "diff", other, cnn_dumps["disable"])
+    code, _, err = verify(capsys, "diff", other, cnn_dumps["disable"])
     assert code == 2
     assert err.strip() == (f"error: {other} and {cnn_dumps['disable']} share no computed "
                            "tensor: captures of different models?")
@@ -189,7 +183,7 @@ def test_different_models_are_refused(tmp_path: Path, cnn_dumps: dict[str, Path]
 def test_usage_errors(args: list[str], message: str, cnn_dumps: dict[str, Path],
                       capsys: pytest.CaptureFixture[str]) -> None:
     a = cnn_dumps["disable"]
-    code, _, err = run_cli(capsys, "diff", a, a, *args)
+    code, _, err = verify(capsys, "diff", a, a, *args)
     assert code == 2
     assert err.strip() == message.format(a=a)
 
@@ -199,12 +193,12 @@ def test_archive_without_layers_and_missing_paths(cnn_dumps: dict[str, Path], tm
     from fixtures_dump import pack
 
     plain = pack(CNN, tmp_path / "plain.vtc")
-    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], plain)
+    code, _, err = verify(capsys, "diff", cnn_dumps["disable"], plain)
     assert (code, err.strip()) == (2, f"error: {plain}: holds no per-layer references for "
                                       "case 0; re-pack it with `verify pack --layers`")
-    code, _, err = run_cli(capsys, "diff", tmp_path / "nope", plain)
+    code, _, err = verify(capsys, "diff", tmp_path / "nope", plain)
     assert (code, err.strip()) == (2, f"error: {tmp_path / 'nope'}: no such file or folder")
-    code, _, err = run_cli(capsys, "diff", cnn_dumps["disable"], stats := _stats_dump(tmp_path))
+    code, _, err = verify(capsys, "diff", cnn_dumps["disable"], stats := _stats_dump(tmp_path))
     assert code == 2 and err.strip() == (
         f"error: {stats}: a --dump-stats-only dump holds no tensor values to compare; diff "
         "its --io-dump text, or re-run without --dump-stats-only")

@@ -14,16 +14,11 @@ from onnx import TensorProto, helper
 
 from fixtures_dump import CNN, make_dump, pack
 from fixtures_dump import cnn_dumps, dump_factory  # noqa: F401 (fixtures)
+from helpers_cli import verify
 from verify.cli import main
 from verify.dump import open_dump
 
 LEVELS = ["disable", "basic", "extended", "all"]
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +72,7 @@ def test_io_dump_text_is_stable(cnn_vtc: Path, tmp_path: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     texts = []
     for k in range(2):
-        code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "disable",
+        code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "disable",
                                "--io-dump", tmp_path / f"io{k}.txt")
         assert code == 0, err
         texts.append((tmp_path / f"io{k}.txt").read_text())
@@ -98,14 +93,14 @@ def test_io_dump_text_is_stable(cnn_vtc: Path, tmp_path: Path,
 def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "se"
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", out,
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", out,
                            "--opt-level", "disable", "--dump-filter", "block3/se/")
     assert code == 0, err
     names = [e.name for e in open_dump(out).entries(0)]
     assert names == ["block3/se/pool:0", "block3/se/fc1:0", "block3/se/relu:0",
                      "block3/se/fc2:0", "block3/se/sigmoid:0", "block3/se/scale:0"]
     stats = tmp_path / "stats"
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", stats,
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", stats,
                            "--dump-stats-only", "--dump-budget-mb", "0.5")
     assert code == 0, err
     assert sorted(p.name for p in stats.iterdir()) == ["manifest.json"]
@@ -123,7 +118,7 @@ def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
 ])
 def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                             args: list[str], message: str) -> None:
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump",
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump",
                            tmp_path / "d", *args)
     assert code == 2
     assert err.strip().splitlines()[-1] == message
@@ -132,14 +127,14 @@ def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.Captur
 
 def test_io_dump_into_a_folder_is_refused(cnn_vtc: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--io-dump", tmp_path)
+    code, _, err = verify(capsys, "run", cnn_vtc, "--io-dump", tmp_path)
     assert (code, err.strip()) == (2, f"error: --io-dump {tmp_path}: is a folder; give a file "
                                       "name (the text dump), and --bin-io-dump DIR for a dump "
                                       "folder")
 
 
 def test_dump_options_need_a_dump(cnn_vtc: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--dump-stats-only")
+    code, _, err = verify(capsys, "run", cnn_vtc, "--dump-stats-only")
     assert (code, err.strip()) == (2, "error: --dump-filter, --dump-budget-mb and "
                                       "--dump-stats-only need --bin-io-dump DIR or --io-dump FILE")
 
@@ -147,7 +142,7 @@ def test_dump_options_need_a_dump(cnn_vtc: Path, capsys: pytest.CaptureFixture[s
 def test_dump_refuses_a_folder_that_is_not_a_dump(cnn_vtc: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "notes.txt").write_text("mine")
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--bin-io-dump", tmp_path)
+    code, _, err = verify(capsys, "run", cnn_vtc, "--bin-io-dump", tmp_path)
     assert code == 2
     assert err.strip() == (f"error: {tmp_path}: folder is not empty and not a verify dump "
                            "(holds notes.txt); give an empty or new folder")
@@ -201,15 +196,15 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     assert d.n_cases == 3 and [e.shape[0] for e in d.entries(2)] == [3, 3, 3]
     capsys.readouterr()
     for case in range(3):
-        code, _, err = run_cli(capsys, "diff", out, dyn, "--case", case)
+        code, _, err = verify(capsys, "diff", out, dyn, "--case", case)
         assert code == 0, err
     # a run of one case holds that case, under the archive's number
     one = make_dump(dyn, tmp_path / "dyn2", "disable", "--case", "2")
     assert open_dump(one).case_numbers == [2]
     capsys.readouterr()
-    code, _, err = run_cli(capsys, "diff", one, dyn, "--case", "2")
+    code, _, err = verify(capsys, "diff", one, dyn, "--case", "2")
     assert code == 0, err
-    code, _, err = run_cli(capsys, "diff", one, dyn, "--case", "0")
+    code, _, err = verify(capsys, "diff", one, dyn, "--case", "0")
     assert (code, err.strip()) == (2, f"error: {one}: no case 0 (the dump holds case(s) 2)")
     # integers and bools: exact rule, bool stats
     ib = tmp_path / "ib.vtc"
@@ -223,7 +218,7 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     assert (type(greater.stats["min"]), type(greater.stats["max"])) == (bool, bool)
     assert (greater.stats["min"], greater.stats["max"]) == (bool(value.min()), bool(value.max()))
     capsys.readouterr()
-    code, stdout, err = run_cli(capsys, "diff", out, ib, "--json")
+    code, stdout, err = verify(capsys, "diff", out, ib, "--json")
     doc = json.loads(stdout)
     assert code == 0, err
     rules = {r["op"]: r["diff"]["rule"] for r in doc["rows"]}
@@ -243,13 +238,13 @@ def test_a_runner_without_layer_capture_is_a_device_error(
         f'transport = "local"\nrunner = [{json.dumps(sys.executable)}, {json.dumps(str(alt))}]\n')
     monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "profiles"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
+    code, _, err = verify(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
                            "--opt-level", "disable", "--bin-io-dump", tmp_path / "d")
     assert code == 3
     assert err.strip().splitlines()[-1] == (
         "error: alt: the device's runner does not capture layers (its result has no 'dump'); "
         "use verify's own runner.py for dumps")
-    code, _, err = run_cli(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
+    code, _, err = verify(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
                            "--opt-level", "all", "--bin-io-dump", tmp_path / "d")
     assert code == 3
     assert err.strip().splitlines()[-1] == (

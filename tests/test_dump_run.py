@@ -109,6 +109,68 @@ def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
     assert d.manifest["options"]["budget_bytes"] == 1 << 19
 
 
+# verify's own runner, with its chunk planner recording each plan (the tensors' estimated
+# sizes per chunk, and the budget it was given) in the file named by its first argument.
+_PLAN_RECORDING_RUNNER = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("device_runner", {runner!r})
+rt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(rt)
+log = sys.argv.pop(1)
+plan = rt.plan_chunks
+
+def plan_chunks(names, sizes, budget):
+    chunks = plan(names, sizes, budget)
+    size = dict(zip(names, sizes))
+    with open(log, "a") as fh:
+        fh.write(json.dumps({{"budget": budget,
+                              "chunks": [[size[n] for n in c] for c in chunks]}}) + "\\n")
+    return chunks
+
+rt.plan_chunks = plan_chunks
+sys.exit(rt.main(sys.argv))
+"""
+
+
+def test_dump_budget_is_recorded_and_bounds_the_chunks(cnn_vtc: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    from verify.pipeline import RUNNER_SOURCE
+
+    log, wrapper = tmp_path / "plans.jsonl", tmp_path / "recording_runner.py"
+    wrapper.write_text(_PLAN_RECORDING_RUNNER.format(runner=str(RUNNER_SOURCE)))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "rec.toml").write_text(
+        f'transport = "local"\nrunner = {json.dumps([sys.executable, str(wrapper), str(log)])}\n')
+    monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "profiles"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    chunks, dumps = {}, {}
+    for mb in ("0.5", "64"):
+        log.unlink(missing_ok=True)
+        dumps[mb] = tmp_path / f"d{mb}"
+        code, _, err = verify(capsys, "run", cnn_vtc, "--device", "rec", "--iter", "1",
+                              "--warmup", "0", "--opt-level", "disable",
+                              "--bin-io-dump", dumps[mb], "--dump-budget-mb", mb)
+        assert code == 0, err
+        budget = int(float(mb) * (1 << 20))
+        assert open_dump(dumps[mb]).manifest["options"]["budget_bytes"] == budget
+        [plan] = [json.loads(line) for line in log.read_text().splitlines()]
+        assert plan["budget"] == budget
+        # every chunk fits the budget, but for a lone tensor larger than the budget by itself
+        assert all(len(c) == 1 or sum(c) <= budget for c in plan["chunks"]), plan
+        chunks[mb] = plan["chunks"]
+    total = sum(sum(c) for c in chunks["64"])
+    assert len(chunks["64"]) == 1 and total > 4 << 19
+    assert len(chunks["0.5"]) >= -(-total // (1 << 19))  # at least total / budget chunks
+    # the chunking changes how the values were fetched, never the values
+    small, large = open_dump(dumps["0.5"]), open_dump(dumps["64"])
+    assert [e.name for e in small.entries(0)] == [e.name for e in large.entries(0)]
+    for a, b in zip(small.entries(0), large.entries(0), strict=True):
+        assert np.array_equal(small.load(a), large.load(b)), a.name
+
+
 @pytest.mark.parametrize("args, message", [
     (["--dump-filter", "("], "error: --dump-filter '(': not a regular expression: "
                              "missing ), unterminated subpattern at position 0"),

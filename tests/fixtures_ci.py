@@ -8,13 +8,16 @@ import dataclasses
 import json
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+
+from verify.drivers.base import CommandResult, Driver, Progress
+from verify.errors import ConnectError
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = REPO / "goldens" / "suites" / "sample.toml"
@@ -26,6 +29,7 @@ __all__ = [
     "CiRun",
     "ci_baselines",
     "have_arm64",
+    "link_down_transport",
     "local_suite",
     "perturbed_archive",
     "run_ci",
@@ -136,3 +140,43 @@ def wrapped_runner_profile(profiles: Path, name: str, *args: str) -> str:
     (profiles / f"{name}.toml").write_text(
         f'transport = "local"\nrunner = {json.dumps(argv)}\n', encoding="utf-8")
     return name
+
+
+class LinkDown(ConnectError):
+    """What a third-party driver may raise: a ConnectError of its own kind."""
+
+
+class LinkDownDriver(Driver):
+    """A third-party transport (entry point `verify.drivers`) whose device never answers."""
+
+    transport = "linkdown"
+
+    def _open_impl(self) -> None:
+        raise LinkDown(f"linkdown:{self.config.address}: the link is down")
+
+    def _close_impl(self) -> None:
+        pass
+
+    def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                   cwd: str | None) -> CommandResult:
+        raise AssertionError("never opened")
+
+    def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
+        raise AssertionError("never opened")
+
+    def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
+        raise AssertionError("never opened")
+
+
+@pytest.fixture
+def link_down_transport(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The `linkdown` transport, installed the way a third-party package is: a distribution
+    on sys.path whose entry point in the `verify.drivers` group names LinkDownDriver."""
+    dist = tmp_path / "site" / "verify_linkdown-1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: verify-linkdown\n"
+                                   "Version: 1.0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(
+        f"[verify.drivers]\nlinkdown = {__name__}:LinkDownDriver\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(dist.parent))
+    return "linkdown"

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fixtures_ci import (
     SAMPLE,
+    TESTCASES,
     have_arm64,
     local_suite,
     perturbed_archive,
@@ -169,6 +170,31 @@ def test_unreachable_device_errors_its_jobs_and_the_others_go_on(
     assert run.job("cnn/local/opt-all")["status"] == "passed"
     validate_junit(tmp_path / "ci.xml")
     assert 'type="device-error"' in (tmp_path / "ci.xml").read_text()
+
+
+def test_a_connect_error_subclass_also_takes_the_device_out_of_the_run(
+        link_down_transport: str, device_env, tmp_path: Path, capsys) -> None:
+    # a third-party driver raises its own ConnectError subclass: the device is still lost
+    suite = tmp_path / "lost.toml"
+    suite.write_text(
+        '[suite]\nname = "lost"\niterations = 2\nwarmup = 0\nretries = 1\n'
+        'gates = ["accuracy"]\n\n'
+        f'[[device]]\nname = "board"\nspec = "{link_down_transport}:rack7"\n\n'
+        '[[device]]\nname = "local"\nspec = "local"\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "two_io.vtc"))}\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "int_bool.vtc"))}\n',
+        encoding="utf-8")
+    run = run_ci([suite], capsys, tmp_path)
+    assert run.code == 3, run.out
+    first, second = run.job("two_io/board/default"), run.job("int_bool/board/default")
+    assert first["error"] == {"kind": "device", "type": "LinkDown",
+                              "message": "linkdown:rack7: the link is down"}
+    assert first["attempts"] == 2  # retried once, like any ConnectError
+    assert second["error"]["message"] == ("not run: device board was unreachable earlier in "
+                                          "this run (linkdown:rack7: the link is down)")
+    assert second["attempts"] == 0
+    assert [run.job(f"{t}/local/default")["status"] for t in ("two_io", "int_bool")] == [
+        "passed", "passed"]
 
 
 def test_per_job_timeout_is_a_device_error(ci_baselines: Path, device_env, tmp_path: Path,

@@ -93,7 +93,7 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                                    error_kind="device")
             else:
                 result = run_job(job, ci)
-                if result.error_type == ConnectError.__name__:
+                if result.unreachable:
                     down[job.device.name] = (f"device {job.device.name} was unreachable "
                                              f"earlier in this run ({result.error})")
             results[i] = result
@@ -123,7 +123,8 @@ def run_job(job: Job, ci: CiRun) -> JobResult:
         kind = ("device" if isinstance(exc, DeviceError) else
                 "input" if isinstance(exc, UsageError) else "internal")
         result = JobResult(job, ERROR, error=str(exc), error_kind=kind,
-                           error_type=type(exc).__name__)
+                           error_type=type(exc).__name__,
+                           unreachable=isinstance(exc, ConnectError))
     except Exception as exc:  # a bug must not take the other jobs down; keep its trace
         result = JobResult(job, ERROR, error=f"{type(exc).__name__}: {exc}",
                            error_kind="internal", error_type=type(exc).__name__,

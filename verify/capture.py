@@ -27,42 +27,66 @@ from verify.runner import runner as _rt
 _HOST_JOB = {"opt_level": "disable", "providers": ["CPUExecutionProvider"]}
 
 
-def host_layers(model_bytes: bytes, feeds: Mapping[str, np.ndarray],
-                names: Sequence[str] | None = None, *,
-                budget_bytes: int | None = None) -> Iterator[tuple[str, np.ndarray]]:
-    """Reference values (ONNX Runtime CPU, optimizations disabled) of `names` (default: every
-    tensor of `graph.tensor_order`, graph inputs included), yielded in topological order.
+class HostCapture:
+    """The host reference (ONNX Runtime CPU, optimizations disabled) of one model, set up once
+    (model parsed, tensor order, a scratch copy of the model) for any number of cases.
 
-    Computed in chunks of at most `budget_bytes` of marked activations (default: sized to the
-    model and this machine), so memory stays bounded however deep the model is. Names not in
-    the graph are a UsageError. Drop each value once used to keep memory bounded.
+    Use it as a context manager: the scratch folder goes when it closes. Each `layers` call
+    captures one case on its own (one case's values are all that is ever held, however many
+    cases there are), so cases can be consumed one after the other.
     """
-    model = parse_model(model_bytes, "model")
-    order = [t.name for t in tensor_order(model)]
-    if names is None:
-        wanted = order
-    else:
-        known = set(order)
-        unknown = [n for n in names if n not in known]
-        if unknown:
-            raise UsageError(f"no tensor named {', '.join(repr(n) for n in unknown[:5])} "
-                             "in the model")
-        chosen = set(names)
-        wanted = [n for n in order if n in chosen]
-    outputs = output_names(model)
-    del model
-    budget = budget_bytes or int(_rt.default_budget(len(model_bytes)))
-    feeds = {k: np.asarray(v) for k, v in feeds.items()}
-    with tempfile.TemporaryDirectory(prefix="verify-capture-") as scratch:
-        path = Path(scratch) / "model.onnx"
-        path.write_bytes(model_bytes)
-        chunks = _rt.capture_chunks(np, _ort(), str(path), wanted, outputs, [feeds], budget,
-                                    _HOST_JOB, scratch)
+
+    def __init__(self, model_bytes: bytes, *, budget_bytes: int | None = None) -> None:
+        model = parse_model(model_bytes, "model")
+        self._order = [t.name for t in tensor_order(model)]
+        self._outputs = output_names(model)
+        del model
+        self._budget = budget_bytes or int(_rt.default_budget(len(model_bytes)))
+        self._scratch = tempfile.TemporaryDirectory(prefix="verify-capture-")
+        self._path = Path(self._scratch.name) / "model.onnx"
+        self._path.write_bytes(model_bytes)
+
+    def __enter__(self) -> HostCapture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._scratch.cleanup()
+
+    def layers(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None
+               ) -> Iterator[tuple[str, np.ndarray]]:
+        """Reference values of `names` (default: every tensor of `graph.tensor_order`, graph
+        inputs included) for one case, yielded in topological order, computed in chunks of
+        at most the budget of marked activations. Names not in the graph are a UsageError.
+        Drop each value once used to keep memory bounded."""
+        wanted = self._order
+        if names is not None:
+            known = set(self._order)
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise UsageError(f"no tensor named {', '.join(repr(n) for n in unknown[:5])} "
+                                 "in the model")
+            chosen = set(names)
+            wanted = [n for n in self._order if n in chosen]
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        chunks = _rt.capture_chunks(np, _ort(), str(self._path), wanted, self._outputs, [feeds],
+                                    self._budget, _HOST_JOB, self._scratch.name)
         try:
             for _case, name, value in _host_errors(chunks):
                 yield name, np.asarray(value)
         finally:
             chunks.close()
+
+
+def host_layers(model_bytes: bytes, feeds: Mapping[str, np.ndarray],
+                names: Sequence[str] | None = None, *,
+                budget_bytes: int | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """`HostCapture.layers` of one case (budget default: sized to the model and this machine);
+    for several cases of one model, set up one HostCapture instead."""
+    with HostCapture(model_bytes, budget_bytes=budget_bytes) as capture:
+        yield from capture.layers(feeds, names)
 
 
 def _ort():  # imported lazily: `verify --help` must not pay for onnxruntime

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from verify import __version__
-from verify.capture import host_layers
+from verify.capture import HostCapture
 from verify.graph import load_model, sha256_bytes, tensor_order
 from verify.inputs import InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import reference_session, run_reference
@@ -74,10 +74,13 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
                               "data": list(options.data)},
                   has_layers=options.layers)
     del model, session
-    # Per-layer references stream from the chunked capture straight into the archive.
-    layers = ([host_layers(model_bytes, case.inputs)
-               for case in cases] if options.layers else None)
-    write_archive(out, tc, layers)
+    if not options.layers:
+        write_archive(out, tc)
+        return tc
+    # Per-layer references stream from the chunked capture straight into the archive, one
+    # case after the other, from one capture set-up.
+    with HostCapture(model_bytes) as capture:
+        write_archive(out, tc, [capture.layers(case.inputs) for case in cases])
     return tc
 
 

@@ -98,6 +98,17 @@ def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:
     assert suite.baselines == SAMPLE.parent / "../baselines"
 
 
+def test_gate_accuracy_layers_is_every_testcase_default(tmp_path: Path, capsys) -> None:
+    text = GOOD.replace("[[device]]", "[gate.accuracy]\nlayers = true\n\n[[device]]") + (
+        f'\n[[testcase]]\nname = "plain"\npath = "{TESTCASES / "two_io.vtc"}"\nlayers = false\n')
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    assert {j.id: j.layers for j in expand(load_suite(path))} == {
+        "two_io/local/o1": True, "plain/local/o1": False}
+    err = suite_error(tmp_path, text.replace("layers = true", "layers = 1"), capsys)
+    assert err == "error: S: line 7: gate.accuracy.layers: must be true or false\n"
+
+
 def test_shards_are_disjoint_complete_and_stable() -> None:
     jobs = expand(load_suite(SAMPLE))
     for n in (1, 2, 3, 7):

@@ -42,10 +42,9 @@ from typing import Any
 from verify.errors import UsageError
 from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_attrs,
                           node_cost, ort_node_name)
-# The trace side lives in verify.trace; its public names are re-exported here.
-from verify.trace import KERNEL_SUFFIX, WARMUP_KEY, NodeStats, Profile  # noqa: F401
-from verify.trace import ShapeVariant, drop_warmup, load_profile, parse_profile  # noqa: F401
-from verify.trace import trace_events, warmup_runs  # noqa: F401
+from verify.trace import NodeStats, Profile, ShapeVariant
+# The trace side lives in verify.trace; these are re-exported for the CLI, tests and benchmarks.
+from verify.trace import drop_warmup, load_profile, parse_profile  # noqa: F401
 
 AGGREGATES: Mapping[str, Callable[[Sequence[float]], float]] = {
     "sum": math.fsum, "mean": lambda v: math.fsum(v) / len(v), "max": max, "min": min,

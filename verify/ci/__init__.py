@@ -35,7 +35,6 @@ class CiRequest:
 
 @dataclass(frozen=True)
 class CiOutcome:
-    suite: Suite
     results: tuple[JobResult, ...]
     info: RunInfo
 
@@ -62,7 +61,7 @@ def run_suite(request: CiRequest,
     info = RunInfo(suite_name=suite.name, suite_file=str(request.suite), total_jobs=total,
                    shard=request.shard, only=tuple(request.only),
                    update_goldens=request.update_goldens, seconds=time.monotonic() - started)
-    return CiOutcome(suite, tuple(results), info)
+    return CiOutcome(tuple(results), info)
 
 
 def write_reports(outcome: CiOutcome, *, junit: Path | None = None,

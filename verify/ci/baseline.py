@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,10 @@ VERSION = 1
 class Baseline:
     """The figures the regression and latency gates compare against."""
 
-    path: Path
     outputs: Mapping[str, float]      # "case0/prob" -> max_abs
     layers: Mapping[str, float]       # "case0/conv1:0" -> max_abs (when captured per layer)
     latency: Latency | None
     model_sha256: str = ""
-    info: Mapping[str, Any] = field(default_factory=dict)
 
 
 def baseline_path(root: Path, suite_name: str, job: Job) -> Path:
@@ -58,11 +56,9 @@ def load(path: Path) -> Baseline | None:
         lat = data.get("latency")
         latency = Latency(tuple(unnum(x) for x in lat["samples_ms"])) if lat else None
         return Baseline(
-            path=path,
             outputs={k: unnum(v["max_abs"]) for k, v in data.get("outputs", {}).items()},
             layers={k: unnum(v["max_abs"]) for k, v in data.get("layers", {}).items()},
-            latency=latency, model_sha256=str(data.get("model_sha256", "")),
-            info={k: data.get(k) for k in ("created_utc", "device", "verify")})
+            latency=latency, model_sha256=str(data.get("model_sha256", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path}: malformed baseline ({type(exc).__name__}: {exc}); rewrite it "
                          "with --update-goldens") from None

@@ -11,7 +11,7 @@ import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +53,6 @@ class Tolerance:
 class GateSettings:
     """How each gate decides (docs/suite.md, "Gates")."""
 
-    layers: bool = False              # accuracy and regression also per layer
     regression_factor: float = 2.0    # error may grow by at most this factor ...
     regression_min_units: float = 0.01  # ... over max(baseline error, this x tolerance)
     latency_threshold: float = 0.25   # allowed slowdown of the median (0.25 = 25 %)
@@ -117,7 +116,6 @@ class Suite:
     devices: Mapping[str, Device]
     options: Mapping[str, OptionSet]
     testcases: tuple[TestcaseEntry, ...]
-    raw_text: str = field(default="", repr=False)
 
 
 # --- locating keys in the source, for messages ------------------------------------------------
@@ -238,11 +236,12 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
     baselines = base / r.get(s, ["suite"], "baselines", "str", "baselines")
     gates = _gates(r, s, ["suite"], DEFAULT_GATES)
     settings = _settings(r, data.get("gate", {}))
+    acc = data.get("gate", {}).get("accuracy", {})   # checked by _settings: a table
+    layers = r.get(acc, ["gate", "accuracy"], "layers", "bool", False)  # the testcases' default
     tolerance = _tolerance(r, s.get("tolerance", {}), ["suite", "tolerance"])
     devices = _devices(r, data.get("device", []))
     options = _options(r, data.get("options", [{}]))
-    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates,
-                           settings.layers)
+    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates, layers)
     if not testcases:
         raise r.fail(["testcase"], "the suite lists no testcase; add a [[testcase]] with a path")
     return Suite(path=path, name=name, baselines=baselines,
@@ -251,7 +250,7 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
                  timeout=r.get(s, ["suite"], "timeout", "positive", None),
                  retries=r.get(s, ["suite"], "retries", "int", 1),
                  gates=gates, settings=settings, tolerance=tolerance, devices=devices,
-                 options=options, testcases=testcases, raw_text=text)
+                 options=options, testcases=testcases)
 
 
 def _gates(r: _Reader, data: Mapping[str, Any], where: list[str | int],
@@ -267,7 +266,7 @@ def _settings(r: _Reader, data: Any) -> GateSettings:
     r.table(data, ["gate"], tuple(_GATE_KEYS))
     for gate, keys in _GATE_KEYS.items():
         r.table(data.get(gate, {}), ["gate", gate], keys)
-    acc, reg, lat = data.get("accuracy", {}), data.get("regression", {}), data.get("latency", {})
+    reg, lat = data.get("regression", {}), data.get("latency", {})
     d = GateSettings()
     factor = r.get(reg, ["gate", "regression"], "factor", "positive", d.regression_factor)
     if factor < 1:
@@ -276,7 +275,6 @@ def _settings(r: _Reader, data: Any) -> GateSettings:
     if not 0.5 <= confidence < 1:
         raise r.fail(["gate", "latency", "confidence"], "must be in [0.5, 1), e.g. 0.95")
     return GateSettings(
-        layers=r.get(acc, ["gate", "accuracy"], "layers", "bool", False),
         regression_factor=factor,
         regression_min_units=r.get(reg, ["gate", "regression"], "min_units", "float",
                                    d.regression_min_units),

@@ -204,6 +204,21 @@ def test_committed_baselines_cover_the_sample_suite_and_are_sorted() -> None:
         assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", path
         base = baselines.load(path)
         assert base is not None and base.outputs and base.latency is not None, path
+        # the latency record reads back into the figures it was written with (the statistics
+        # are recomputed from samples kept to 6 digits, so they agree to about that)
+        again, written = base.latency.to_dict(), json.loads(text)["latency"]
+        assert again.keys() == written.keys(), path
+        for key, value in written.items():
+            assert again[key] == pytest.approx(value, rel=1e-5), (path, key)
+
+
+def test_latency_record_keys_and_figures() -> None:
+    assert Latency((1.0, 2.0, 4.0)).to_dict() == {
+        "n": 3, "median_ms": 2.0, "mean_ms": 2.33333, "sd_ms": 1.52753, "min_ms": 1.0,
+        "max_ms": 4.0, "samples_ms": [1.0, 2.0, 4.0]}
+    assert Latency((3.0,)).to_dict()["sd_ms"] == 0.0
+    assert Latency(()).to_dict() == {"n": 0, "median_ms": "nan", "mean_ms": "nan", "sd_ms": 0.0,
+                                     "min_ms": "nan", "max_ms": "nan", "samples_ms": []}
 
 
 def test_ci_goldens_are_current() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from verify.ci.jobs import Job
 from verify.compare import TensorDiff, json_safe
+from verify.timing import Timing
 
 PASS, FAIL, NO_BASELINE, UPDATED = "pass", "fail", "no-baseline", "updated"
 PASSED, FAILED, ERROR = "passed", "failed", "error"
@@ -91,12 +92,12 @@ class Latency:
         return statistics.median(self.samples_ms) if self.samples_ms else math.nan
 
     def to_dict(self) -> dict[str, Any]:
+        """The statistics of `verify.timing`, under the key names baselines are written with."""
         s = self.samples_ms
-        return {"n": len(s), "median_ms": num(self.median_ms),
-                "mean_ms": num(statistics.fmean(s)) if s else "nan",
-                "sd_ms": num(statistics.stdev(s)) if len(s) > 1 else 0.0,
-                "min_ms": num(min(s)) if s else "nan", "max_ms": num(max(s)) if s else "nan",
-                "samples_ms": [num(x) for x in s]}
+        nan = math.nan
+        t = Timing.of(s) if s else Timing(0, nan, 0.0, nan, nan, nan, nan, nan)
+        return {"n": t.n, "median_ms": num(t.median), "mean_ms": num(t.avg), "sd_ms": num(t.sd),
+                "min_ms": num(t.min), "max_ms": num(t.max), "samples_ms": [num(x) for x in s]}
 
 
 @dataclass(frozen=True)

@@ -60,8 +60,9 @@ def test_profile_by_name_or_by_transport_and_name(device_env: DeviceEnv) -> None
                                     "python": "/usr/bin/python3 -X utf8"})
     for spec in ("pi", "ssh:pi"):
         p = resolve(spec)
-        assert (p.name, p.spec, p.target, p.python) == \
-            ("pi", "pi", "ssh:pi@10.0.0.2", ("/usr/bin/python3", "-X", "utf8"))
+        assert (p.spec, p.target, p.python, p.source) == \
+            (spec, "ssh:pi@10.0.0.2", ("/usr/bin/python3", "-X", "utf8"),
+             device_env.profiles / "pi.toml")
     with pytest.raises(UsageError, match="profile .*pi.toml is for transport 'ssh', not 'adb'"):
         resolve("adb:pi")
 
@@ -142,8 +143,28 @@ def test_devices_check_ssh_and_adb(device_env: DeviceEnv, sshd_server, adb_serve
     adb = device_env.adb_profile("p", adb_server, adb_device, adb_device.sandbox / "chk" / "v")
     for spec, transport in ((ssh, "ssh"), (adb, "adb")):
         info = run_json(["devices", "check", spec], capsys)
-        assert (info["transport"], info["arch"], info["onnxruntime"]) == \
-            (transport, platform.machine(), __import__("onnxruntime").__version__)
+        assert (info["spec"], info["transport"], info["arch"], info["onnxruntime"]) == \
+            (spec, transport, platform.machine(), __import__("onnxruntime").__version__)
+    code, out, err = run_cli(["devices", "check", ssh], capsys)
+    assert (code, err, out.splitlines()[0]) == (0, "", "device ssh:b: reachable")
+
+
+def test_reports_name_the_device_as_typed(device_env: DeviceEnv, small_vtc: Path, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`TRANSPORT:NAME` takes the profile NAME, and every report says `TRANSPORT:NAME`."""
+    device_env.write_profile("mine", {"transport": "local", "python": [sys.executable],
+                                      "base_dir": str(tmp_path / "mine")})
+    assert run_json(["devices", "check", "local:mine"], capsys)["spec"] == "local:mine"
+    doc = run_json(["run", small_vtc, "--device", "local:mine", "--iter", "1"], capsys)
+    assert doc["device"]["spec"] == "local:mine"
+    code, out, err = run_cli(["run", small_vtc, "--device", "local:mine", "--iter", "1"], capsys)
+    assert code == 0, err
+    assert [ln for ln in out.splitlines() if ln.startswith("device ")][0].startswith(
+        "device local:mine: ")
+    code, out, err = run_cli(["devices", "clean", "local:mine"], capsys)
+    assert (code, err, out.splitlines()[-1]) == (0, "", "device local:mine: clean")
+    code, out, err = run_cli(["devices", "check", "mine"], capsys)  # by name: the name
+    assert (code, err, out.splitlines()[0]) == (0, "", "device mine: reachable")
 
 
 def test_devices_check_a_runner_that_cannot_start(device_env: DeviceEnv,

@@ -31,7 +31,7 @@ def test_faulty_node_found_over_ssh(residual_vtc: Path, sshd_server, faulty_prof
     code, doc = _localize([residual_vtc, "--device", spec, "-o", tmp_path, *extra], capsys)
     assert code == 1
     assert (doc["verdict"], doc["suspect"]["name"]) == ("faulty here", "br1/conv")
-    assert doc["device"]["spec"] == "board"  # the profile ssh:board names
+    assert doc["device"]["spec"] == spec == "ssh:board"  # as typed, not the profile's name
     repro = Path(doc["repro"])
     code, out, err = run_cli(["run", repro, "--device", spec, "--iter", "1"], capsys)
     assert code == 1, err

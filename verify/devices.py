@@ -139,7 +139,8 @@ def resolve(spec: str) -> Profile:
                         transport == "cuda" and profile.transport == "local"):
                 raise UsageError(f"device {spec!r}: profile {path} is for transport "
                                  f"{profile.transport!r}, not {transport!r}")
-            return profile
+            # Reports name the device as typed (`ssh:board`, not the profile's `board`).
+            return profile if name == spec else replace(profile, name=spec)
     if transport == "local" and not target:
         return Profile(name="local", transport="local")
     if transport == "cuda":

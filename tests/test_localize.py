@@ -146,6 +146,30 @@ def test_bisection_round_trips_are_logarithmic(chain_vtc: Path, faulty_profile, 
     assert bisect_rounds[-1]["failing"] == [node]
 
 
+def test_per_layer_run_in_several_chunks_finds_the_same_node(cnn_vtc: Path, faulty_profile,
+                                                            tmp_path: Path) -> None:
+    """A budget below the model's activations splits the per-layer run into several round
+    trips; the search sees the same tensors and reaches the same verdict as in one trip."""
+    from verify.localize import FAULTY, LocalizeRequest, localize
+
+    spec = faulty_profile("chunky", "scale", "block2/conv1", 1.01)
+    results = {budget: localize(LocalizeRequest(archive=cnn_vtc, device=spec, mode="dump",
+                                                budget_bytes=budget, write_repro=False))
+               for budget in (512 << 20, 1 << 20)}
+    trips = {budget: [r.purpose for r in res.rounds if r.purpose.startswith("per-layer run of ")]
+             for budget, res in results.items()}
+    assert trips[512 << 20] == ["per-layer run of 37 tensors"]
+    assert len(trips[1 << 20]) >= 3
+    assert sum(int(p.split()[3]) for p in trips[1 << 20]) == 37
+    one, several = results[512 << 20], results[1 << 20]
+    for res in (one, several):
+        assert (res.mode, res.verdict, res.suspect.name) == ("dump", FAULTY, "block2/conv1")
+    assert [(c.name, c.verdict) for c in several.candidates] == \
+        [(c.name, c.verdict) for c in one.candidates]
+    assert several.first_divergent.tensor == one.first_divergent.tensor
+    assert [s.tensor for s in several.path] == [s.tensor for s in one.path]
+
+
 def test_bisection_cuts_do_not_split_branches(residual_vtc: Path, faulty_profile,
                                               tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:

@@ -177,9 +177,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     lo, hi = outcome.range
     cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
     own = outcome.own
-    suspect = NodeFinding(lo, ng.labels[lo], ng.nodes[lo].op_type, own,
-                          tuple(cumulative[t] for t in ng.reads(lo) if t in cumulative),
-                          tuple(cumulative[t] for t in ng.makes(lo) if t in cumulative))
+    suspect = _finding(ng, lo, own, cumulative)
     verdict = FAULTY if hi - lo == 1 else SUBGRAPH
     shapes = {n: tuple(np.shape(v)) for n, v in
               refs.get(ng.reads(lo) + ng.makes(lo)).items()}
@@ -254,6 +252,15 @@ def _activation_bytes(types: Mapping[str, Any], tc: Any) -> int:
     return total
 
 
+def _finding(ng: NodeGraph, index: int, own: tuple[TensorDiff, ...],
+             cumulative: Mapping[str, TensorDiff]) -> NodeFinding:
+    """Node `index` judged in isolation (`own`), with the full run's errors on what it reads
+    (inherited) and makes (cumulative), where the full run has them."""
+    return NodeFinding(index, ng.labels[index], ng.nodes[index].op_type, own,
+                       tuple(cumulative[t] for t in ng.reads(index) if t in cumulative),
+                       tuple(cumulative[t] for t in ng.makes(index) if t in cumulative))
+
+
 def _step(ng: NodeGraph, tensor: str, diff: TensorDiff | None) -> Step:
     i = ng.producer.get(tensor)
     if i is None:
@@ -316,11 +323,7 @@ class _Search:
         chosen = sorted(set(failing_nodes[:self.req.max_isolated]) | {first})
         own = isolate(ng, self.refs, self.device, self.judge, chosen,
                       f"{len(chosen)} suspect node(s) in isolation")
-        findings = tuple(
-            NodeFinding(i, ng.labels[i], ng.nodes[i].op_type, own[i],
-                        tuple(cumulative[t] for t in ng.reads(i) if t in cumulative),
-                        tuple(cumulative[t] for t in ng.makes(i) if t in cumulative))
-            for i in chosen)
+        findings = tuple(_finding(ng, i, own[i], cumulative) for i in chosen)
         faulty = [f for f in findings if f.verdict == FAULTY]
         if faulty:
             return _Outcome(final, (faulty[0].index, faulty[0].index + 1), faulty[0].own,

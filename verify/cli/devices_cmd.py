@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import click
 
 from verify.cli import (
@@ -13,6 +17,9 @@ from verify.cli import (
     render,
 )
 from verify.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from verify.devices import Profile
 
 
 # --- devices-------------------------------------------------------------------------------
@@ -45,11 +52,28 @@ def devices_list(as_json: bool) -> int:
     return EXIT_OK
 
 
-@devices.command("check", context_settings=CONTEXT)
-@click.argument("spec")
-@insecure_host_key_option
-@json_option
-def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
+def _device_command(name: str) -> Callable[[Callable[[Profile, bool], int]], click.Command]:
+    """`verify devices NAME SPEC [--insecure-host-key] [--json]`: the command function gets
+    SPEC's profile and --json (its docstring is the help)."""
+
+    def make(fn: Callable[[Profile, bool], int]) -> click.Command:
+        @devices.command(name, context_settings=CONTEXT)
+        @click.argument("spec")
+        @insecure_host_key_option
+        @json_option
+        @functools.wraps(fn)
+        def command(spec: str, insecure_host_key: bool, as_json: bool) -> int:
+            from verify.execute import resolve_profile
+
+            return fn(resolve_profile(spec, insecure_host_key), as_json)
+
+        return command
+
+    return make
+
+
+@_device_command("check")
+def devices_check(profile: Profile, as_json: bool) -> int:
     """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
 
     Exits 3 with the reason when the device cannot be reached or cannot run the runner.
@@ -58,10 +82,9 @@ def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
       verify devices check local
       verify devices check ssh:me@192.0.2.10:2222
     """
-    from verify.execute import resolve_profile
     from verify.pipeline import describe_device
 
-    info = describe_device(resolve_profile(spec, insecure_host_key))
+    info = describe_device(profile)
     if as_json:
         emit_json(info)
     else:
@@ -69,11 +92,8 @@ def devices_check(spec: str, insecure_host_key: bool, as_json: bool) -> int:
     return EXIT_OK
 
 
-@devices.command("clean", context_settings=CONTEXT)
-@click.argument("spec")
-@insecure_host_key_option
-@json_option
-def devices_clean(spec: str, insecure_host_key: bool, as_json: bool) -> int:
+@_device_command("clean")
+def devices_clean(profile: Profile, as_json: bool) -> int:
     """Remove verify's file cache and leftover work directories from the device SPEC.
 
     The next run pushes the runner, model and inputs again. Do not clean while a run is
@@ -84,9 +104,7 @@ def devices_clean(spec: str, insecure_host_key: bool, as_json: bool) -> int:
       verify devices clean ssh:me@192.0.2.10
     """
     from verify.drivers import clean_device
-    from verify.execute import resolve_profile
 
-    profile = resolve_profile(spec, insecure_host_key)
     removed = clean_device(profile)
     if as_json:
         emit_json({"spec": profile.spec, "removed": removed})

@@ -153,6 +153,39 @@ def test_model_gives_the_counts_the_trace_alone_cannot(capsys: pytest.CaptureFix
     assert code == 0 and "node(s) unknown; --model may tell)" in out
 
 
+@pytest.mark.timeout(60)  # a pipe opened twice for reading blocks: fail, do not hang
+def test_model_from_a_pipe_and_an_archive_read_without_its_layers(
+        capsys: pytest.CaptureFixture[str], local_trace: Path, tmp_path: Path) -> None:
+    import os
+    import threading
+    import tracemalloc
+
+    from verify.profile import load_model_index
+
+    repo = Path(__file__).resolve().parent.parent
+    onnx_file = repo / "goldens/models/cnn.onnx"
+    fifo = tmp_path / "model.pipe"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(onnx_file.read_bytes()),
+                              daemon=True)
+    writer.start()
+    try:
+        piped = doc(capsys, local_trace, "--model", fifo, "--print-only", "summary")["summary"]
+    finally:
+        writer.join(timeout=30)
+    assert piped == doc(capsys, local_trace, "--model", onnx_file,
+                        "--print-only", "summary")["summary"]
+    # an archive's per-layer references (most of this one) never enter memory
+    vtc = repo / "goldens/testcases/cnn.vtc"
+    tracemalloc.start()
+    try:
+        load_model_index(vtc)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < vtc.stat().st_size / 2
+
+
 # --- bad input: one line, exit 2 ---------------------------------------------------------------------
 @pytest.mark.parametrize("content,message", [
     ("{not json", "not a JSON trace (Expecting property name enclosed in double quotes at "

@@ -63,19 +63,34 @@ COLUMNS: Mapping[str, str] = {
 }
 """Columns --order-by accepts (prefix '+' for ascending; descending otherwise)."""
 _ATTR = {"type": "op_type"}
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 # --- joining the model ------------------------------------------------------------------------
 def load_model_index(path: Path) -> "ModelIndex":
-    """Index the model of an .onnx file or of a .vtc archive (told apart by content)."""
+    """Index the model of an .onnx file or of a .vtc archive (told apart by content).
+
+    Either is read once: an archive through `read_archive` (its per-layer references, often
+    most of the file, are not read), anything else, a pipe included, as ONNX bytes.
+    """
     from verify.graph import load_model_bytes, parse_model
     from verify.testcase import read_archive
 
     path = Path(path)
-    data = load_model_bytes(path)
-    if data.startswith(b"\x89HDF\r\n\x1a\n"):
-        data = read_archive(path).model_bytes
+    data = read_archive(path).model_bytes if _is_hdf5(path) else load_model_bytes(path)
     return ModelIndex.of(parse_model(data, str(path)))
+
+
+def _is_hdf5(path: Path) -> bool:
+    """A regular file that starts with HDF5's signature (8 bytes are read). A pipe can be read
+    only once and is never an archive; an unreadable path is left to the ONNX reader's error."""
+    try:
+        if not path.is_file():
+            return False
+        with path.open("rb") as f:
+            return f.read(len(_HDF5_SIGNATURE)) == _HDF5_SIGNATURE
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,10 +125,17 @@ def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, ca
     stats-only, or sharing no tensor (dumps of different models). A tensor over tolerance,
     with another shape or dtype, is a failing row, not an error.
     """
+    return diff_cases(actual, reference, tolerances, [case], engine=engine)[0]
+
+
+def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet, cases: Sequence[int], *,
+               engine: str = "auto") -> tuple[DiffReport, ...]:
+    """`diff_captures` for several cases, each side opened once (an archive is read, its model
+    parsed and its floors found once, not once per case): one report per case, in order."""
     with contextlib.ExitStack() as stack:
-        act = _open_side(Path(actual), case, stack)
-        ref = _open_side(Path(reference), case, stack)
-        return _walk(act, ref, tolerances, case, engine)
+        act = _open_source(Path(actual), stack)
+        ref = _open_source(Path(reference), stack)
+        return tuple(_walk(act(case), ref(case), tolerances, case, engine) for case in cases)
 
 
 def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
@@ -174,12 +181,14 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
         notes=tuple(notes))
 
 
-def _open_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
+def _open_source(path: Path, stack: contextlib.ExitStack) -> Callable[[int], _Side]:
+    """A capture opened once; the returned function gives one case's side of it."""
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
     if path.is_dir():
-        return _dump_side(open_dump(path), case)
-    return _archive_side(path, case, stack)
+        dump = open_dump(path)
+        return lambda case: _dump_side(dump, case)
+    return _archive_source(path, stack)
 
 
 def _dump_side(dump: Dump, case: int) -> _Side:
@@ -209,39 +218,42 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
         return 0
 
 
-def _archive_side(path: Path, case: int, stack: contextlib.ExitStack) -> _Side:
+def _archive_source(path: Path, stack: contextlib.ExitStack) -> Callable[[int], _Side]:
     import h5py
 
     from verify import schema
 
     tc = read_archive(path)
-    if not 0 <= case < len(tc.cases):
-        raise UsageError(f"{path}: no case {case} (the archive holds {len(tc.cases)} "
-                         f"case(s), 0..{len(tc.cases) - 1})")
     f = stack.enter_context(h5py.File(path, "r"))
-    group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
-    if group is None or not len(group):
-        raise ArchiveError(f"{path}: holds no per-layer references for case {case}; "
-                           "re-pack it with `verify pack --layers`")
-    keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
     floors = saturation_floors(parse_model(tc.model_bytes, str(path)))
-    order = [t for t in tc.tensor_order if t.name in keys]
+    scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
-    scratch = Scratch()
+    def side(case: int) -> _Side:
+        if not 0 <= case < len(tc.cases):
+            raise UsageError(f"{path}: no case {case} (the archive holds {len(tc.cases)} "
+                             f"case(s), 0..{len(tc.cases) - 1})")
+        group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
+        if group is None or not len(group):
+            raise ArchiveError(f"{path}: holds no per-layer references for case {case}; "
+                               "re-pack it with `verify pack --layers`")
+        keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
+        order = [t for t in tc.tensor_order if t.name in keys]
 
-    def load(name: str) -> np.ndarray:
-        ds = group[keys[name]]
-        if ds.dtype.hasobject or ds.shape is None or ds.size == 0:
-            return np.asarray(ds[()])
-        out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
-        ds.read_direct(out)
-        return out
+        def load(name: str) -> np.ndarray:
+            ds = group[keys[name]]
+            if ds.dtype.hasobject or ds.shape is None or ds.size == 0:
+                return np.asarray(ds[()])
+            out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
+            ds.read_direct(out)
+            return out
 
-    return _Side(label=str(path),
-                 tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
-                          for t in order],
-                 load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
-                 nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
+        return _Side(label=str(path),
+                     tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                              for t in order],
+                     load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
+                     nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
+
+    return side
 
 
 def iter_rows(report: DiffReport, *, top: int | None = None,

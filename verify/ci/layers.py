@@ -25,9 +25,6 @@ def run_with_dump(job: Job, request: RequestFactory) -> tuple[TensorError, ...]:
         outcome = execute.run(request(job, bin_io_dump=dump, iterations=1, warmup=0))
         rules = tolerance_set(outcome.testcase.tolerances, job.tolerance.atol, job.tolerance.rtol,
                               job.tolerance.specs)
-        rows: list[TensorError] = []
-        for case in outcome.case_indices:
-            report = diff.diff_captures(dump, job.archive, rules, case=case)
-            rows.extend(TensorError.from_diff(case, row.index, row.diff, row.op)
-                        for row in report.rows if row.diff is not None)
-        return tuple(rows)
+        reports = diff.diff_cases(dump, job.archive, rules, outcome.case_indices)
+        return tuple(TensorError.from_diff(report.case, row.index, row.diff, row.op)
+                     for report in reports for row in report.rows if row.diff is not None)

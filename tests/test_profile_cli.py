@@ -207,6 +207,20 @@ def test_bad_trace_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, con
     assert only_line(err) == f"error: {bad}: {message}"
 
 
+def test_an_archive_given_as_the_trace_says_how_to_profile_it(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    vtc = Path(__file__).resolve().parent.parent / "goldens" / "testcases" / "cnn.vtc"
+    code, out, err = verify(capsys, "profile", vtc)
+    assert (code, out) == (2, "")
+    assert only_line(err) == (f"error: {vtc}: a testcase archive, not a trace: record one with "
+                              f"`verify run {vtc} --profile prof.json`, then "
+                              f"`verify profile prof.json --model {vtc}`")
+    binary = tmp_path / "x.bin"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    code, out, err = verify(capsys, "profile", binary)
+    assert (code, only_line(err)) == (2, f"error: {binary}: not a JSON trace (not UTF-8 text)")
+
+
 @pytest.mark.parametrize("args,message", [
     (["--order-by", "speed"], "unknown --order-by column 'speed'; valid: time, calls, "
                               "computation, flops, memory, bandwidth, name, type, provider"),

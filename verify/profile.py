@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from verify import schema
 from verify.errors import UsageError
 from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_attrs,
                           node_cost, ort_node_name)
@@ -63,7 +64,6 @@ COLUMNS: Mapping[str, str] = {
 }
 """Columns --order-by accepts (prefix '+' for ascending; descending otherwise)."""
 _ATTR = {"type": "op_type"}
-_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 # --- joining the model ------------------------------------------------------------------------
@@ -88,7 +88,7 @@ def _is_hdf5(path: Path) -> bool:
         if not path.is_file():
             return False
         with path.open("rb") as f:
-            return f.read(len(_HDF5_SIGNATURE)) == _HDF5_SIGNATURE
+            return f.read(len(schema.SIGNATURE)) == schema.SIGNATURE
     except OSError:
         return False
 

@@ -11,6 +11,7 @@ Tensor names live in attributes, never in HDF5 paths: names may hold '/', '..' o
 """
 
 FORMAT_NAME = "verify-testcase"
+SIGNATURE = b"\x89HDF\r\n\x1a\n"  # an archive's first 8 bytes (HDF5's own signature)
 FORMAT_VERSION = 1
 
 ATTR_FORMAT = "format"

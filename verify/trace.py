@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from verify import schema
 from verify.errors import ProfileError, UsageError
 from verify.files import read_user_file
 from verify.flops import UNKNOWN, TensorSpec
@@ -96,6 +97,10 @@ def load_profile(path: Path, *, skip_runs: int | None = None) -> Profile:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
+        if raw.startswith(schema.SIGNATURE):
+            raise ProfileError(f"{path}: a testcase archive, not a trace: record one with "
+                               f"`verify run {path} --profile prof.json`, then "
+                               f"`verify profile prof.json --model {path}`") from None
         raise ProfileError(f"{path}: not a JSON trace (not UTF-8 text)") from None
     try:
         data = json.loads(text)

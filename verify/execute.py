@@ -13,7 +13,7 @@ import numpy as np
 from verify import devices
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
-from verify.compare import json_safe
+from verify.compare import ToleranceSet, json_safe
 from verify.devices import Profile
 from verify.dump import (
     MANIFEST,
@@ -75,6 +75,7 @@ class RunOutcome:
     run: DeviceRun
     case_indices: tuple[int, ...]
     checks: tuple[CaseCheck, ...]
+    tolerances: ToleranceSet  # the rules the checks used (archive record, request's options)
     notes: tuple[str, ...] = ()
     written: Mapping[str, str] = field(default_factory=dict)
 
@@ -141,7 +142,7 @@ def run(request: RunRequest, *, status: Status | None = None,
         written.update(write_layer_dumps(request, tc, indices, device_run))
         notes.append(_dump_note(device_run.dump))
     return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
-                      notes=tuple(notes), written=written)
+                      tolerances=tolerances, notes=tuple(notes), written=written)
 
 
 def _output_floors(tc: Testcase, capture: DumpCapture | None) -> Mapping[str, float]:

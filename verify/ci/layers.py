@@ -12,7 +12,6 @@ from pathlib import Path
 from verify import diff, execute
 from verify.ci.jobs import Job
 from verify.ci.results import TensorError
-from verify.tolerance import tolerance_set
 
 RequestFactory = Callable[..., execute.RunRequest]
 
@@ -23,8 +22,6 @@ def run_with_dump(job: Job, request: RequestFactory) -> tuple[TensorError, ...]:
     with tempfile.TemporaryDirectory(prefix="verify-ci-dump-") as tmp:
         dump = Path(tmp) / "dump"
         outcome = execute.run(request(job, bin_io_dump=dump, iterations=1, warmup=0))
-        rules = tolerance_set(outcome.testcase.tolerances, job.tolerance.atol, job.tolerance.rtol,
-                              job.tolerance.specs)
-        reports = diff.diff_cases(dump, job.archive, rules, outcome.case_indices)
+        reports = diff.diff_cases(dump, job.archive, outcome.tolerances, outcome.case_indices)
         return tuple(TensorError.from_diff(report.case, row.index, row.diff, row.op)
                      for report in reports for row in report.rows if row.diff is not None)

@@ -32,11 +32,9 @@ from verify.check import check_outputs
 from verify.compare import TensorDiff
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
-from verify.execute import resolve_profile
+from verify.execute import prepare
 from verify.graph import parse_model, saturation_floors
 from verify.pipeline import OPT_LEVELS, ProgressFactory, RunOptions, Status, run_on_device
-from verify.testcase import read_archive
-from verify.tolerance import tolerance_set
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
@@ -271,15 +269,13 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError(f"setting {dup!r} is given twice")
     if request.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    tc = read_archive(request.archive)
-    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-    indices = tc.case_indices(request.case_index)
+    prep = prepare(request)
+    tc, tolerances, indices, profile = prep.testcase, prep.tolerances, prep.indices, prep.profile
     feeds = [tc.cases[i].inputs for i in indices]
     floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
-    profile = resolve_profile(request.device, request.insecure_host_key)
     say = status or (lambda _m: None)
     times: dict[str, list[float]] = {s.label: [] for s in request.settings}
-    prepare: dict[str, float] = {}
+    prepare_ms: dict[str, float] = {}
     diffs: dict[str, list[TensorDiff]] = {s.label: [] for s in request.settings}
     device: Mapping[str, Any] = {}
     for round_no in range(request.repeat):
@@ -290,7 +286,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
                                  session_config=s.config(), timeout=request.timeout)
             run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress)
             device = run.device
-            prepare.setdefault(s.label, run.prepare_ms)
+            prepare_ms.setdefault(s.label, run.prepare_ms)
             for pos, ci in enumerate(indices):
                 times[s.label].extend(run.cases[pos].iter_ms)
                 if round_no == 0:
@@ -301,7 +297,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
     base = timings[labels[0]]
     results = tuple(SettingResult(s, tuple(times[s.label]), timings[s.label],
                                   base.avg / timings[s.label].avg if timings[s.label].avg > 0
-                                  else math.inf, prepare[s.label], tuple(diffs[s.label]))
+                                  else math.inf, prepare_ms[s.label], tuple(diffs[s.label]))
                     for s in request.settings)
     return BenchReport(str(request.archive), {"spec": profile.spec, **dict(device)}, indices,
                        request.iterations, request.warmup, request.repeat, results,

@@ -6,7 +6,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -86,6 +86,44 @@ class RunOutcome:
         return all(verdicts) if verdicts else None
 
 
+class ArchiveRequest(Protocol):
+    """What run and bench requests share: an archive, its cases, tolerances and a device."""
+
+    @property
+    def archive(self) -> Path: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def case_index(self) -> int | None: ...
+    @property
+    def insecure_host_key(self) -> bool: ...
+    @property
+    def atol(self) -> float | None: ...
+    @property
+    def rtol(self) -> float | None: ...
+    @property
+    def tol_specs(self) -> Sequence[str]: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An archive opened for running: its cases chosen, tolerances layered, device resolved."""
+
+    testcase: Testcase
+    tolerances: ToleranceSet
+    indices: tuple[int, ...]
+    profile: Profile
+
+
+def prepare(request: ArchiveRequest) -> Prepared:
+    """The set-up every command that runs an archive does first (bad input fails here, before
+    any device time is spent)."""
+    tc = read_archive(request.archive)
+    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
+    return Prepared(tc, tolerances, tc.case_indices(request.case_index),
+                    resolve_profile(request.device, request.insecure_host_key))
+
+
 def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
     profile = devices.resolve(spec)
     if insecure_host_key:
@@ -109,12 +147,10 @@ def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.n
 
 def run(request: RunRequest, *, status: Status | None = None,
         progress: ProgressFactory | None = None) -> RunOutcome:
-    tc = read_archive(request.archive)
-    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-    indices = tc.case_indices(request.case_index)
+    prep = prepare(request)
+    tc, tolerances, indices, profile = prep.testcase, prep.tolerances, prep.indices, prep.profile
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
-    profile = resolve_profile(request.device, request.insecure_host_key)
     options = RunOptions(iterations=request.iterations, warmup=request.warmup,
                          opt_level=request.opt_level, threads=request.threads,
                          providers=tuple(request.providers), profile=request.profile_path is not None,

@@ -51,7 +51,7 @@ def test_run_end_to_end_and_the_second_run_pushes_only_the_job(
     argv = ["run", small_vtc, "--device", spec, "--iter", "3", "--warmup", "1"]
     first = run_json([*argv, "--bin-out-dump", tmp_path / "out"], capsys)
     assert first["passed"] is True
-    assert first["device"]["spec"] == spec.rpartition(":")[2]  # ssh:NAME shows as NAME
+    assert first["device"]["spec"] == spec  # as typed: ssh:NAME, not NAME
     assert first["device"]["arch"] == platform.machine()
     assert [len(c["iter_ms"]) for c in first["cases"]] == [3]
     assert all(d["passed"] for d in first["cases"][0]["check"])
@@ -79,7 +79,7 @@ def test_run_text_output_names_the_device_and_transfers(
     code, out, err = run_cli(["run", small_vtc, "--device", spec, "--iter", "2"], capsys)
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0].startswith(f"device board-text: {platform.machine()} ")
+    assert lines[0].startswith(f"device ssh:board-text: {platform.machine()} ")
     assert lines[1].startswith("transfers: 5 file(s) pushed (") and lines[1].endswith(", 0 already cached")
     assert lines[-1] == "=== PASS: all outputs within tolerance in 1 case(s)"
 
@@ -188,5 +188,5 @@ def test_arm64_phone_over_adb(arm64_python: list[str], device_env: DeviceEnv, ad
     doc = run_json(["run", small_vtc, "--device", spec, "--iter", "2", "--opt-level",
                     "disable"], capsys)
     assert doc["passed"] is True
-    assert (doc["device"]["arch"], doc["device"]["spec"]) == ("aarch64", "armphone")
+    assert (doc["device"]["arch"], doc["device"]["spec"]) == ("aarch64", "adb:armphone")
     assert list((base / "jobs").iterdir()) == []

@@ -124,8 +124,8 @@ def test_a_crashing_runner_is_exit_3_and_cleaned_up(kind: str, device_env: Devic
                                runner=[sys.executable, "-c", crash])
     code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
     assert (code, out) == (3, "")
-    assert err == ("error: dev: the runner exited with status 7 without writing a result: "
-                   "boom: bad op\n")
+    assert err == (f"error: {spec}: the runner exited with status 7 without writing a "
+                   "result: boom: bad op\n")
     assert list(jobs.iterdir()) == []
 
 
@@ -182,10 +182,10 @@ def test_devices_clean_removes_the_cache_and_leftover_work(
     assert len(list(cache.iterdir())) == 4 and len(list(jobs.iterdir())) == 1
     code, out, err = run_cli(["devices", "clean", spec], capsys)
     assert (code, err) == (0, "")
-    assert out.splitlines() == [f"removed {cache}", f"removed {jobs}", "device dev: clean"]
+    assert out.splitlines() == [f"removed {cache}", f"removed {jobs}", f"device {spec}: clean"]
     assert not cache.exists() and not jobs.exists()
     again = run_json(["run", small_vtc, "--device", spec, "--iter", "1"], capsys)
     assert again["transfers"]["files_put"] == 5  # everything is sent again
     assert run_json(["devices", "clean", spec], capsys) == {
-        "spec": "dev", "removed": [str(cache), str(jobs)]}
+        "spec": spec, "removed": [str(cache), str(jobs)]}
     assert run_json(["devices", "clean", spec], capsys)["removed"] == []

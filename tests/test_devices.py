@@ -220,7 +220,7 @@ def test_a_missing_driver_library_names_the_extra(device_env: DeviceEnv) -> None
             "sys.exit(main(['devices', 'check', 'ssh:me@127.0.0.1:1']))")
     proc = subprocess.run([sys.executable, "-c", code], env=device_env.env, capture_output=True,
                           check=False, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 3
+    assert proc.returncode == 2  # set-up, not a device failure: nothing to retry
     assert proc.stdout.splitlines()[-1] == "True"
     assert proc.stderr == ("error: the ssh transport needs the paramiko package: "
                            "pip install 'verify[ssh]'\n")

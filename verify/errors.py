@@ -50,6 +50,11 @@ class ProfileError(UsageError):
 
 
 # --- device and transport errors: exit 3 ----------------------------------------------------
+class MissingDependency(UsageError):
+    """An optional dependency is not installed (names the extra to install). Set-up, not a
+    device failure: retrying cannot help, so it is not a DeviceError (exit 2, not 3)."""
+
+
 class DeviceError(VerifyError):
     """The device or the way to it failed: unreachable, dropped, timed out, runner crashed."""
 
@@ -70,10 +75,6 @@ class DeviceTimeout(DeviceError):
 
 class ProviderUnavailable(DeviceError):
     """The requested execution provider is not available on the device."""
-
-
-class MissingDependency(DeviceError):
-    """A driver's optional dependency is not installed (names the extra to install)."""
 
 
 class RemoteCommandFailed(DeviceError):

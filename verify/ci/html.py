@@ -26,7 +26,7 @@ from verify.ci.results import (
     TensorError,
     overall,
 )
-from verify.errors import UsageError
+from verify.errors import MissingDependency
 
 ZERO_FLOOR = 1e-12   # errors of exactly 0 are drawn here (a log axis has no 0)
 
@@ -46,7 +46,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise UsageError("--html needs matplotlib: pip install 'verify[report]'") from None
+        raise MissingDependency("--html needs matplotlib: pip install 'verify[report]'") from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from verify.ci.report import RunInfo
 from verify.ci.results import ERROR, FAILED, NO_BASELINE, JobResult
-from verify.errors import UsageError
+from verify.errors import MissingDependency
 from verify.files import write_text_atomic
 
 
@@ -51,7 +51,7 @@ def junit_xml(results: Sequence[JobResult], info: RunInfo) -> str:
     try:
         from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
     except ImportError:
-        raise UsageError("--junit needs junitparser: pip install 'verify[report]'") from None
+        raise MissingDependency("--junit needs junitparser: pip install 'verify[report]'") from None
     xml = JUnitXml(info.suite_name)
     suites: dict[str, TestSuite] = {}
     for r in results:

@@ -29,9 +29,10 @@ def tolerance_record(atol: float | None, rtol: float | None,
     return record
 
 
-def tolerance_set(record: Mapping[str, Any], atol: float | None = None, rtol: float | None = None,
-                  specs: Sequence[str] = ()) -> ToleranceSet:
-    """The rules for a check: command-line options first, then the archive's record."""
+def layered_record(record: Mapping[str, Any], atol: float | None = None,
+                   rtol: float | None = None, specs: Sequence[str] = ()) -> dict[str, Any]:
+    """The record a check uses: command-line options first, then the archive's record (what a
+    repro archive stores as its own). ArchiveError when the stored record does not parse."""
     try:
         stored_specs = [str(s) for s in record.get("specs", [])]
         stored_atol, stored_rtol = record.get("atol"), record.get("rtol")
@@ -41,7 +42,15 @@ def tolerance_set(record: Mapping[str, Any], atol: float | None = None, rtol: fl
         raise ArchiveError(f"the archive's tolerances do not parse: {exc}") from None
     if atol is None and rtol is None:
         atol, rtol = stored_atol, stored_rtol
-    return ToleranceSet.from_specs([*specs, *stored_specs], atol=atol, rtol=rtol)
+    return tolerance_record(atol, rtol, [*specs, *stored_specs])
+
+
+def tolerance_set(record: Mapping[str, Any], atol: float | None = None, rtol: float | None = None,
+                  specs: Sequence[str] = ()) -> ToleranceSet:
+    """The rules for a check: command-line options first, then the archive's record."""
+    layered = layered_record(record, atol, rtol, specs)
+    return ToleranceSet.from_specs(layered.get("specs", []), atol=layered.get("atol"),
+                                   rtol=layered.get("rtol"))
 
 
 def describe_record(record: Mapping[str, Any]) -> str:

@@ -26,13 +26,13 @@ from verify.check import require_outputs
 from verify.compare import TensorDiff, compare, first_divergent
 from verify.errors import UsageError
 from verify.graph import inferred_types, parse_model, saturation_floors
-from verify.localize.repro import effective_tolerances, repro_path, write_repro
+from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
 from verify.pipeline import RunOptions, Status
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
-from verify.testcase import Testcase, read_archive
-from verify.tolerance import tolerance_set
+from verify.testcase import Testcase
+from verify.tolerance import layered_record
 
 MODES = ("auto", "dump", "bisect")
 FAULTY = "faulty here"
@@ -133,21 +133,19 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         raise UsageError(f"--mode must be one of {', '.join(MODES)}")
     if req.fanout < 2:
         raise UsageError("--fanout must be at least 2")
-    tc = read_archive(req.archive)
-    tc.case_indices(req.case_index)  # validates --case
-    from verify.execute import resolve_profile
+    from verify.execute import prepare
 
+    prep = prepare(req)  # reads the archive, validates --case, resolves the device
+    tc, tolerances, profile = prep.testcase, prep.tolerances, prep.profile
     model = parse_model(tc.model_bytes, str(req.archive))
     ng = node_graph(model)
     if not len(ng):
         raise UsageError(f"{req.archive}: the model has no computing nodes to localize")
-    tolerances = tolerance_set(tc.tolerances, req.atol, req.rtol, req.tol_specs)
     floors = saturation_floors(model)
 
     def judge(name: str, actual: np.ndarray, reference: np.ndarray) -> TensorDiff:
         return compare(name, actual, reference, tolerances.rule_for(name, floors.get(name, 0.0)))
 
-    profile = resolve_profile(req.device, req.insecure_host_key)
     options = RunOptions(iterations=1, warmup=0, opt_level=req.opt_level, threads=req.threads,
                          providers=tuple(req.providers), timeout=req.timeout)
     device = DeviceRounds(profile, options, status)
@@ -207,7 +205,7 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
     path = repro_path(req.archive, label, req.out_dir)
     values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
     write_repro(path, ng, segment, values, tc, case_index,
-                effective_tolerances(tc.tolerances, req.atol, req.rtol, tuple(req.tol_specs)),
+                layered_record(tc.tolerances, req.atol, req.rtol, req.tol_specs),
                 found)
     return path
 

@@ -11,7 +11,6 @@ from verify.graph import sha256_bytes, tensor_order
 from verify.reference import reference_session, run_reference
 from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
 from verify.testcase import Case, Testcase, write_archive
-from verify.tolerance import tolerance_record
 
 
 def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
@@ -56,11 +55,3 @@ def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[
                   tolerances=dict(tolerances), provenance=prov)
     write_archive(path, tc)
     return tc
-
-
-def effective_tolerances(stored: Mapping[str, Any], atol: float | None, rtol: float | None,
-                         specs: tuple[str, ...]) -> dict[str, Any]:
-    """The tolerance record that judged the search: command-line options over the archive's."""
-    if atol is None and rtol is None:
-        atol, rtol = stored.get("atol"), stored.get("rtol")
-    return tolerance_record(atol, rtol, [*specs, *stored.get("specs", [])])

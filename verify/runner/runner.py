@@ -32,6 +32,7 @@ OPT_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
     "basic": "ORT_ENABLE_BASIC",
     "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",  # extended plus layout rewrites (NCHWc); onnxruntime >= 1.22
     "all": "ORT_ENABLE_ALL",
 }
 PROVIDER_PACKAGES = {
@@ -91,6 +92,9 @@ def make_session(ort, model_bytes, job):
     level = job.get("opt_level", "disable")
     if level not in OPT_LEVELS:
         raise JobError("input", "unknown opt_level %r" % level)
+    if not hasattr(ort.GraphOptimizationLevel, OPT_LEVELS[level]):
+        raise JobError("provider", "onnxruntime %s here has no %r optimization level (%s); "
+                       "use extended or all" % (ort.__version__, level, OPT_LEVELS[level]))
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[level])
     if job.get("threads"):
         so.intra_op_num_threads = int(job["threads"])

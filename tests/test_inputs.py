@@ -12,9 +12,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from PIL import Image
 
+from verify.datafiles import load_array_file
 from verify.errors import EXIT_USAGE, InputError
-from verify.inputs import (InputInfo, Preprocess, build_cases, load_array_file, model_inputs,
-                           parse_shape_option)
+from verify.inputs import InputInfo, Preprocess, build_cases, model_inputs, parse_shape_option
 
 F32, I64 = np.dtype(np.float32), np.dtype(np.int64)
 

@@ -14,6 +14,7 @@ from verify import devices
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet, json_safe
+from verify.datafiles import load_array_file
 from verify.devices import Profile
 from verify.dump import (
     MANIFEST,
@@ -29,7 +30,7 @@ from verify.files import (
     write_text_atomic,
 )
 from verify.graph import parse_model, saturation_floors
-from verify.inputs import load_array_file, model_inputs
+from verify.inputs import model_inputs
 from verify.pipeline import (
     DeviceRun,
     DumpCapture,

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import zipfile
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,10 +48,10 @@ from types import MappingProxyType
 import numpy as np
 import onnx
 
+from verify.datafiles import (IMAGE_SUFFIXES, check_file, fmt_names, load_data_file,
+                              mapping_arrays, open_image, pick, to_array)
 from verify.errors import InputError
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
-ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
 RANDOM_INT_HIGH = 10  # random ints lie in [0, 10): safe as indices into most tables
 
 Dim = int | str | None
@@ -137,25 +136,6 @@ def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
-def load_array_file(path: Path, name: str) -> np.ndarray:
-    """One array for input `name` from .npy/.npz/.json/.pb, or an image decoded as is:
-    (H,W,3) uint8 RGB, or (H,W) for a grayscale file; no resizing or layout, since there is
-    no model shape to follow (build_cases does that). npz/JSON objects: the array `name`,
-    or the only one."""
-    path = Path(path)
-    label = str(path)
-    _check_file(path, label)
-    suffix = path.suffix.lower()
-    if suffix in IMAGE_SUFFIXES:
-        img = _open_image(path, label)
-        gray = img.mode in ("1", "L", "I", "I;16", "I;16B", "I;16L", "F")
-        return np.asarray(img.convert("L" if gray else "RGB"))
-    loaded = _load_data_file(path, label)
-    if isinstance(loaded, np.ndarray):
-        return loaded
-    return _pick(loaded, name, label)
-
-
 def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
                 shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES, seed: int = 0,
                 pre: Preprocess = Preprocess(), base_dir: Path | None = None,
@@ -192,7 +172,7 @@ class _Context:
         self.names_longest = sorted(self.infos, key=len, reverse=True)
 
     def listing(self) -> str:
-        return _fmt_names(self.infos) if self.infos else "(none)"
+        return fmt_names(self.infos) if self.infos else "(none)"
 
     def parse_item(self, item: str) -> dict[str, np.ndarray | _Random]:
         if not self.infos:
@@ -217,9 +197,9 @@ class _Context:
         if literal is not _NOT_LITERAL:
             label = f"literal {value.strip()!r}"
             if isinstance(literal, dict):
-                return self._assign(_mapping_arrays(literal, label), name, label, item)
+                return self._assign(mapping_arrays(literal, label), name, label, item)
             target = name or self._single(item)
-            return {target: self.conform(_to_array(literal, label), target, label)}
+            return {target: self.conform(to_array(literal, label), target, label)}
         stripped = value.strip()
         if stripped == "rand" or (stripped.startswith("rand(") and stripped.endswith(")")):
             target = name or self._single(item)
@@ -235,16 +215,16 @@ class _Context:
             prefix = value.split(":", 1)[0]
             raise InputError(f"-d {item!r}: no input named '{prefix}' and no file '{value}'; "
                              f"the model's inputs are {self.listing()}")
-        _check_file(path, value)
+        check_file(path, value)
         if path.suffix.lower() in IMAGE_SUFFIXES:
             target = name or self._single(item)
             return {target: self.conform(self._image(path, value, target), target, value)}
-        return self._assign(_load_data_file(path, value), name, value, item)
+        return self._assign(load_data_file(path, value), name, value, item)
 
     def _assign(self, loaded: np.ndarray | dict[str, np.ndarray], name: str | None,
                 label: str, item: str) -> dict[str, np.ndarray | _Random]:
         if name is not None:
-            arr = loaded if isinstance(loaded, np.ndarray) else _pick(loaded, name, label)
+            arr = loaded if isinstance(loaded, np.ndarray) else pick(loaded, name, label)
             return {name: self.conform(arr, name, label)}
         if isinstance(loaded, np.ndarray):
             target = self._single(item)
@@ -254,7 +234,7 @@ class _Context:
             return {target: self.conform(next(iter(loaded.values())), target, label)}
         unknown = [k for k in loaded if k not in self.infos]
         if unknown:
-            raise InputError(f"{label}: {_plural(unknown, 'array')} {_fmt_names(unknown)} "
+            raise InputError(f"{label}: {_plural(unknown, 'array')} {fmt_names(unknown)} "
                              f"{'matches' if len(unknown) == 1 else 'match'} no input; "
                              f"the model's inputs are {self.listing()}")
         return {k: self.conform(v, k, label) for k, v in loaded.items()}
@@ -345,7 +325,7 @@ class _Context:
             if vals is not None and len(vals) not in (1, channels):
                 raise InputError(f"{opt} has {len(vals)} values but input '{name}' has "
                                  f"{channels} {'channel' if channels == 1 else 'channels'}")
-        img = _open_image(path, label)
+        img = open_image(path, label)
         if channels == 1:
             high_depth = img.mode in ("I", "I;16", "I;16B", "I;16L", "F")
             img = img.convert("F" if high_depth else "L")
@@ -391,7 +371,7 @@ def _effective_shapes(inputs: Sequence[InputInfo],
                       shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Dim, ...] | None]:
     """Declared shapes with --shape laid over them; --shape may only set dynamic dims."""
     out: dict[str, tuple[Dim, ...] | None] = {i.name: i.shape for i in inputs}
-    names = _fmt_names([i.name for i in inputs]) if inputs else "(none)"
+    names = fmt_names([i.name for i in inputs]) if inputs else "(none)"
     for name, dims in shapes.items():
         opt = f"--shape {name + ':' if name else ''}{'x'.join(map(str, dims))}"
         if name == "" and len(inputs) == 1:
@@ -450,121 +430,6 @@ def _parse_rand(value: str, item: str) -> _Random:
                                               and low < high)):  # type: ignore[operator]
         raise InputError(f"-d {item!r}: write rand or rand(LOW,HIGH) with LOW < HIGH, e.g. rand(-1,1)")
     return _Random(low, high)
-
-
-# --- files -----------------------------------------------------------------------------------
-def _check_file(path: Path, label: str) -> None:
-    if path.is_dir():
-        raise InputError(f"{label}: is a directory, not a data file")
-    if not path.is_file():
-        where = "" if str(path) == label else f" (looked for {path})"
-        raise InputError(f"{label}: no such file{where}")
-    suffix = path.suffix.lower()
-    if suffix not in ARRAY_SUFFIXES + IMAGE_SUFFIXES:
-        raise InputError(f"{label}: unsupported file type '{suffix or path.name}'; use .npy, .npz, "
-                         f".json, .pb or an image ({' '.join(IMAGE_SUFFIXES)})")
-
-
-def _load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        return _load_npy(path, label)
-    if suffix == ".npz":
-        return _load_npz(path, label)
-    if suffix == ".json":
-        try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError:
-            raise InputError(f"{label}: not a UTF-8 text file; .json must hold nested lists") from None
-        except ValueError as e:
-            raise InputError(f"{label}: invalid JSON ({e})") from None
-        if isinstance(obj, dict):
-            return _mapping_arrays(obj, label)
-        return _to_array(obj, label)
-    return _load_pb(path, label)
-
-
-_PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save a numeric "
-                   "array instead: np.save(path, arr.astype(np.float32))")
-
-
-def _load_npy(path: Path, label: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except ValueError as e:
-        if "pickle" in str(e):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        raise InputError(f"{label}: truncated or corrupt .npy file ({e}); save it again "
-                         "with np.save") from None
-    except (OSError, EOFError) as e:
-        raise InputError(f"{label}: truncated or corrupt .npy file ({e or 'empty'}); save it "
-                         "again with np.save") from None
-
-
-def _load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            if not isinstance(z, np.lib.npyio.NpzFile):
-                raise InputError(f"{label}: holds a single .npy array, not an archive; "
-                                 "rename it to .npy")
-            return {k: z[k] for k in z.files}
-    except ValueError as e:
-        if "pickle" in str(e):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        raise InputError(f"{label}: truncated or corrupt .npz file ({e})") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{label}: truncated or corrupt .npz file ({e or 'empty'}); save it "
-                         "again with np.savez") from None
-
-
-def _load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
-    from google.protobuf.message import DecodeError
-
-    tensor = onnx.TensorProto()
-    try:
-        tensor.ParseFromString(path.read_bytes())
-        arr = onnx.numpy_helper.to_array(tensor)
-    except (DecodeError, ValueError, TypeError, RuntimeError) as e:
-        raise InputError(f"{label}: not a serialized ONNX TensorProto ({e})") from None
-    return {tensor.name: arr} if tensor.name else arr
-
-
-def _open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
-    from PIL import Image, ImageOps, UnidentifiedImageError
-
-    try:
-        img = Image.open(path)
-        img.load()
-        return ImageOps.exif_transpose(img)
-    except UnidentifiedImageError:
-        raise InputError(f"{label}: cannot decode image (not a format Pillow reads, "
-                         "or the file is not an image)") from None
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-        raise InputError(f"{label}: truncated or corrupt image ({e})") from None
-
-
-def _mapping_arrays(obj: dict, label: str) -> dict[str, np.ndarray]:
-    return {str(k): _to_array(v, f"{label} key '{k}'") for k, v in obj.items()}
-
-
-def _to_array(obj: object, label: str) -> np.ndarray:
-    try:
-        arr = np.array(obj)
-    except ValueError:
-        raise InputError(f"{label}: not a numeric array (ragged nested lists)") from None
-    if arr.dtype == object:
-        raise InputError(f"{label}: not a numeric array (holds null, objects or integers "
-                         "beyond 64 bits)")
-    return arr
-
-
-def _pick(arrays: dict[str, np.ndarray], name: str, label: str) -> np.ndarray:
-    if name in arrays:
-        return arrays[name]
-    if len(arrays) == 1:
-        return next(iter(arrays.values()))
-    held = _fmt_names(arrays) if arrays else "nothing"
-    raise InputError(f"{label}: has no array named '{name}' (it holds {held})")
 
 
 # --- dtypes ----------------------------------------------------------------------------------
@@ -662,8 +527,6 @@ def _fmt_shape(shape: Sequence[Dim]) -> str:
     return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
 
 
-def _fmt_names(names: object) -> str:
-    return ", ".join(f"'{n}'" for n in names)  # type: ignore[attr-defined]
 
 
 def _fmt_floats(vals: Sequence[float]) -> str:

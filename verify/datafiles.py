@@ -1,0 +1,156 @@
+"""User data files read into arrays, never through pickle: .npy, .npz, .json (nested lists
+or an object of them), .pb (an ONNX TensorProto) and images (Pillow, EXIF rotation applied).
+Every way a file can be unusable is one InputError line naming it. `inputs` builds cases from
+these; `run --input` reads one array with `load_array_file`.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from verify.errors import InputError
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
+ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
+
+
+def load_array_file(path: Path, name: str) -> np.ndarray:
+    """One array for input `name` from .npy/.npz/.json/.pb, or an image decoded as is:
+    (H,W,3) uint8 RGB, or (H,W) for a grayscale file; no resizing or layout, since there is
+    no model shape to follow (build_cases does that). npz/JSON objects: the array `name`,
+    or the only one."""
+    path = Path(path)
+    label = str(path)
+    check_file(path, label)
+    suffix = path.suffix.lower()
+    if suffix in IMAGE_SUFFIXES:
+        img = open_image(path, label)
+        gray = img.mode in ("1", "L", "I", "I;16", "I;16B", "I;16L", "F")
+        return np.asarray(img.convert("L" if gray else "RGB"))
+    loaded = load_data_file(path, label)
+    if isinstance(loaded, np.ndarray):
+        return loaded
+    return pick(loaded, name, label)
+
+
+def check_file(path: Path, label: str) -> None:
+    if path.is_dir():
+        raise InputError(f"{label}: is a directory, not a data file")
+    if not path.is_file():
+        where = "" if str(path) == label else f" (looked for {path})"
+        raise InputError(f"{label}: no such file{where}")
+    suffix = path.suffix.lower()
+    if suffix not in ARRAY_SUFFIXES + IMAGE_SUFFIXES:
+        raise InputError(f"{label}: unsupported file type '{suffix or path.name}'; use .npy, .npz, "
+                         f".json, .pb or an image ({' '.join(IMAGE_SUFFIXES)})")
+
+
+def load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return load_npy(path, label)
+    if suffix == ".npz":
+        return load_npz(path, label)
+    if suffix == ".json":
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(f"{label}: not a UTF-8 text file; .json must hold nested lists") from None
+        except ValueError as e:
+            raise InputError(f"{label}: invalid JSON ({e})") from None
+        if isinstance(obj, dict):
+            return mapping_arrays(obj, label)
+        return to_array(obj, label)
+    return load_pb(path, label)
+
+
+_PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save a numeric "
+                   "array instead: np.save(path, arr.astype(np.float32))")
+
+
+def load_npy(path: Path, label: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npy file ({e}); save it again "
+                         "with np.save") from None
+    except (OSError, EOFError) as e:
+        raise InputError(f"{label}: truncated or corrupt .npy file ({e or 'empty'}); save it "
+                         "again with np.save") from None
+
+
+def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if not isinstance(z, np.lib.npyio.NpzFile):
+                raise InputError(f"{label}: holds a single .npy array, not an archive; "
+                                 "rename it to .npy")
+            return {k: z[k] for k in z.files}
+    except ValueError as e:
+        if "pickle" in str(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npz file ({e})") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as e:
+        raise InputError(f"{label}: truncated or corrupt .npz file ({e or 'empty'}); save it "
+                         "again with np.savez") from None
+
+
+def load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
+    from google.protobuf.message import DecodeError
+
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(path.read_bytes())
+        arr = onnx.numpy_helper.to_array(tensor)
+    except (DecodeError, ValueError, TypeError, RuntimeError) as e:
+        raise InputError(f"{label}: not a serialized ONNX TensorProto ({e})") from None
+    return {tensor.name: arr} if tensor.name else arr
+
+
+def open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        img = Image.open(path)
+        img.load()
+        return ImageOps.exif_transpose(img)
+    except UnidentifiedImageError:
+        raise InputError(f"{label}: cannot decode image (not a format Pillow reads, "
+                         "or the file is not an image)") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise InputError(f"{label}: truncated or corrupt image ({e})") from None
+
+
+def mapping_arrays(obj: dict, label: str) -> dict[str, np.ndarray]:
+    return {str(k): to_array(v, f"{label} key '{k}'") for k, v in obj.items()}
+
+
+def to_array(obj: object, label: str) -> np.ndarray:
+    try:
+        arr = np.array(obj)
+    except ValueError:
+        raise InputError(f"{label}: not a numeric array (ragged nested lists)") from None
+    if arr.dtype == object:
+        raise InputError(f"{label}: not a numeric array (holds null, objects or integers "
+                         "beyond 64 bits)")
+    return arr
+
+
+def pick(arrays: dict[str, np.ndarray], name: str, label: str) -> np.ndarray:
+    if name in arrays:
+        return arrays[name]
+    if len(arrays) == 1:
+        return next(iter(arrays.values()))
+    held = fmt_names(arrays) if arrays else "nothing"
+    raise InputError(f"{label}: has no array named '{name}' (it holds {held})")
+
+
+def fmt_names(names: object) -> str:
+    return ", ".join(f"'{n}'" for n in names)  # type: ignore[attr-defined]

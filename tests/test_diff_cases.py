@@ -4,10 +4,12 @@ reports as one `diff_captures` call per case, with the archive read and its mode
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from fixtures_dump import make_dump, pack
+from helpers_cli import only_line, verify
 
 from verify import diff
 from verify.compare import ToleranceSet
@@ -49,3 +51,48 @@ def test_a_case_either_side_lacks_is_one_usage_error(three_cases: tuple[Path, Pa
         diff.diff_cases(dump, archive, ToleranceSet(), [0, 5])
     with pytest.raises(UsageError, match=r"dyn.vtc: no case 5 \(the archive holds 3 case"):
         diff.diff_cases(archive, dump, ToleranceSet(), [1, 5])
+
+
+def test_cli_compares_every_case_by_default(three_cases: tuple[Path, Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    archive, dump = three_cases
+    code, out, err = verify(capsys, "diff", dump, archive)
+    assert (code, err) == (0, "")
+    assert [ln for ln in out.splitlines() if ln.startswith("reference:")] == [
+        f"reference: {archive}  (case {c})" for c in range(3)]
+    assert out.splitlines()[-1] == "=== PASS: 3 cases, every tensor within tolerance"
+    code, out, _ = verify(capsys, "diff", dump, archive, "--json")
+    doc = json.loads(out)
+    assert (code, doc["passed"], [c["case"] for c in doc["cases"]]) == (0, True, [0, 1, 2])
+    code, out, _ = verify(capsys, "diff", dump, archive, "--case", "1", "--json")
+    assert (code, json.loads(out)["case"]) == (0, 1)  # one case: the one-report document
+
+
+def test_a_case_that_diverges_is_named_with_its_first_divergent_tensor(
+        three_cases: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    archive, _ = three_cases
+    other = pack(DYNAMIC, tmp_path / "other.vtc", "--layers", "-d", "x:[[1,2,3,4]]",
+                 "-d", "x:[[1,2,3,4],[5,6,7,8]]", "-d", "x:[[0,0,0,1],[1,0,0,0],[2,2,2,3]]")
+    code, out, err = verify(capsys, "diff", other, archive)
+    assert (code, err) == (1, "")
+    last = out.splitlines()[-1]
+    assert last.startswith("=== FAIL: 1 of 3 cases over tolerance (case(s) 2); case 2 first "
+                           "diverges at "), last
+    doc = json.loads(verify(capsys, "diff", other, archive, "--json")[1])
+    assert [c["passed"] for c in doc["cases"]] == [True, True, False]
+    assert doc["cases"][2]["first_divergent"]["name"] in last
+
+
+def test_a_dump_of_one_case_is_compared_on_that_case_and_says_what_it_left_out(
+        three_cases: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    archive, _ = three_cases
+    one = make_dump(archive, tmp_path / "one", "disable", "--case", "2")
+    code, out, err = verify(capsys, "diff", one, archive, "--json")
+    doc = json.loads(out)
+    assert (code, err, doc["case"], doc["passed"]) == (0, "", 2, True)
+    assert "case(s) 0, 1 only in the reference capture: not compared" in doc["notes"]
+    code, out, err = verify(capsys, "diff", one, archive, "--case", "0")
+    assert (code, out) == (2, "")
+    assert only_line(err) == f"error: {one}: no case 0 (the dump holds case(s) 2)"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -128,14 +128,35 @@ def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, ca
     return diff_cases(actual, reference, tolerances, [case], engine=engine)[0]
 
 
-def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet, cases: Sequence[int], *,
-               engine: str = "auto") -> tuple[DiffReport, ...]:
+def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet,
+               cases: Sequence[int] | None = None, *, engine: str = "auto") -> tuple[DiffReport, ...]:
     """`diff_captures` for several cases, each side opened once (an archive is read, its model
-    parsed and its floors found once, not once per case): one report per case, in order."""
+    parsed and its floors found once, not once per case): one report per case, in order.
+    `cases` None: every case both captures hold (a dump of `run --case 2` holds just case 2);
+    cases only one side holds are named in the first report's notes."""
     with contextlib.ExitStack() as stack:
         act = _open_source(Path(actual), stack)
         ref = _open_source(Path(reference), stack)
-        return tuple(_walk(act(case), ref(case), tolerances, case, engine) for case in cases)
+        notes: list[str] = []
+        if cases is None:
+            cases = [c for c in ref.cases if c in act.cases]
+            if not cases:
+                raise UsageError(f"{actual} holds case(s) {_numbers(act.cases)} and {reference} "
+                                 f"case(s) {_numbers(ref.cases)}: none in common to compare")
+            for side, other, where in ((act, ref, "actual"), (ref, act, "reference")):
+                alone = [c for c in side.cases if c not in other.cases]
+                if alone:
+                    notes.append(f"case(s) {_numbers(alone)} only in the {where} capture: "
+                                 "not compared")
+        reports = [_walk(act.side(case), ref.side(case), tolerances, case, engine)
+                   for case in cases]
+    if notes and reports:
+        reports[0] = replace(reports[0], notes=(*reports[0].notes, *notes))
+    return tuple(reports)
+
+
+def _numbers(cases: Sequence[int]) -> str:
+    return ", ".join(map(str, cases))
 
 
 def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
@@ -181,13 +202,20 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
         notes=tuple(notes))
 
 
-def _open_source(path: Path, stack: contextlib.ExitStack) -> Callable[[int], _Side]:
-    """A capture opened once; the returned function gives one case's side of it."""
+@dataclass(frozen=True)
+class _Source:
+    """A capture opened once: the case numbers it holds, and one case's side of it."""
+
+    cases: tuple[int, ...]
+    side: Callable[[int], _Side]
+
+
+def _open_source(path: Path, stack: contextlib.ExitStack) -> _Source:
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
     if path.is_dir():
         dump = open_dump(path)
-        return lambda case: _dump_side(dump, case)
+        return _Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
     return _archive_source(path, stack)
 
 
@@ -218,7 +246,7 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
         return 0
 
 
-def _archive_source(path: Path, stack: contextlib.ExitStack) -> Callable[[int], _Side]:
+def _archive_source(path: Path, stack: contextlib.ExitStack) -> _Source:
     import h5py
 
     from verify import schema
@@ -253,7 +281,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack) -> Callable[[int], 
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
                      nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
 
-    return side
+    return _Source(tuple(range(len(tc.cases))), side)
 
 
 def iter_rows(report: DiffReport, *, top: int | None = None,

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 @cli.command(context_settings=CONTEXT)
 @click.argument("actual", type=click.Path(path_type=Path))
 @click.argument("reference", type=click.Path(path_type=Path))
-@click.option("--case", "case_index", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Which case of the captures to compare.")
+@click.option("--case", "case_index", type=click.IntRange(min=0), default=None,
+              help="Compare only this case (default: every case both captures hold).")
 @click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
               help="Show only the N worst tensors (by error in tolerance units).")
 @click.option("--only-failing", is_flag=True, help="Show only tensors over tolerance.")
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
               help="Also list each tensor present on one side only, with why.")
 @tolerance_options
 @json_option
-def diff(actual: Path, reference: Path, case_index: int, top: int | None, only_failing: bool,
+def diff(actual: Path, reference: Path, case_index: int | None, top: int | None, only_failing: bool,
          show_missing: bool, atol: float | None, rtol: float | None,
          tol_specs: tuple[str, ...], as_json: bool) -> int:
     """Compare ACTUAL against REFERENCE layer by layer and name the first divergent tensor.
@@ -38,26 +38,45 @@ def diff(actual: Path, reference: Path, case_index: int, top: int | None, only_f
     on each side, the fraction of elements outside tolerance, top-1/top-5 agreement for
     classifier outputs, and the rule that judged it. Tensors on one side only (fused away by
     an optimizer, filtered out) are listed, not errors. Exit 1 when any tensor is over
-    tolerance.
+    tolerance. Every case both captures hold is compared, one report each (with several,
+    --json prints {"passed", "verdict", "cases": [one report per case]}); --case picks one.
 
     \b
       verify diff phone/ cpu/                       every layer, first divergent node
       verify diff phone/ model.vtc --top 10          10 worst against the archive's goldens
       verify diff phone/ cpu/ --only-failing --tol 'head/*:atol=1e-3' --json
     """
-    from verify.diff import diff_captures
+    from verify.diff import diff_cases
     from verify.tolerance import tolerance_set
 
     if top is not None and only_failing:
         raise UsageError("--top and --only-failing cannot be combined; pick one")
     tolerances = tolerance_set({}, atol, rtol, tol_specs)
-    report = diff_captures(actual, reference, tolerances, case=case_index)
+    reports = diff_cases(actual, reference, tolerances,
+                         None if case_index is None else [case_index])
+    passed = all(r.passed for r in reports)
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(reports[0].to_dict() if len(reports) == 1 else
+                  {"passed": passed, "verdict": cases_verdict(reports),
+                   "cases": [r.to_dict() for r in reports]})
     else:
-        click.echo(render_report(report, top=top, only_failing=only_failing,
-                                 show_missing=show_missing))
-    return EXIT_OK if report.passed else EXIT_MISMATCH
+        text = [render_report(r, top=top, only_failing=only_failing, show_missing=show_missing)
+                for r in reports]
+        if len(reports) > 1:
+            text.append("=== " + cases_verdict(reports))
+        click.echo("\n\n".join(text))
+    return EXIT_OK if passed else EXIT_MISMATCH
+
+
+def cases_verdict(reports: tuple[DiffReport, ...]) -> str:
+    """One line over several cases: which failed, and where the first of them diverged."""
+    bad = [r for r in reports if not r.passed]
+    if not bad:
+        return f"PASS: {len(reports)} cases, every tensor within tolerance"
+    fd = bad[0].first_divergent
+    where = f"; case {bad[0].case} first diverges at {fd.name!r}" if fd is not None else ""
+    return (f"FAIL: {len(bad)} of {len(reports)} cases over tolerance (case(s) "
+            f"{', '.join(str(r.case) for r in bad)}){where}")
 
 
 def _g(x: float, spec: str = ".3g") -> str:

@@ -42,7 +42,7 @@ def test_parse_setting_keys_and_label() -> None:
 
 
 @pytest.mark.parametrize("text,message", [
-    ("opt=fast", "--setting 'opt=fast': opt must be one of disable, basic, extended, all, "
+    ("opt=fast", "--setting 'opt=fast': opt must be one of disable, basic, extended, layout, all, "
                  "got 'fast'"),
     ("threads=-1", "--setting 'threads=-1': threads must be a whole number >= 0, got '-1'"),
     ("threads", "--setting 'threads': expected KEY=VALUE pairs joined by commas, "

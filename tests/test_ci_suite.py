@@ -51,7 +51,7 @@ def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -
     (("iterations = 4", "iterations = 0"), "error: S: line 4: suite.iterations: must be an "
                                            "integer >= 1\n"),
     (('name = "o1"', 'name = "o1"\nopt_level = "max"'),
-     "error: S: line 11: options[0].opt_level: must be one of disable, basic, extended, all\n"),
+     "error: S: line 11: options[0].opt_level: must be one of disable, basic, extended, layout, all\n"),
     (("[[testcase]]", '[[testcase]]\ndevices = ["phone"]'),
      "error: S: line 13: testcase[0].devices: no [[device]] named 'phone' (known: local)\n"),
     (("[[testcase]]", '[[testcase]]\ngates = ["speed"]'),

@@ -151,7 +151,7 @@ def _count(value: str, key: str, label: str) -> int:
     return n
 
 
-DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")
+DEFAULT_OPT_LEVELS = tuple(OPT_LEVELS)  # every level, in increasing order
 
 
 def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,

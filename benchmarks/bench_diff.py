@@ -8,7 +8,9 @@ diff end to end against Polygraphy, measured side by side in one run.
 2. Diff throughput: two dumps of the ResNet-50-like model (scripts/build_resnet50_like.py; 122
    tensors, ~106 MB per side) taken with --threads 1 and 2 (every tensor compared), timed warm,
    in GB/s of both sides read, as a fraction of the ceiling. Target: >= 40%.
-3. End to end, fresh processes as a user runs them: `verify run --bin-io-dump` twice plus
+3. Where the time goes: reading both dumps (mapped, or copied into buffers), comparing on the
+   mapping vs copied memory, the kernel tensor by tensor vs on one concatenated array.
+4. End to end, fresh processes as a user runs them: `verify run --bin-io-dump` twice plus
    `verify diff`, against `polygraphy run --onnxrt --onnx-outputs mark all --save-outputs` twice
    plus `polygraphy run --load-outputs A B` (its comparison of the saved files). Target: verify
    >= 10x faster. Printed beside it, the floor: a plain `verify run` without a dump, the CLI's
@@ -35,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from verify.compare import MagnitudeRule, ToleranceSet, compare  # noqa: E402
 from verify.diff import diff_captures  # noqa: E402
+from verify.dump import Scratch, open_dump  # noqa: E402
 
 from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.path)
 
@@ -46,6 +49,42 @@ def read_bandwidth() -> tuple[float, float]:
     with ThreadPoolExecutor(2) as pool:
         two = big.nbytes / best_seconds(lambda: list(pool.map(np.sum, halves)), 3) / 1e9
     return one, two
+
+
+def breakdown(dumps: list[Path], pairs: list[tuple[np.ndarray, np.ndarray]],
+              nbytes: int) -> None:
+    """Where diff's time goes beyond the kernel: reading both dumps (mapped as diff does, or
+    copied into reusable buffers), comparing on the mapping vs on anonymous memory, and the
+    kernel tensor by tensor vs on one concatenated array."""
+    da, db = open_dump(dumps[0]), open_dump(dumps[1])
+    ea, eb = da.entries(0), db.entries(0)
+    rule = MagnitudeRule()
+
+    def walk(sa: Scratch | None, sb: Scratch | None, cmp: bool) -> None:
+        for x, y in zip(ea, eb, strict=True):
+            a, b = da.load(x, sa), db.load(y, sb)
+            if cmp:
+                compare("t", a, b, rule, engine="numba")
+            del a, b
+
+    ms = {}
+    ms["map"] = best_seconds(lambda: walk(None, None, False), 5)
+    ms["map+compare"] = best_seconds(lambda: walk(None, None, True), 5)
+    sa, sb = Scratch(), Scratch()
+    ms["copy"] = best_seconds(lambda: walk(sa, sb, False), 5)
+    ms["copy+compare"] = best_seconds(lambda: walk(sa, sb, True), 5)
+    ms["per tensor"] = best_seconds(
+        lambda: [compare("t", a, r, rule, engine="numba") for a, r in pairs], 5)
+    big = [np.concatenate([p[k].ravel() for p in pairs]) for k in (0, 1)]
+    ms["concatenated"] = best_seconds(lambda: compare("t", big[0], big[1], rule,
+                                                      engine="numba"), 5)
+    print("where the time goes (ms, both sides, best of 5):")
+    print(f"  read: mapped {ms['map'] * 1e3:.0f}, copied into buffers {ms['copy'] * 1e3:.0f}")
+    print(f"  compare on the mapping {(ms['map+compare'] - ms['map']) * 1e3:.0f}, on copied "
+          f"memory {(ms['copy+compare'] - ms['copy']) * 1e3:.0f}")
+    print(f"  kernel on the tensors in memory one by one {ms['per tensor'] * 1e3:.0f}, on one "
+          f"concatenated array {ms['concatenated'] * 1e3:.0f} "
+          f"({nbytes / ms['concatenated'] / 1e9:.2f} GB/s)")
 
 
 def sh(argv: list[str], **kw) -> float:
@@ -102,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                      for a, r in pairs], 3)
         print(f"for scale: compare() alone on the same tensors already in memory, numba: "
               f"{nbytes / secs / 1e9:.2f} GB/s")
+        breakdown(dumps, pairs, nbytes)
         pairs.clear()
         t_diff = sh([*verify, "diff", str(dumps[0]), str(dumps[1])], env=env)
         ours = t_capture + t_diff

@@ -65,7 +65,7 @@ def test_grid_is_cartesian_in_the_order_given() -> None:
     assert labels == ["opt=disable,threads=1", "opt=disable,threads=2",
                       "opt=all,threads=1", "opt=all,threads=2"]
     assert [s.label for s in settings_from(None, None, None, None, ())] == \
-        ["opt=disable", "opt=basic", "opt=extended", "opt=layout", "opt=all"]
+        ["opt=disable", "opt=basic", "opt=extended", "opt=all"]  # layout: opt-in
     assert [s.label for s in settings_from(None, "1", None, "auto,nchw", ("opt=disable",))] == \
         ["opt=all,threads=1", "opt=all,threads=1,layout=nchw", "opt=disable"]
     assert [s.label for s in settings_from(None, None, None, None, ("opt=basic",))] == \

@@ -13,8 +13,8 @@ A setting is `KEY=VALUE` pairs joined by commas:
   threads=N                          intra-op threads (0: onnxruntime's default)
   provider=NAME[+NAME…]              execution providers in order (cpu, cuda, … or full names)
   layout=auto|nchw                   auto: onnxruntime's layout transforms (NCHWc blocked
-                                     convolutions on x86 at opt=all, NHWC where a provider
-                                     prefers it); nchw: both transformers disabled
+                                     convolutions on x86 at opt=layout and all, NHWC where a
+                                     provider prefers it); nchw: both transformers disabled
   spin=0|1                           intra-op threads spin while waiting (allow_spinning)
   prepack=0|1                        kernels may pre-pack weights (0: session.disable_prepacking)
   any.dotted.key=VALUE               a raw onnxruntime session config entry
@@ -151,7 +151,7 @@ def _count(value: str, key: str, label: str) -> int:
     return n
 
 
-DEFAULT_OPT_LEVELS = tuple(OPT_LEVELS)  # every level, in increasing order
+DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")  # layout is opt-in: onnxruntime >= 1.22
 
 
 def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,

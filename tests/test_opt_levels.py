@@ -17,7 +17,7 @@ from verify.runner import runner
 VTC = Path(__file__).resolve().parent.parent / "goldens" / "testcases" / "cnn.vtc"
 needs_layout = pytest.mark.skipif(
     not hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"),
-    reason=f"onnxruntime {ort.__version__} has no ORT_ENABLE_LAYOUT (it came in 1.22)")
+    reason=f"onnxruntime {ort.__version__} has no ORT_ENABLE_LAYOUT (it came in 1.21)")
 
 
 @needs_layout

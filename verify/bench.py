@@ -151,7 +151,7 @@ def _count(value: str, key: str, label: str) -> int:
     return n
 
 
-DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")  # layout is opt-in: onnxruntime >= 1.22
+DEFAULT_OPT_LEVELS = ("disable", "basic", "extended", "all")  # layout on request: ORT >= 1.21
 
 
 def settings_from(opt_levels: str | None, threads: str | None, providers: str | None,

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 @click.option("--opt-levels", default=None, metavar="LIST",
               help="Graph optimization levels to try, e.g. disable,all "
                    "(default: disable,basic,extended,all when no other setting is given; "
-                   "layout on request: its onnxruntime level needs onnxruntime >= 1.22).")
+                   "layout on request: its onnxruntime level needs onnxruntime >= 1.21).")
 @click.option("--threads", default=None, metavar="LIST", help="Intra-op thread counts, e.g. 1,2.")
 @click.option("--providers", default=None, metavar="LIST",
               help="Execution providers, e.g. cpu,cuda; 'cuda+cpu' is one setting with a "

@@ -32,7 +32,7 @@ OPT_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
     "basic": "ORT_ENABLE_BASIC",
     "extended": "ORT_ENABLE_EXTENDED",
-    "layout": "ORT_ENABLE_LAYOUT",  # extended plus layout rewrites (NCHWc); onnxruntime >= 1.22
+    "layout": "ORT_ENABLE_LAYOUT",  # extended plus layout rewrites (NCHWc); onnxruntime >= 1.21
     "all": "ORT_ENABLE_ALL",
 }
 PROVIDER_PACKAGES = {

@@ -39,6 +39,8 @@ def test_a_global_option_replaces_the_archives_global_rule() -> None:
 
 def test_the_layered_record_round_trips_as_an_archive_record() -> None:
     layered = layered_record(STORED, 1e-4, 0.0, ["x:exact"])
+    assert layered == {"atol": 1e-4, "rtol": 0.0,
+                       "specs": ["x:exact", "conv*:exact", "out:atol=0.5"]}
     assert tolerance_record(layered.get("atol"), layered.get("rtol"), layered["specs"]) == layered
     assert describe_record(layered) == ("allclose atol=0.0001 rtol=0.0; --tol x:exact; "
                                         "--tol conv*:exact; --tol out:atol=0.5")
@@ -49,6 +51,9 @@ def test_a_stored_record_that_does_not_parse_is_a_corrupt_archive() -> None:
         layered_record({"specs": ["conv*:atol=abc"]})
     with pytest.raises(ArchiveError):
         tolerance_set({"specs": ["conv*:atol=abc"]})
+    for bad in ({"atol": "abc"}, {"atol": -1}, {"rtol": [1]}):  # the global rule, not a spec
+        with pytest.raises(ArchiveError, match="the archive's tolerances do not parse"):
+            tolerance_set(bad)
     with pytest.raises(UsageError, match="'abc' is not a number") as info:
         tolerance_set(STORED, None, None, ["x:atol=abc"])  # the user's own option: usage
     assert not isinstance(info.value, ArchiveError)

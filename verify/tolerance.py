@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verify.compare import ToleranceSet, parse_tolerance
+from verify.compare import ToleranceSet
 from verify.errors import ArchiveError
 
 
@@ -36,8 +36,7 @@ def layered_record(record: Mapping[str, Any], atol: float | None = None,
     try:
         stored_specs = [str(s) for s in record.get("specs", [])]
         stored_atol, stored_rtol = record.get("atol"), record.get("rtol")
-        for spec in stored_specs:
-            parse_tolerance(spec)
+        ToleranceSet.from_specs(stored_specs, atol=stored_atol, rtol=stored_rtol)
     except Exception as exc:  # a record that does not parse is a corrupt archive
         raise ArchiveError(f"the archive's tolerances do not parse: {exc}") from None
     if atol is None and rtol is None:

@@ -40,7 +40,9 @@ def test_dump_against_archive_layers_json(cnn_dumps: dict[str, Path], cnn_layers
                                           capsys: pytest.CaptureFixture[str]) -> None:
     # the archive was packed with seed 7 random inputs, as the dumps: same inputs
     code, out, _ = verify(capsys, "diff", cnn_dumps["disable"], cnn_layers_vtc, "--json")
-    doc = json.loads(out)
+    whole = json.loads(out)
+    assert whole["passed"] is True and [c["case"] for c in whole["cases"]] == [0]
+    doc = whole["cases"][0]
     assert code == 0 and doc["passed"] is True and doc["first_divergent"] is None
     assert doc["counts"] == {"compared": 38, "failed": 0, "only_in_actual": 0,
                              "only_in_reference": 0}

@@ -281,7 +281,7 @@ def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,
     assert (type(greater.stats["min"]), type(greater.stats["max"])) == (bool, bool)
     assert (greater.stats["min"], greater.stats["max"]) == (bool(value.min()), bool(value.max()))
     capsys.readouterr()
-    code, stdout, err = verify(capsys, "diff", out, ib, "--json")
+    code, stdout, err = verify(capsys, "diff", out, ib, "--case", "0", "--json")
     doc = json.loads(stdout)
     assert code == 0, err
     rules = {r["op"]: r["diff"]["rule"] for r in doc["rows"]}

@@ -150,7 +150,7 @@ def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet,
                                  "not compared")
         reports = [_walk(act.side(case), ref.side(case), tolerances, case, engine)
                    for case in cases]
-    if notes and reports:
+    if notes:  # only when cases were found in common: there is a first report
         reports[0] = replace(reports[0], notes=(*reports[0].notes, *notes))
     return tuple(reports)
 

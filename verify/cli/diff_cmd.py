@@ -38,8 +38,9 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     on each side, the fraction of elements outside tolerance, top-1/top-5 agreement for
     classifier outputs, and the rule that judged it. Tensors on one side only (fused away by
     an optimizer, filtered out) are listed, not errors. Exit 1 when any tensor is over
-    tolerance. Every case both captures hold is compared, one report each (with several,
-    --json prints {"passed", "verdict", "cases": [one report per case]}); --case picks one.
+    tolerance. Every case both captures hold is compared, one report each; --json then
+    prints {"passed", "verdict", "cases": [one report per case]}. --case I compares one
+    case, and --json prints that case's report itself.
 
     \b
       verify diff phone/ cpu/                       every layer, first divergent node
@@ -55,8 +56,8 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     reports = diff_cases(actual, reference, tolerances,
                          None if case_index is None else [case_index])
     passed = all(r.passed for r in reports)
-    if as_json:
-        emit_json(reports[0].to_dict() if len(reports) == 1 else
+    if as_json:  # the shape follows the option, never the data: --case, one report
+        emit_json(reports[0].to_dict() if case_index is not None else
                   {"passed": passed, "verdict": cases_verdict(reports),
                    "cases": [r.to_dict() for r in reports]})
     else:
@@ -74,9 +75,10 @@ def cases_verdict(reports: tuple[DiffReport, ...]) -> str:
     if not bad:
         return f"PASS: {len(reports)} cases, every tensor within tolerance"
     fd = bad[0].first_divergent
-    where = f"; case {bad[0].case} first diverges at {fd.name!r}" if fd is not None else ""
+    assert fd is not None  # a report fails exactly when it has a first divergent tensor
     return (f"FAIL: {len(bad)} of {len(reports)} cases over tolerance (case(s) "
-            f"{', '.join(str(r.case) for r in bad)}){where}")
+            f"{', '.join(str(r.case) for r in bad)}); case {bad[0].case} first diverges at "
+            f"{fd.name!r}")
 
 
 def _g(x: float, spec: str = ".3g") -> str:

@@ -96,3 +96,15 @@ def test_a_dump_of_one_case_is_compared_on_that_case_and_says_what_it_left_out(
     code, out, err = verify(capsys, "diff", one, archive, "--case", "0")
     assert (code, out) == (2, "")
     assert only_line(err) == f"error: {one}: no case 0 (the dump holds case(s) 2)"
+
+
+def test_captures_with_no_case_in_common_are_one_usage_error(
+        three_cases: tuple[Path, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    archive, _ = three_cases
+    first = make_dump(archive, tmp_path / "first", "disable", "--case", "0")
+    second = make_dump(archive, tmp_path / "second", "disable", "--case", "1")
+    code, out, err = verify(capsys, "diff", first, second)
+    assert (code, out) == (2, "")
+    assert only_line(err) == (f"error: {first} holds case(s) 0 and {second} case(s) 1: none in "
+                              "common to compare")

@@ -595,3 +595,20 @@ def test_cases_feed_onnxruntime(tmp_path):
         outs = sess.run(None, case)
         np.testing.assert_array_equal(outs[0], case["data"])
         assert outs[1].dtype == np.int64 and outs[2].dtype == np.bool_
+
+
+@pytest.mark.parametrize("suffix,content", [(".json", b"[1, 2]"), (".pb", b"")])
+def test_an_unreadable_data_file_is_one_input_error(tmp_path: Path, suffix: str, content: bytes,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run as root, where chmod cannot deny a read: the refusal is injected instead."""
+    f = tmp_path / f"x{suffix}"
+    f.write_bytes(content)
+
+    def denied(self: Path) -> bytes:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(InputError) as info:
+        load_array_file(f, "x")
+    assert info.value.exit_code == EXIT_USAGE
+    assert str(info.value) == f"{f}: cannot read: Permission denied"

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError
+from verify.files import read_user_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
 ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
@@ -58,7 +59,7 @@ def load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]
         return load_npz(path, label)
     if suffix == ".json":
         try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
+            obj = json.loads(read_user_file(path, InputError, "a .json file").decode("utf-8"))
         except UnicodeDecodeError:
             raise InputError(f"{label}: not a UTF-8 text file; .json must hold nested lists") from None
         except ValueError as e:
@@ -107,7 +108,7 @@ def load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
 
     tensor = onnx.TensorProto()
     try:
-        tensor.ParseFromString(path.read_bytes())
+        tensor.ParseFromString(read_user_file(path, InputError, "a TensorProto .pb file"))
         arr = onnx.numpy_helper.to_array(tensor)
     except (DecodeError, ValueError, TypeError, RuntimeError) as e:
         raise InputError(f"{label}: not a serialized ONNX TensorProto ({e})") from None

@@ -37,6 +37,10 @@ def test_cases_match_one_call_per_case_and_open_each_side_once(
     monkeypatch.setattr(diff, "parse_model", lambda b, w: parses.append(w) or parse(b, w))
     together = diff.diff_cases(dump, archive, rules, [0, 1, 2])
     assert (len(reads), len(parses)) == (1, 1)
+    reads.clear()
+    parses.clear()
+    assert all(r.passed for r in diff.diff_cases(archive, archive, rules))
+    assert (len(reads), len(parses)) == (2, 1)  # floors come from the reference side only
     assert [r.case for r in together] == [0, 1, 2]
     for one, many in zip(singly, together, strict=True):
         assert one.to_dict() == many.to_dict()

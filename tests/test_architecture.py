@@ -1,28 +1,71 @@
-"""docs/architecture.md lists every module of the package, so the map a new engineer reads is
-the code as it is (a module added without a line there fails here)."""
+"""docs/architecture.md is the map of the package: every module is on it, in exactly one
+section's table, and the core imports nothing from the layers above it (features, transports,
+the CLI). A module added without a row, or a core module reaching up, fails here."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "verify"
+LAYERS = {"The command line": "cli", "Features": "features", "Core": "core",
+          "Transports": "transports"}
 
 
-def test_every_module_is_on_the_map() -> None:
-    doc = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"`([\w/]+(?:\.py)?)`", doc))
-    # a row may name siblings by their bare file or module name after the first
-    # (`cli/run_cmd.py`, `bench_cmd.py`; `ci/`: `suite`, `jobs`)
-    missing = []
-    for path in sorted((REPO / "verify").rglob("*.py")):
-        rel = path.relative_to(REPO / "verify").as_posix()
-        package = rel.rsplit("/", 1)[0] + "/" if "/" in rel else ""
-        if rel == "__init__.py":
-            continue
-        candidates = {rel, path.name, path.stem}
-        if rel.endswith("__init__.py"):
-            candidates = {rel, package}
-        if not candidates & named:
-            missing.append(rel)
+def doc_map() -> dict[str, str]:
+    """Module path (relative to verify/) -> layer, from the first cell of each table row. A
+    row's later names are siblings of its first (`cli/run_cmd.py`, `bench_cmd.py`)."""
+    layer, found = None, {}
+    for line in (REPO / "docs" / "architecture.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            layer = next((v for k, v in LAYERS.items() if line[3:].startswith(k)), None)
+        elif line.startswith("| `") and layer is not None:
+            names = re.findall(r"`([^`]+)`", line.split("|")[1])
+            folder = names[0].rpartition("/")[0]
+            for name in names:
+                rel = name if "/" in name or not folder else f"{folder}/{name}"
+                assert rel not in found, f"{rel} is on the map twice"
+                found[rel] = layer
+    return found
+
+
+def modules() -> list[str]:
+    return sorted(p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
+                  if p != PACKAGE / "__init__.py")
+
+
+def test_every_module_is_on_the_map_and_nothing_else() -> None:
+    mapped = doc_map()
+    assert set(mapped.values()) == set(LAYERS.values())  # every section was read
+    missing = [m for m in modules() if m not in mapped]
     assert not missing, f"modules missing from docs/architecture.md: {missing}"
+    stale = [m for m in mapped if m not in modules()]
+    assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """verify modules a file imports, as paths relative to verify/ (x.py or x/__init__.py)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)  # submodules
+    out = set()
+    for name in names:
+        if name.startswith("verify."):
+            rel = name[len("verify."):].replace(".", "/")
+            out.update(f for f in (f"{rel}.py", f"{rel}/__init__.py") if (PACKAGE / f).exists())
+    return out
+
+
+def test_the_core_imports_nothing_from_the_layers_above() -> None:
+    mapped = doc_map()
+    # the runner is a leaf both ends share (its contract names, opt levels, chunk planning)
+    allowed = {m for m, layer in mapped.items() if layer == "core"} | {"runner/runner.py"}
+    reaching_up = {m: sorted(_imported_modules(PACKAGE / m) - allowed)
+                   for m, layer in mapped.items() if layer == "core"}
+    assert not {m: i for m, i in reaching_up.items() if i}, reaching_up

@@ -167,6 +167,19 @@ def test_reports_name_the_device_as_typed(device_env: DeviceEnv, small_vtc: Path
     assert (code, err, out.splitlines()[0]) == (0, "", "device mine: reachable")
 
 
+def test_a_push_file_that_is_missing_names_the_profile_file(
+        device_env: DeviceEnv, small_vtc: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    toml = device_env.write_profile("libs", {"transport": "local", "python": [sys.executable],
+                                             "base_dir": str(tmp_path / "libs"),
+                                             "push": [{"src": "lib/libgone.so",
+                                                       "dest": "lib/libgone.so"}]})
+    code, out, err = run_cli(["run", small_vtc, "--device", "local:libs", "--iter", "1"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (f"error: {toml}: [[push]] src {toml.parent / 'lib' / 'libgone.so'} does not "
+                   "exist\n")
+
+
 def test_devices_check_a_runner_that_cannot_start(device_env: DeviceEnv,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     device_env.write_profile("broken", {"transport": "local", "python": [

@@ -270,8 +270,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError(f"setting {dup!r} is given twice")
     if request.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    prep = prepare(request)
-    tc, tolerances, indices, profile = prep.testcase, prep.tolerances, prep.indices, prep.profile
+    tc, tolerances, indices, profile = prepare(request)
     feeds = [tc.cases[i].inputs for i in indices]
     floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
     say = status or (lambda _m: None)

@@ -6,7 +6,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -106,8 +106,7 @@ class ArchiveRequest(Protocol):
     def tol_specs(self) -> Sequence[str]: ...
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(NamedTuple):
     """An archive opened for running: its cases chosen, tolerances layered, device resolved."""
 
     testcase: Testcase
@@ -148,8 +147,7 @@ def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.n
 
 def run(request: RunRequest, *, status: Status | None = None,
         progress: ProgressFactory | None = None) -> RunOutcome:
-    prep = prepare(request)
-    tc, tolerances, indices, profile = prep.testcase, prep.tolerances, prep.indices, prep.profile
+    tc, tolerances, indices, profile = prepare(request)
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
     options = RunOptions(iterations=request.iterations, warmup=request.warmup,

@@ -123,7 +123,8 @@ def push_support_files(driver: Driver, profile: Profile, progress: ProgressFacto
     """Push the profile's extra files (libraries, binaries) through the cache, linked in place."""
     for item in profile.push:
         if not item.src.is_file():
-            raise UsageError(f"profile {profile.name}: push source {item.src} does not exist")
+            raise UsageError(f"{profile.source or profile.name}: [[push]] src {item.src} does "
+                             "not exist")
         cached = driver.push_cached(item.src, _progress(progress, item.src.name, item.src))
         dest = item.dest if item.dest.startswith("/") else f"{driver.base_dir}/{item.dest}"
         parent = dest.rsplit("/", 1)[0] or "/"

@@ -135,8 +135,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         raise UsageError("--fanout must be at least 2")
     from verify.execute import prepare
 
-    prep = prepare(req)  # reads the archive, validates --case, resolves the device
-    tc, tolerances, profile = prep.testcase, prep.tolerances, prep.profile
+    tc, tolerances, _, profile = prepare(req)  # also validates --case
     model = parse_model(tc.model_bytes, str(req.archive))
     ng = node_graph(model)
     if not len(ng):

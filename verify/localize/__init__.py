@@ -154,47 +154,48 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     fits = _activation_bytes(types, tc) <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
                       case_index, req.budget_bytes, fetch_all=fits)
-    mode = req.mode
-    if mode == "auto":
-        mode = "dump" if fits else "bisect"
-    search = _Search(ng, refs, device, judge, req)
-    if mode == "dump":
-        outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
-    else:
-        outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
-    outcome = replace(outcome, notes=(*notes, *outcome.notes))
-    mode = outcome.mode or mode
-    base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=case_index,
-                opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
-    if outcome.range is None:
-        return LocalizeResult(**base, device_info=device.device_info,
-                              reference_source=refs.source, first_divergent=None,
-                              verdict=CLEAN, suspect=None, suspect_info=None,
-                              rounds=tuple(device.rounds), notes=outcome.notes)
-    lo, hi = outcome.range
-    cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
-    own = outcome.own
-    suspect = _finding(ng, lo, own, cumulative)
-    verdict = FAULTY if hi - lo == 1 else SUBGRAPH
-    shapes = {n: tuple(np.shape(v)) for n, v in
-              refs.get(ng.reads(lo) + ng.makes(lo)).items()}
-    info = describe_node(ng, lo, shapes)
-    path = tuple(_step(ng, t, cumulative.get(t)) for t in
-                 path_to(ng, lo, lambda t: worst([cumulative[t]]) if t in cumulative else -1.0))
-    repro = None
-    if req.write_repro:
-        found = {"device": profile.spec, "device_info": dict(device.device_info),
-                 "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
-                 "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
-                 "rule": own[0].rule if own else ""}
-        repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
-    first = first_divergent(cumulative[t] for t in ng.computed() if t in cumulative)
-    return LocalizeResult(
-        **base, device_info=device.device_info, reference_source=refs.source,
-        first_divergent=_step(ng, first.name, first) if first else None,
-        verdict=verdict, suspect=suspect, suspect_info=info,
-        subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
-        rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+    with refs:  # its host capture's scratch copy of the model goes when done
+        mode = req.mode
+        if mode == "auto":
+            mode = "dump" if fits else "bisect"
+        search = _Search(ng, refs, device, judge, req)
+        if mode == "dump":
+            outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
+        else:
+            outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
+        outcome = replace(outcome, notes=(*notes, *outcome.notes))
+        mode = outcome.mode or mode
+        base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=case_index,
+                    opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
+        if outcome.range is None:
+            return LocalizeResult(**base, device_info=device.device_info,
+                                  reference_source=refs.source, first_divergent=None,
+                                  verdict=CLEAN, suspect=None, suspect_info=None,
+                                  rounds=tuple(device.rounds), notes=outcome.notes)
+        lo, hi = outcome.range
+        cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
+        own = outcome.own
+        suspect = _finding(ng, lo, own, cumulative)
+        verdict = FAULTY if hi - lo == 1 else SUBGRAPH
+        shapes = {n: tuple(np.shape(v)) for n, v in
+                  refs.get(ng.reads(lo) + ng.makes(lo)).items()}
+        info = describe_node(ng, lo, shapes)
+        path = tuple(_step(ng, t, cumulative.get(t)) for t in
+                     path_to(ng, lo, lambda t: worst([cumulative[t]]) if t in cumulative else -1.0))
+        repro = None
+        if req.write_repro:
+            found = {"device": profile.spec, "device_info": dict(device.device_info),
+                     "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
+                     "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
+                     "rule": own[0].rule if own else ""}
+            repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
+        first = first_divergent(cumulative[t] for t in ng.computed() if t in cumulative)
+        return LocalizeResult(
+            **base, device_info=device.device_info, reference_source=refs.source,
+            first_divergent=_step(ng, first.name, first) if first else None,
+            verdict=verdict, suspect=suspect, suspect_info=info,
+            subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
+            rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
 
 
 def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: References,

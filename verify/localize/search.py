@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verify.capture import HostCapture
 from verify.check import require_outputs
 from verify.compare import TensorDiff
 from verify.devices import Profile
@@ -57,7 +58,16 @@ class References:
         self._case = case
         self._budget = budget_bytes
         self._fetch_all = fetch_all
+        self._host: HostCapture | None = None  # set up on the first host run, then reused
         self.source = "archive" if archive is not None else "host"
+
+    def __enter__(self) -> References:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
 
     def get(self, names: Iterable[str]) -> dict[str, np.ndarray]:
         wanted = list(dict.fromkeys(names))
@@ -80,10 +90,9 @@ class References:
             self._values.setdefault(name, value)
 
     def _compute(self, names: list[str] | None) -> None:
-        from verify.capture import host_layers
-
-        for name, value in host_layers(self._model_bytes, self._feeds, names,
-                                       budget_bytes=self._budget):
+        if self._host is None:  # the model parsed and copied once per search, not per round
+            self._host = HostCapture(self._model_bytes, budget_bytes=self._budget)
+        for name, value in self._host.layers(self._feeds, names):
             self._values.setdefault(name, np.asarray(value))
 
 

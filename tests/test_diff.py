@@ -190,14 +190,11 @@ def test_usage_errors(args: list[str], message: str, cnn_dumps: dict[str, Path],
     assert err.strip() == message.format(a=a)
 
 
-def test_archive_without_layers_and_missing_paths(cnn_dumps: dict[str, Path], tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_paths_and_stats_only_dumps(cnn_dumps: dict[str, Path], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
     from fixtures_dump import pack
 
     plain = pack(CNN, tmp_path / "plain.vtc")
-    code, _, err = verify(capsys, "diff", cnn_dumps["disable"], plain)
-    assert (code, err.strip()) == (2, f"error: {plain}: holds no per-layer references for "
-                                      "case 0; re-pack it with `verify pack --layers`")
     code, _, err = verify(capsys, "diff", tmp_path / "nope", plain)
     assert (code, err.strip()) == (2, f"error: {tmp_path / 'nope'}: no such file or folder")
     code, _, err = verify(capsys, "diff", cnn_dumps["disable"], stats := _stats_dump(tmp_path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fixtures_dump import make_dump, pack
 from helpers_cli import only_line, verify
@@ -112,3 +113,37 @@ def test_captures_with_no_case_in_common_are_one_usage_error(
     assert (code, out) == (2, "")
     assert only_line(err) == (f"error: {first} holds case(s) 0 and {second} case(s) 1: none in "
                               "common to compare")
+
+
+def test_an_archive_without_layers_is_compared_against_layers_computed_here(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Packed without --layers: diff computes every layer on this host from the archive's
+    model and inputs — the same figures as against an archive packed with --layers."""
+    cnn = DYNAMIC.parent / "cnn.onnx"
+    plain = pack(cnn, tmp_path / "plain.vtc")
+    layered = pack(cnn, tmp_path / "layered.vtc", "--layers")
+    dump = make_dump(plain, tmp_path / "dump", "all")
+    code, out, err = verify(capsys, "diff", dump, plain, "--case", "0", "--json")
+    computed = json.loads(out)
+    assert (code, err, computed["passed"]) == (0, "", True)
+    assert computed["notes"] == [
+        f"{plain} holds no per-layer references (packed without --layers): computed on this "
+        "host (onnxruntime CPU, optimizations off) from its model and case 0's inputs"]
+    stored = json.loads(verify(capsys, "diff", dump, layered, "--case", "0", "--json")[1])
+    assert [r["diff"] for r in computed["rows"]] == [r["diff"] for r in stored["rows"]]
+    assert computed["counts"] == stored["counts"] and computed["counts"]["compared"] > 10
+
+
+def test_host_values_asked_out_of_order_are_still_right(three_cases: tuple[Path, Path]) -> None:
+    from verify.capture import HostCapture
+    from verify.testcase import read_archive
+
+    archive, _ = three_cases
+    tc = read_archive(archive)
+    feeds = tc.cases[2].inputs
+    with HostCapture(tc.model_bytes) as host:
+        expected = dict(host.layers(feeds))
+        load = diff._streamed(host, feeds)
+        names = list(expected)
+        for name in [names[-1], names[0], *names[1:]]:  # the last first: the rest recomputed
+            assert np.array_equal(load(name), expected[name]), name

@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from verify.capture import HostCapture
 from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes, json_safe
 from verify.dump import Dump, Scratch, open_dump
-from verify.errors import ArchiveError, DumpError, UsageError
+from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
 from verify.testcase import read_archive
 
@@ -48,6 +49,7 @@ class _Side:
     model_sha256: str = ""
     graph: str = "model"
     nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
+    note: str = ""  # what the report should say about where this side's values came from
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,7 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
     if not computed:
         raise DumpError(f"{act.label} and {ref.label} share no computed tensor: captures of "
                         "different models?")
-    notes = []
+    notes = [side.note for side in (act, ref) if side.note]
     if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
         notes.append("the two captures come from different model files (sha256 "
                      f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
@@ -263,8 +265,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool) 
                              f"case(s), 0..{len(tc.cases) - 1})")
         group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
         if group is None or not len(group):
-            raise ArchiveError(f"{path}: holds no per-layer references for case {case}; "
-                               "re-pack it with `verify pack --layers`")
+            return _host_side(case)
         keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
         order = [t for t in tc.tensor_order if t.name in keys]
 
@@ -282,7 +283,42 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool) 
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
                      nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
 
+    hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
+
+    def _host_side(case: int) -> _Side:
+        """Packed without --layers: every layer computed here from the archive's model and
+        this case's inputs (onnxruntime CPU, optimizations off, bounded memory), as pack
+        --layers would have stored them."""
+        if not hosts:
+            hosts.append(stack.enter_context(HostCapture(tc.model_bytes)))
+        return _Side(label=str(path),
+                     tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                              for t in tc.tensor_order],
+                     load=_streamed(hosts[0], tc.cases[case].inputs),
+                     model_sha256=str(tc.provenance.get("model_sha256", "")),
+                     note=f"{path} holds no per-layer references (packed without --layers): "
+                          "computed on this host (onnxruntime CPU, optimizations off) from its "
+                          f"model and case {case}'s inputs")
+
     return _Source(tuple(range(len(tc.cases))), side)
+
+
+def _streamed(host: HostCapture, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
+    """A loader over one host capture pass, in topological order: a walk asking in that order
+    (the reference side always does) costs one pass, holding one chunk at a time; a name
+    asked for after the pass went by it is computed on its own."""
+    stream = host.layers(feeds)
+    passed: set[str] = set()
+
+    def load(name: str) -> np.ndarray:
+        if name not in passed:
+            for got, value in stream:
+                passed.add(got)
+                if got == name:
+                    return value
+        return dict(host.layers(feeds, [name]))[name]
+
+    return load
 
 
 def iter_rows(report: DiffReport, *, top: int | None = None,

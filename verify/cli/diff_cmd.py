@@ -32,7 +32,9 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
          tol_specs: tuple[str, ...], as_json: bool) -> int:
     """Compare ACTUAL against REFERENCE layer by layer and name the first divergent tensor.
 
-    Each is a dump folder (`verify run --bin-io-dump DIR`) or a .vtc packed with --layers.
+    Each is a dump folder (`verify run --bin-io-dump DIR`) or a .vtc archive: its per-layer
+    references when packed with --layers, else every layer computed on this host from its
+    model and inputs (onnxruntime CPU, optimizations off; the report says so).
     Tensors are matched by name and walked in REFERENCE's topological order. Per tensor:
     max abs and relative error, mean abs error, cosine similarity, SQNR (dB), NaN/Inf counts
     on each side, the fraction of elements outside tolerance, top-1/top-5 agreement for

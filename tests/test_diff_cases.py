@@ -147,3 +147,56 @@ def test_host_values_asked_out_of_order_are_still_right(three_cases: tuple[Path,
         names = list(expected)
         for name in [names[-1], names[0], *names[1:]]:  # the last first: the rest recomputed
             assert np.array_equal(load(name), expected[name]), name
+
+
+def test_host_values_cost_one_capture_pass_whichever_side_computes_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump may order its tensors unlike the model; the side computed on the host is still
+    read in its own order, one pass, as the actual side as well as the reference."""
+    from verify.capture import HostCapture
+
+    plain = pack(DYNAMIC.parent / "cnn.onnx", tmp_path / "plain.vtc")
+    dump = make_dump(plain, tmp_path / "dump", "all")
+    # how far an optimized graph's order departs from the model's varies; take the extreme:
+    # the dump's tensors in reverse order (the manifest's indices say the order)
+    manifest = json.loads((dump / "manifest.json").read_text())
+    tensors = manifest["cases"][0]["tensors"]
+    for t in tensors:
+        t["index"] = len(tensors) - 1 - t["index"]
+    (dump / "manifest.json").write_text(json.dumps(manifest))
+    passes: list[object] = []
+    layers = HostCapture.layers
+
+    def counted(self, feeds, names=None):  # type: ignore[no-untyped-def]
+        passes.append(names)
+        return layers(self, feeds, names)
+
+    monkeypatch.setattr(HostCapture, "layers", counted)
+    for sides in ((dump, plain), (plain, dump)):
+        passes.clear()
+        code, out, err = verify(capsys, "diff", *sides, "--json")
+        assert (code, err, passes) == (0, "", [None]), sides  # one pass over every tensor
+        assert json.loads(out)["cases"][0]["counts"]["compared"] > 10
+
+
+def test_host_values_asked_once_out_of_order_cost_one_more_pass(
+        three_cases: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from verify.capture import HostCapture
+    from verify.testcase import read_archive
+
+    archive, _ = three_cases
+    tc = read_archive(archive)
+    feeds = tc.cases[1].inputs
+    with HostCapture(tc.model_bytes) as host:
+        expected = dict(host.layers(feeds))
+        names = list(expected)
+        assert len(names) >= 3
+        passes: list[object] = []
+        layers = HostCapture.layers
+        monkeypatch.setattr(HostCapture, "layers",
+                            lambda self, f, n=None: passes.append(n) or layers(self, f, n))
+        load = diff._streamed(host, feeds)
+        for name in [names[0], names[2], names[1], *names[3:]]:
+            assert np.array_equal(load(name), expected[name]), name
+        assert passes == [None, [names[1]]]  # the stream, and the one name it had passed

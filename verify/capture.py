@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from verify.errors import InputError, ModelError, UsageError
 from verify.graph import (TensorInfo, fused_away, output_names, parse_model,
@@ -36,8 +37,10 @@ class HostCapture:
     cases there are), so cases can be consumed one after the other.
     """
 
-    def __init__(self, model_bytes: bytes, *, budget_bytes: int | None = None) -> None:
-        model = parse_model(model_bytes, "model")
+    def __init__(self, model_bytes: bytes, *, budget_bytes: int | None = None,
+                 model: onnx.ModelProto | None = None) -> None:
+        """`model`: `model_bytes` already parsed by the caller (it is not parsed again)."""
+        model = model if model is not None else parse_model(model_bytes, "model")
         self._order = [t.name for t in tensor_order(model)]
         self._outputs = output_names(model)
         del model

@@ -1,10 +1,11 @@
 """`verify diff`: two layer captures compared tensor by tensor, first divergent tensor named.
 
-Each side is a dump directory (`run --bin-io-dump`) or a `.vtc` packed with `--layers`.
-Tensors are matched by name and walked in the reference's topological order, one pair at a
-time: a dump's .npy files are memory-mapped in place (`dump.map_readonly`, zero copy) and an
-archive's datasets read into a reusable buffer (`dump.Scratch`), so neither capture is ever
-held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
+Each side is a dump directory (`run --bin-io-dump`) or a `.vtc`: its per-layer references
+when packed with `--layers`, else every layer computed on this host (`capture.HostCapture`,
+chunked). Tensors are matched by name and reported in the reference's topological order, one
+pair at a time: a dump's .npy files are memory-mapped in place (`dump.map_readonly`, zero
+copy), an archive's datasets read into a reusable buffer (`dump.Scratch`), host values
+streamed, so neither capture is ever held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
 never errors; the first tensor over tolerance is the first divergent one.
 """
@@ -50,6 +51,7 @@ class _Side:
     graph: str = "model"
     nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
     note: str = ""  # what the report should say about where this side's values came from
+    sequential: bool = False  # values computed in its own order: load them in that order
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ class DiffReport:
 
 def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, case: int = 0,
                   engine: str = "auto") -> DiffReport:
-    """Compare two captures (dump directories or .vtc archives with per-layer goldens).
+    """Compare two captures (dump directories or .vtc archives, see the module doc).
 
     Raises DumpError/ArchiveError (exit 2) for unusable inputs: missing, incomplete, corrupt,
     stats-only, or sharing no tensor (dumps of different models). A tensor over tolerance,
@@ -131,14 +133,17 @@ def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, ca
 
 
 def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet,
-               cases: Sequence[int] | None = None, *, engine: str = "auto") -> tuple[DiffReport, ...]:
+               cases: Sequence[int] | None = None, *, engine: str = "auto",
+               status: Callable[[str], None] | None = None) -> tuple[DiffReport, ...]:
     """`diff_captures` for several cases, each side opened once (an archive is read, its model
     parsed and its floors found once, not once per case): one report per case, in order.
     `cases` None: every case both captures hold (a dump of `run --case 2` holds just case 2);
-    cases only one side holds are named in the first report's notes."""
+    cases only one side holds are named in the first report's notes. `status` hears about
+    work that takes time (layers computed on this host for an archive packed without them)."""
     with contextlib.ExitStack() as stack:
-        act = _open_source(Path(actual), stack, floors=False)  # the reference's floors judge
-        ref = _open_source(Path(reference), stack, floors=True)
+        act = _open_source(Path(actual), stack, floors=False,  # the reference's floors judge
+                           status=status)
+        ref = _open_source(Path(reference), stack, floors=True, status=status)
         notes: list[str] = []
         if cases is None:
             cases = [c for c in ref.cases if c in act.cases]
@@ -176,19 +181,28 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
                      f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
     if engine == "auto":
         expect_bytes(act.nbytes + ref.nbytes)
+    # Compared in the reference's order, unless only the actual side computes its values in
+    # its own order (an archive without layers on that side): then in the actual's, so its
+    # host capture runs once; the rows are in the reference's order either way.
+    common = {t.name: t for t in ref.tensors if t.name in act_names}
+    order = ([t.name for t in act.tensors if t.name in common]
+             if act.sequential and not ref.sequential else list(common))
+    diffs: dict[str, TensorDiff] = {}
+    for name in order:
+        t = common[name]
+        a, r = act.load(name), ref.load(name)
+        diffs[name] = compare(name, a, r, tolerances.rule_for(name, t.floor), topk=t.is_output,
+                              engine=engine)  # type: ignore[arg-type]
+        del a, r
     rows: list[DiffRow] = []
     for i, t in enumerate(ref.tensors):
         if t.name not in act_names:
             why = ("fused away by the actual side's optimizer" if t.name in act.fused_away
                    else "not in the actual capture")
             rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual", why))
-            continue
-        rule = tolerances.rule_for(t.name, t.floor)
-        a, r = act.load(t.name), ref.load(t.name)
-        d = compare(t.name, a, r, rule, topk=t.is_output, engine=engine)  # type: ignore[arg-type]
-        del a, r
-        rows.append(DiffRow(i, t.name, t.node, t.op, d,
-                            fused=tuple(act.fused_into.get(t.name, ()))))
+        else:
+            rows.append(DiffRow(i, t.name, t.node, t.op, diffs[t.name],
+                                fused=tuple(act.fused_into.get(t.name, ()))))
     only_act = [t for t in act.tensors if t.name not in ref_names]
     for k, t in enumerate(only_act):
         why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
@@ -212,13 +226,14 @@ class _Source:
     side: Callable[[int], _Side]
 
 
-def _open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool) -> _Source:
+def _open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
+                 status: Callable[[str], None] | None = None) -> _Source:
     if not path.exists():
         raise UsageError(f"{path}: no such file or folder")
     if path.is_dir():
         dump = open_dump(path)
         return _Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
-    return _archive_source(path, stack, floors)
+    return _archive_source(path, stack, floors, status)
 
 
 def _dump_side(dump: Dump, case: int) -> _Side:
@@ -248,15 +263,18 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
         return 0
 
 
-def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool) -> _Source:
+def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
+                    status: Callable[[str], None] | None) -> _Source:
     import h5py
 
     from verify import schema
 
     tc = read_archive(path)
     f = stack.enter_context(h5py.File(path, "r"))
-    floors = (saturation_floors(parse_model(tc.model_bytes, str(path))) if with_floors
-              else {})  # the actual side's floors are never read: no parse
+    needs_host = any(f.get(f"{schema.case_path(c)}/{schema.LAYERS}") is None
+                     for c in range(len(tc.cases)))
+    model = (parse_model(tc.model_bytes, str(path)) if with_floors or needs_host else None)
+    floors = saturation_floors(model) if with_floors and model is not None else {}
     scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
     def side(case: int) -> _Side:
@@ -289,8 +307,12 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool) 
         """Packed without --layers: every layer computed here from the archive's model and
         this case's inputs (onnxruntime CPU, optimizations off, bounded memory), as pack
         --layers would have stored them."""
+        if status is not None:
+            status(f"{path}: no per-layer references; computing case {case}'s "
+                   f"{len(tc.tensor_order)} tensors on this host (onnxruntime CPU, "
+                   "optimizations off)")
         if not hosts:
-            hosts.append(stack.enter_context(HostCapture(tc.model_bytes)))
+            hosts.append(stack.enter_context(HostCapture(tc.model_bytes, model=model)))
         return _Side(label=str(path),
                      tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
                               for t in tc.tensor_order],
@@ -298,15 +320,15 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool) 
                      model_sha256=str(tc.provenance.get("model_sha256", "")),
                      note=f"{path} holds no per-layer references (packed without --layers): "
                           "computed on this host (onnxruntime CPU, optimizations off) from its "
-                          f"model and case {case}'s inputs")
+                          f"model and case {case}'s inputs", sequential=True)
 
     return _Source(tuple(range(len(tc.cases))), side)
 
 
 def _streamed(host: HostCapture, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
-    """A loader over one host capture pass, in topological order: a walk asking in that order
-    (the reference side always does) costs one pass, holding one chunk at a time; a name
-    asked for after the pass went by it is computed on its own."""
+    """A loader over one host capture pass, in topological order: asked in that order (the
+    walk does, on whichever side computes here) it costs one pass, holding one chunk at a
+    time; a name asked for after the pass went by it is computed on its own."""
     stream = host.layers(feeds)
     passed: set[str] = set()
 

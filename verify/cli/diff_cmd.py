@@ -55,8 +55,11 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     if top is not None and only_failing:
         raise UsageError("--top and --only-failing cannot be combined; pick one")
     tolerances = tolerance_set({}, atol, rtol, tol_specs)
+    from verify.cli.render import RunPrinter
+
     reports = diff_cases(actual, reference, tolerances,
-                         None if case_index is None else [case_index])
+                         None if case_index is None else [case_index],
+                         status=None if as_json else RunPrinter().status)
     passed = all(r.passed for r in reports)
     if as_json:  # the shape follows the option, never the data: --case, one report
         emit_json(reports[0].to_dict() if case_index is not None else

@@ -153,7 +153,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     types = inferred_types(model)  # shape inference once: sizing here, marking in by_dump
     fits = _activation_bytes(types, tc) <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
-                      case_index, req.budget_bytes, fetch_all=fits)
+                      case_index, req.budget_bytes, fetch_all=fits, model=model)
     with refs:  # its host capture's scratch copy of the model goes when done
         mode = req.mode
         if mode == "auto":

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from verify.capture import HostCapture
 from verify.check import require_outputs
@@ -47,10 +48,12 @@ class References:
 
     def __init__(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
                  archive: Path | None = None, case: int = 0,
-                 budget_bytes: int | None = None, fetch_all: bool = False) -> None:
+                 budget_bytes: int | None = None, fetch_all: bool = False,
+                 model: onnx.ModelProto | None = None) -> None:
         """`archive`: read per-layer references from it (packed with --layers); `fetch_all`:
         everything fits in memory, so the first request reads (or computes) every tensor once
-        and later rounds need no host run; otherwise only the tensors asked for are kept."""
+        and later rounds need no host run; otherwise only the tensors asked for are kept.
+        `model`: `model_bytes` already parsed, for the host capture (not parsed again)."""
         self._model_bytes = model_bytes
         self._feeds = dict(feeds)
         self._values: dict[str, np.ndarray] = dict(feeds)
@@ -58,6 +61,7 @@ class References:
         self._case = case
         self._budget = budget_bytes
         self._fetch_all = fetch_all
+        self._model = model
         self._host: HostCapture | None = None  # set up on the first host run, then reused
         self.source = "archive" if archive is not None else "host"
 
@@ -91,7 +95,9 @@ class References:
 
     def _compute(self, names: list[str] | None) -> None:
         if self._host is None:  # the model parsed and copied once per search, not per round
-            self._host = HostCapture(self._model_bytes, budget_bytes=self._budget)
+            self._host = HostCapture(self._model_bytes, budget_bytes=self._budget,
+                                     model=self._model)
+            self._model = None  # the capture keeps what it needs
         for name, value in self._host.layers(self._feeds, names):
             self._values.setdefault(name, np.asarray(value))
 

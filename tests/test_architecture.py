@@ -4,9 +4,10 @@ the CLI). A module added without a row, or a core module reaching up, fails here
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from test_imports import imported
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "verify"
@@ -47,15 +48,8 @@ def test_every_module_is_on_the_map_and_nothing_else() -> None:
 
 def _imported_modules(path: Path) -> set[str]:
     """verify modules a file imports, as paths relative to verify/ (x.py or x/__init__.py)."""
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)  # submodules
     out = set()
-    for name in names:
+    for name in imported(path):
         if name.startswith("verify."):
             rel = name[len("verify."):].replace(".", "/")
             out.update(f for f in (f"{rel}.py", f"{rel}/__init__.py") if (PACKAGE / f).exists())

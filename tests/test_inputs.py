@@ -597,17 +597,23 @@ def test_cases_feed_onnxruntime(tmp_path):
         assert outs[1].dtype == np.int64 and outs[2].dtype == np.bool_
 
 
-@pytest.mark.parametrize("suffix,content", [(".json", b"[1, 2]"), (".pb", b"")])
-def test_an_unreadable_data_file_is_one_input_error(tmp_path: Path, suffix: str, content: bytes,
+@pytest.mark.parametrize("suffix", [".json", ".pb", ".npy", ".npz", ".png"])
+def test_an_unreadable_data_file_is_one_input_error(tmp_path: Path, suffix: str,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests run as root, where chmod cannot deny a read: the refusal is injected instead."""
-    f = tmp_path / f"x{suffix}"
-    f.write_bytes(content)
+    """Tests run as root, where chmod cannot deny a read: the refusal is injected where each
+    reader opens the file (Path.read_bytes, or open() for numpy and Pillow)."""
+    import builtins
 
-    def denied(self: Path) -> bytes:
+    f = tmp_path / f"x{suffix}"
+    f.write_bytes(b"")
+
+    def denied(*args: object, **kwargs: object) -> object:
         raise PermissionError(13, "Permission denied")
 
+    real_open = builtins.open
     monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: denied() if str(file) == str(f)
+                        else real_open(file, *a, **k))
     with pytest.raises(InputError) as info:
         load_array_file(f, "x")
     assert info.value.exit_code == EXIT_USAGE

@@ -59,7 +59,7 @@ def load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]
         return load_npz(path, label)
     if suffix == ".json":
         try:
-            obj = json.loads(read_user_file(path, InputError, "a .json file").decode("utf-8"))
+            obj = json.loads(read_user_file(path, InputError, "a .json file", label).decode("utf-8"))
         except UnicodeDecodeError:
             raise InputError(f"{label}: not a UTF-8 text file; .json must hold nested lists") from None
         except ValueError as e:
@@ -82,6 +82,8 @@ def load_npy(path: Path, label: str) -> np.ndarray:
             raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
         raise InputError(f"{label}: truncated or corrupt .npy file ({e}); save it again "
                          "with np.save") from None
+    except PermissionError as e:  # not a damaged file: say what it is
+        raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except (OSError, EOFError) as e:
         raise InputError(f"{label}: truncated or corrupt .npy file ({e or 'empty'}); save it "
                          "again with np.save") from None
@@ -98,6 +100,8 @@ def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
         if "pickle" in str(e):
             raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
         raise InputError(f"{label}: truncated or corrupt .npz file ({e})") from None
+    except PermissionError as e:  # not a damaged file: say what it is
+        raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except (OSError, EOFError, zipfile.BadZipFile) as e:
         raise InputError(f"{label}: truncated or corrupt .npz file ({e or 'empty'}); save it "
                          "again with np.savez") from None
@@ -108,7 +112,7 @@ def load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:
 
     tensor = onnx.TensorProto()
     try:
-        tensor.ParseFromString(read_user_file(path, InputError, "a TensorProto .pb file"))
+        tensor.ParseFromString(read_user_file(path, InputError, "a TensorProto .pb file", label))
         arr = onnx.numpy_helper.to_array(tensor)
     except (DecodeError, ValueError, TypeError, RuntimeError) as e:
         raise InputError(f"{label}: not a serialized ONNX TensorProto ({e})") from None
@@ -125,6 +129,8 @@ def open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
     except UnidentifiedImageError:
         raise InputError(f"{label}: cannot decode image (not a format Pillow reads, "
                          "or the file is not an image)") from None
+    except PermissionError as e:  # not a damaged file: say what it is
+        raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise InputError(f"{label}: truncated or corrupt image ({e})") from None
 

@@ -21,17 +21,20 @@ import numpy as np
 from verify.errors import VerifyError
 
 
-def read_user_file(path: Path, error: type[VerifyError], expected: str) -> bytes:
+def read_user_file(path: Path, error: type[VerifyError], expected: str,
+                   label: str | None = None) -> bytes:
     """The bytes of a file the user named; a missing, directory or unreadable path is one
-    `error` line (`expected` says what should be there, e.g. "an .onnx file")."""
+    `error` line (`expected` says what should be there, e.g. "an .onnx file"), naming it as
+    `label` (what the user typed, when `path` was resolved from it) or else `path`."""
+    name = label or path
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
+        raise error(f"{name}: no such file") from None
     except IsADirectoryError:
-        raise error(f"{path}: is a directory, expected {expected}") from None
+        raise error(f"{name}: is a directory, expected {expected}") from None
     except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
 def umask() -> int:

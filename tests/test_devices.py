@@ -174,10 +174,12 @@ def test_a_push_file_that_is_missing_names_the_profile_file(
                                              "base_dir": str(tmp_path / "libs"),
                                              "push": [{"src": "lib/libgone.so",
                                                        "dest": "lib/libgone.so"}]})
+    message = f"error: {toml}: [[push]] src {toml.parent / 'lib' / 'libgone.so'} does not exist\n"
     code, out, err = run_cli(["run", small_vtc, "--device", "local:libs", "--iter", "1"], capsys)
-    assert (code, out) == (2, "")
-    assert err == (f"error: {toml}: [[push]] src {toml.parent / 'lib' / 'libgone.so'} does not "
-                   "exist\n")
+    assert (code, out, err) == (2, "", message)
+    assert not (tmp_path / "libs").exists()  # refused before connecting: nothing was sent
+    code, out, err = run_cli(["devices", "check", "local:libs"], capsys)
+    assert (code, err) == (2, message)
 
 
 def test_devices_check_a_runner_that_cannot_start(device_env: DeviceEnv,

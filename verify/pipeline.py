@@ -26,6 +26,7 @@ from verify.errors import (
     DeviceError,
     InputError,
     ModelError,
+    ProfileError,
     ProviderUnavailable,
     RunnerError,
     UsageError,
@@ -119,12 +120,18 @@ def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
     return [*python, runner_path]
 
 
+def check_support_files(profile: Profile) -> None:
+    """Every [[push]] file of the profile exists: checked before connecting, so nothing is sent
+    for a run that cannot start (not when the profile loads: `devices list` must not fail)."""
+    for item in profile.push:
+        if not item.src.is_file():
+            raise ProfileError(f"{profile.source or profile.name}: [[push]] src {item.src} "
+                               "does not exist")
+
+
 def push_support_files(driver: Driver, profile: Profile, progress: ProgressFactory | None) -> None:
     """Push the profile's extra files (libraries, binaries) through the cache, linked in place."""
     for item in profile.push:
-        if not item.src.is_file():
-            raise UsageError(f"{profile.source or profile.name}: [[push]] src {item.src} does "
-                             "not exist")
         cached = driver.push_cached(item.src, _progress(progress, item.src.name, item.src))
         dest = item.dest if item.dest.startswith("/") else f"{driver.base_dir}/{item.dest}"
         parent = dest.rsplit("/", 1)[0] or "/"
@@ -141,6 +148,7 @@ def _progress(factory: ProgressFactory | None, label: str, path: Path) -> Progre
 
 def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
     """Connect, run the runner's --describe, and report what the device has."""
+    check_support_files(profile)
     with make_driver(profile) as driver:
         runner_path = None if profile.runner else driver.push_cached(RUNNER_SOURCE)
         push_support_files(driver, profile, None)
@@ -186,6 +194,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 np.save(path, np.asarray(value, order="C"), allow_pickle=False)  # keeps 0-d
                 files[name] = path
             input_files.append(files)
+        check_support_files(profile)
         say(f"connecting to {profile.spec}")
         with make_driver(profile) as driver:
             runner_path = None if profile.runner else driver.push_cached(

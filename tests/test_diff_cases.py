@@ -200,3 +200,28 @@ def test_host_values_asked_once_out_of_order_cost_one_more_pass(
         for name in [names[0], names[2], names[1], *names[3:]]:
             assert np.array_equal(load(name), expected[name]), name
         assert passes == [None, [names[1]]]  # the stream, and the one name it had passed
+
+
+def test_an_archives_own_tolerances_judge_under_the_command_lines(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As `run` does: the tolerances an archive was packed with judge the diff, and the
+    command line's go on top; two dumps have none of their own."""
+    cnn = DYNAMIC.parent / "cnn.onnx"
+    strict = pack(cnn, tmp_path / "strict.vtc", "--layers", "--tol", "*:exact")
+    plain = pack(cnn, tmp_path / "plain.vtc")  # the same model and inputs (--seed 7)
+    dump = make_dump(plain, tmp_path / "dump", "all")  # optimized: last-bit differences
+    code, out, _ = verify(capsys, "diff", dump, strict, "--case", "0", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["first_divergent"] is not None
+    assert {r["diff"]["rule"] for r in doc["rows"] if r["diff"]} == {"exact"}
+    assert f"tolerances: {strict}'s own (default (magnitude: max|x-r| <= 2^-14 * max(max|r|, " \
+           "F), scaled by dtype); --tol *:exact), under any given on the command line" \
+           in doc["notes"]
+    code, out, _ = verify(capsys, "diff", dump, strict, "--case", "0", "--json",
+                          "--tol", "*:k=2^-14")
+    doc = json.loads(out)
+    assert code == 0 and {r["diff"]["rule"] for r in doc["rows"] if r["diff"]} == {
+        "magnitude k=2^-14", "magnitude k=2^-14 floor=2^-4"}
+    other = make_dump(plain, tmp_path / "other", "disable")
+    code, out, _ = verify(capsys, "diff", dump, other, "--case", "0", "--json")
+    assert not any(n.startswith("tolerances:") for n in json.loads(out)["notes"])

@@ -27,6 +27,7 @@ from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
 from verify.testcase import read_archive
+from verify.tolerance import describe_record
 
 
 @dataclass(frozen=True)
@@ -132,19 +133,33 @@ def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, ca
     return diff_cases(actual, reference, tolerances, [case], engine=engine)[0]
 
 
-def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet,
+TolerancesFor = Callable[[Mapping[str, Any]], ToleranceSet]
+
+
+def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet | TolerancesFor,
                cases: Sequence[int] | None = None, *, engine: str = "auto",
                status: Callable[[str], None] | None = None) -> tuple[DiffReport, ...]:
     """`diff_captures` for several cases, each side opened once (an archive is read, its model
     parsed and its floors found once, not once per case): one report per case, in order.
     `cases` None: every case both captures hold (a dump of `run --case 2` holds just case 2);
     cases only one side holds are named in the first report's notes. `status` hears about
-    work that takes time (layers computed on this host for an archive packed without them)."""
+    work that takes time (layers computed on this host for an archive packed without them).
+    `tolerances`: the rules, or a function making them from an archive's stored tolerance
+    record (the reference's when it is an archive, else the actual's, else {}), which is how
+    `verify diff` puts its options over an archive's tolerances, as `run` does."""
     with contextlib.ExitStack() as stack:
         act = _open_source(Path(actual), stack, floors=False,  # the reference's floors judge
                            status=status)
         ref = _open_source(Path(reference), stack, floors=True, status=status)
         notes: list[str] = []
+        if not isinstance(tolerances, ToleranceSet):
+            stored, owner = next(((s.stored_tolerances, path) for s, path in
+                                  ((ref, reference), (act, actual)) if s.stored_tolerances),
+                                 ({}, None))
+            tolerances = tolerances(stored)
+            if owner is not None:
+                notes.append(f"tolerances: {owner}'s own ({describe_record(stored)}), under "
+                             "any given on the command line")
         if cases is None:
             cases = [c for c in ref.cases if c in act.cases]
             if not cases:
@@ -220,10 +235,12 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
 
 @dataclass(frozen=True)
 class _Source:
-    """A capture opened once: the case numbers it holds, and one case's side of it."""
+    """A capture opened once: the case numbers it holds, one case's side of it, and (an
+    archive) the tolerance record it was packed with."""
 
     cases: tuple[int, ...]
     side: Callable[[int], _Side]
+    stored_tolerances: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
@@ -322,7 +339,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                           "computed on this host (onnxruntime CPU, optimizations off) from its "
                           f"model and case {case}'s inputs", sequential=True)
 
-    return _Source(tuple(range(len(tc.cases))), side)
+    return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances))
 
 
 def _streamed(host: HostCapture, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:

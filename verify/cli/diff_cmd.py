@@ -12,6 +12,7 @@ from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
 from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
+    from verify.compare import ToleranceSet
     from verify.diff import DiffReport
 
 
@@ -38,7 +39,8 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     Tensors are matched by name and walked in REFERENCE's topological order. Per tensor:
     max abs and relative error, mean abs error, cosine similarity, SQNR (dB), NaN/Inf counts
     on each side, the fraction of elements outside tolerance, top-1/top-5 agreement for
-    classifier outputs, and the rule that judged it. Tensors on one side only (fused away by
+    classifier outputs, and the rule that judged it (an archive side's own tolerances,
+    with --atol/--rtol/--tol on top). Tensors on one side only (fused away by
     an optimizer, filtered out) are listed, not errors. Exit 1 when any tensor is over
     tolerance. Every case both captures hold is compared, one report each; --json then
     prints {"passed", "verdict", "cases": [one report per case]}. --case I compares one
@@ -54,7 +56,11 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
 
     if top is not None and only_failing:
         raise UsageError("--top and --only-failing cannot be combined; pick one")
-    tolerances = tolerance_set({}, atol, rtol, tol_specs)
+    tolerance_set({}, atol, rtol, tol_specs)  # a bad option fails before any file is read
+
+    def tolerances(stored: dict) -> ToleranceSet:  # an archive side's record, ours on top
+        return tolerance_set(stored, atol, rtol, tol_specs)
+
     from verify.cli.render import RunPrinter
 
     reports = diff_cases(actual, reference, tolerances,

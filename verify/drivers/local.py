@@ -58,20 +58,10 @@ class LocalDriver(Driver):
                              out.decode(errors="replace"), err.decode(errors="replace"))
 
     def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
-        try:
-            shutil.copyfile(local, remote)
-        except OSError as exc:
-            raise TransferError(f"local: copying {local} failed: {exc.strerror or exc}") from exc
-        if progress:
-            progress(local.stat().st_size)
+        _copy(local, remote, f"copying {local}", progress)
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        try:
-            shutil.copyfile(remote, local)
-        except OSError as exc:
-            raise TransferError(f"local: fetching {remote} failed: {exc.strerror or exc}") from exc
-        if progress:
-            progress(local.stat().st_size)
+        _copy(remote, local, f"fetching {remote}", progress)
 
     def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
         """A rename where the work directory and `local` share a file system (123 files,
@@ -102,6 +92,15 @@ class LocalDriver(Driver):
 
     def _exists_impl(self, path: str) -> bool:
         return os.path.exists(path)
+
+
+def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None) -> None:
+    try:
+        shutil.copyfile(src, dst)
+    except OSError as exc:
+        raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
+    if progress:
+        progress(os.path.getsize(dst))
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -307,12 +307,19 @@ def test_a_runner_without_layer_capture_is_a_device_error(
     assert err.strip().splitlines()[-1] == (
         "error: alt: the device's runner does not capture layers (its result has no 'dump'); "
         "use verify's own runner.py for dumps")
+    assert not (tmp_path / "d").exists()  # no dump folder that could pass for one
     code, _, err = verify(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
                            "--opt-level", "all", "--bin-io-dump", tmp_path / "d")
     assert code == 3
     assert err.strip().splitlines()[-1] == (
         "error: alt: the device's runner wrote no optimized model (optimized_model_path), so "
         "the graph that ran cannot be dumped; use verify's own runner.py, or --opt-level disable")
+    assert not (tmp_path / "d").exists()
+    mine = tmp_path / "mine"  # a folder the user made is left, empty as it was given
+    mine.mkdir()
+    code, _, _ = verify(capsys, "run", cnn_vtc, "--device", "alt", "--iter", "1",
+                        "--opt-level", "disable", "--bin-io-dump", mine)
+    assert code == 3 and mine.is_dir() and list(mine.iterdir()) == []
 
 
 def test_scalar_inputs_stay_scalar(tmp_path: Path, dump_factory: Callable[..., Path]) -> None:

@@ -67,6 +67,21 @@ def prepare_dir(path: Path) -> Path:
     return path
 
 
+def discard_dump(path: Path, *, remove_dir: bool) -> None:
+    """After a failed run: the tensor files pulled so far go (without a manifest they are no
+    dump; `prepare_dir` already cleared any older one), and the folder too when the run made it
+    and nothing else is in it."""
+    path = Path(path)
+    for p in path.iterdir() if path.is_dir() else ():
+        if p.is_file() and (_FILE_RE.fullmatch(p.name) or p.name.startswith(".")):
+            p.unlink(missing_ok=True)
+    if remove_dir:
+        try:
+            path.rmdir()
+        except OSError:  # something else is in it now: leave it
+            pass
+
+
 def manifest_header(*, device: Mapping[str, Any], spec: str, providers: Sequence[str],
                     options: Mapping[str, Any], model_sha256: str, graph: str,
                     outputs: Sequence[str]) -> dict[str, Any]:

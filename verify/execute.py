@@ -18,6 +18,7 @@ from verify.datafiles import load_array_file
 from verify.devices import Profile
 from verify.dump import (
     MANIFEST,
+    discard_dump,
     io_dump_text,
     manifest_header,
     prepare_dir,
@@ -154,30 +155,36 @@ def run(request: RunRequest, *, status: Status | None = None,
                          opt_level=request.opt_level, threads=request.threads,
                          providers=tuple(request.providers), profile=request.profile_path is not None,
                          keep=request.keep, timeout=request.timeout)
+    made_dump_dir = request.bin_io_dump is not None and not Path(request.bin_io_dump).exists()
     dump_spec = _dump_spec(request)
-    with tempfile.TemporaryDirectory(prefix="verify-out-") as tmp:
-        device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
-                                   progress=progress, local_out=Path(tmp), dump=dump_spec)
-        written: dict[str, str] = {}
-        if request.profile_path is not None and device_run.profile_file is not None:
-            copy_atomic(device_run.profile_file, request.profile_path)
-            written["profile"] = str(request.profile_path)
-    notes = []
-    if overrides:
-        checks = [CaseCheck(ci, None) for ci in indices]
-        notes.append("inputs overridden with --input: no ground truth to check against")
-    else:
-        floors = _output_floors(tc, device_run.dump)
-        checks = [CaseCheck(ci, tuple(check_outputs(
-            device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
-            profile.spec))) for pos, ci in enumerate(indices)]
-    if request.bin_out_dump is not None:
-        written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
-    if device_run.dump is not None:
-        written.update(write_layer_dumps(request, tc, indices, device_run))
-        notes.append(_dump_note(device_run.dump))
-    return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
-                      tolerances=tolerances, notes=tuple(notes), written=written)
+    try:
+        with tempfile.TemporaryDirectory(prefix="verify-out-") as tmp:
+            device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
+                                       progress=progress, local_out=Path(tmp), dump=dump_spec)
+            written: dict[str, str] = {}
+            if request.profile_path is not None and device_run.profile_file is not None:
+                copy_atomic(device_run.profile_file, request.profile_path)
+                written["profile"] = str(request.profile_path)
+        notes = []
+        if overrides:
+            checks = [CaseCheck(ci, None) for ci in indices]
+            notes.append("inputs overridden with --input: no ground truth to check against")
+        else:
+            floors = _output_floors(tc, device_run.dump)
+            checks = [CaseCheck(ci, tuple(check_outputs(
+                device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
+                profile.spec))) for pos, ci in enumerate(indices)]
+        if request.bin_out_dump is not None:
+            written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
+        if device_run.dump is not None:
+            written.update(write_layer_dumps(request, tc, indices, device_run))
+            notes.append(_dump_note(device_run.dump))
+        return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
+                          tolerances=tolerances, notes=tuple(notes), written=written)
+    except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made)
+        if request.bin_io_dump is not None:
+            discard_dump(request.bin_io_dump, remove_dir=made_dump_dir)
+        raise
 
 
 def _output_floors(tc: Testcase, capture: DumpCapture | None) -> Mapping[str, float]:

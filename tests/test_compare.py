@@ -426,3 +426,24 @@ def test_auto_engine_policy(monkeypatch) -> None:
     monkeypatch.delenv("VERIFY_NO_NUMBA")
     expected = "numba" if numba_available() else "numpy"
     assert module.choose_engine("auto", module.NUMBA_AFTER_BYTES) == expected
+
+
+def test_tol_rank_orders_failures_without_a_figure_worst_everywhere() -> None:
+    """One ranking for diff --top, localize and bench: a shape mismatch (no figure) is the
+    worst failure, a passing tensor the least bad, errors in between by tolerance units."""
+    from verify.bench import Setting, SettingResult
+    from verify.compare import tol_rank
+    from verify.localize.search import worst
+    from verify.timing import Timing
+
+    r = np.linspace(0.5, 1.0, 64).astype(np.float32)
+    ok = compare("ok", r, r)
+    over = compare("over", r + np.float32(3e-3), r)
+    shape = compare("shape", r[:32], r)
+    assert (ok.passed, over.passed, shape.passed) == (True, False, False)
+    assert math.isnan(shape.tol_units) and over.tol_units > 1
+    assert sorted([ok, shape, over], key=tol_rank) == [ok, over, shape]
+    assert worst([ok, over, shape]) == math.inf and worst([ok]) == ok.tol_units
+    result = SettingResult(Setting(), (1.0,), Timing.of([1.0]), 1.0, 0.0,
+                           (ok, over, shape))
+    assert result.worst is shape

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.check import check_outputs
-from verify.compare import TensorDiff
+from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
 from verify.execute import prepare
@@ -220,7 +220,7 @@ class SettingResult:
     @property
     def worst(self) -> TensorDiff | None:
         """The output closest to (or furthest over) its tolerance."""
-        return max(self.diffs, key=lambda d: (not d.passed, _units(d)), default=None)
+        return max(self.diffs, key=lambda d: (not d.passed, tol_rank(d)), default=None)
 
     def to_dict(self) -> dict[str, Any]:
         worst = self.worst
@@ -252,10 +252,6 @@ class BenchReport:
                 "baseline": self.results[0].setting.label,
                 "results": [r.to_dict() for r in self.results],
                 "passed": self.passed, "notes": list(self.notes)}
-
-
-def _units(d: TensorDiff) -> float:
-    return -1.0 if math.isnan(d.tol_units) else d.tol_units
 
 
 def bench(request: BenchRequest, *, status: Status | None = None,

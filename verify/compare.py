@@ -470,6 +470,15 @@ def compare_many(pairs: Iterable[tuple[str, Any, Any, Rule | None]], *, topk: bo
     return [compare(name, a, r, rule, topk=topk, engine=engine) for name, a, r, rule in pairs]
 
 
+def tol_rank(d: TensorDiff) -> float:
+    """How bad a tensor is, for ranking: its error in tolerance units; a failing tensor with no
+    figure (another shape or dtype, NaN where the reference has none) ranks worst of all, a
+    passing one with no figure lowest."""
+    if math.isnan(d.tol_units):
+        return math.inf if not d.passed else -1.0
+    return d.tol_units
+
+
 def first_divergent(diffs: Iterable[TensorDiff]) -> TensorDiff | None:
     """The first failing diff in the given order (the caller orders them topologically)."""
     return next((d for d in diffs if not d.passed), None)

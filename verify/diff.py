@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from verify.capture import HostCapture
-from verify.compare import TensorDiff, ToleranceSet, compare, expect_bytes, json_safe
+from verify.compare import (TensorDiff, ToleranceSet, compare, expect_bytes, json_safe,
+                            tol_rank)
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
@@ -367,17 +368,7 @@ def iter_rows(report: DiffReport, *, top: int | None = None,
     rows = [r for r in report.rows if r.diff is not None and
             (not only_failing or not r.diff.passed)]
     if top is not None:
-        worst = sorted(rows, key=lambda r: _units(r.diff), reverse=True)[:top]
+        worst = sorted(rows, key=lambda r: tol_rank(r.diff), reverse=True)[:top]
         keep = {id(r) for r in worst}
         rows = [r for r in rows if id(r) in keep]
     yield from rows
-
-
-def _units(d: TensorDiff | None) -> float:
-    """Sort key for --top: error in tolerance units; a failing tensor without a figure (a
-    shape mismatch) ranks worst."""
-    if d is None:
-        return -1.0
-    if math.isnan(d.tol_units):
-        return math.inf if not d.passed else -1.0
-    return d.tol_units

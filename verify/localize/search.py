@@ -18,7 +18,7 @@ import onnx
 
 from verify.capture import HostCapture
 from verify.check import require_outputs
-from verify.compare import TensorDiff
+from verify.compare import TensorDiff, tol_rank
 from verify.devices import Profile
 from verify.pipeline import RunOptions, Status, run_on_device
 from verify.subgraph import Batch, NodeGraph, Segment, build_batch, split_points
@@ -243,15 +243,8 @@ def isolate(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
 
 
 def worst(diffs: Iterable[TensorDiff]) -> float:
-    """The largest error in units of the tolerance (0 when there is nothing)."""
-    units = [_units(d) for d in diffs]
-    return max(units, default=0.0)
-
-
-def _units(d: TensorDiff) -> float:
-    if not d.passed and not np.isfinite(d.tol_units):
-        return float("inf")
-    return float(d.tol_units) if np.isfinite(d.tol_units) else 0.0
+    """The largest error in units of the tolerance (0 when there is nothing, or no figure)."""
+    return max((max(tol_rank(d), 0.0) for d in diffs), default=0.0)
 
 
 def rank_candidates(ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list[int]:

@@ -20,6 +20,7 @@ from verify.cli import (
     tolerance_options,
 )
 from verify.errors import EXIT_MISMATCH, EXIT_OK
+from verify.graph import INPUT_OP
 from verify.runner.runner import OPT_LEVELS
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ def print_report(r: "LocalizeResult") -> None:
             if isinstance(step, str):
                 echo(f"  {step}")
                 continue
-            where = "graph input" if step.op == "<input>" else f"{step.node} ({step.op})"
+            where = "graph input" if step.op == INPUT_OP else f"{step.node} ({step.op})"
             echo(f"  {step.tensor:<28} {where:<36} "
                  f"{_diff_line(step.diff, step.op == '<input>')}")
     if r.candidates:

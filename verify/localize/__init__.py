@@ -22,14 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from verify.check import require_outputs
+from verify.check import check_outputs
 from verify.compare import TensorDiff, compare, first_divergent
 from verify.errors import UsageError
-from verify.graph import inferred_types, parse_model, saturation_floors
+from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
 from verify.pipeline import RunOptions, Status
+from verify.runner import runner as _rt
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
 from verify.testcase import Testcase
 from verify.tolerance import layered_record
@@ -148,7 +149,10 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     options = RunOptions(iterations=1, warmup=0, opt_level=req.opt_level, threads=req.threads,
                          providers=tuple(req.providers), timeout=req.timeout)
     device = DeviceRounds(profile, options, status)
-    case_index, whole, notes = _choose_case(tc, req.case_index, device, judge, len(ng))
+    def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
+        return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
+
+    case_index, whole, notes = _choose_case(tc, req.case_index, device, check, len(ng))
     case = tc.cases[case_index]
     types = inferred_types(model)  # shape inference once: sizing here, marking in by_dump
     fits = _activation_bytes(types, tc) <= req.budget_bytes
@@ -158,7 +162,7 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         mode = req.mode
         if mode == "auto":
             mode = "dump" if fits else "bisect"
-        search = _Search(ng, refs, device, judge, req)
+        search = _Search(ng, refs, device, judge, check, req)
         if mode == "dump":
             outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
         else:
@@ -215,7 +219,7 @@ def _finite_or_text(x: float) -> float | str:
     return x if np.isfinite(x) else str(x)
 
 
-def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: Any,
+def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, check: Any,
                  nodes: int) -> tuple[int, dict[str, np.ndarray] | None, tuple[str, ...]]:
     """The case to localize with: the one asked for, the only one, or the first whose outputs
     fail in one plain run of every case (whose outputs are returned for reuse)."""
@@ -224,8 +228,7 @@ def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, judge: A
     runs = device.run_cases(tc.model_bytes, [c.inputs for c in tc.cases],
                             f"the whole model, {len(tc.cases)} cases", nodes=nodes)
     for i, (case, outs) in enumerate(zip(tc.cases, runs)):
-        require_outputs(outs, case.outputs, device.profile.spec)
-        if not all(judge(o, outs[o], ref).passed for o, ref in case.outputs.items()):
+        if not all(d.passed for d in check(outs, case.outputs)):
             return i, runs[i], (f"case {i} is the first of {len(tc.cases)} whose outputs fail",)
     return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
 
@@ -239,7 +242,7 @@ def _activation_bytes(types: Mapping[str, Any], tc: Any) -> int:
     total = 0
     for info in tc.tensor_order:
         tp = types.get(info.name)
-        if info.op == "<input>" or tp is None or tp.WhichOneof("value") != "tensor_type":
+        if info.op == INPUT_OP or tp is None or tp.WhichOneof("value") != "tensor_type":
             continue
         elem = tp.tensor_type.elem_type
         itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize \
@@ -262,7 +265,7 @@ def _finding(ng: NodeGraph, index: int, own: tuple[TensorDiff, ...],
 def _step(ng: NodeGraph, tensor: str, diff: TensorDiff | None) -> Step:
     i = ng.producer.get(tensor)
     if i is None:
-        return Step(tensor, "", "<input>", diff)
+        return Step(tensor, "", INPUT_OP, diff)
     return Step(tensor, ng.labels[i], ng.nodes[i].op_type, diff)
 
 
@@ -279,8 +282,9 @@ class _Outcome:
 
 class _Search:
     def __init__(self, ng: NodeGraph, refs: References, device: DeviceRounds, judge: Any,
-                 req: LocalizeRequest) -> None:
-        self.ng, self.refs, self.device, self.judge, self.req = ng, refs, device, judge, req
+                 check: Any, req: LocalizeRequest) -> None:
+        self.ng, self.refs, self.device, self.req = ng, refs, device, req
+        self.judge, self.check = judge, check  # one tensor; the final outputs, as run checks
 
     def by_dump(self, model: Any, types: Mapping[str, Any], model_bytes: bytes,
                 reference_outputs: Mapping[str, np.ndarray],
@@ -298,7 +302,9 @@ class _Search:
         values = self.refs.get(names)
         cumulative: dict[str, TensorDiff] = {}
         notes: list[str] = []
-        for chunk in _chunks([n for n in names if n in values], values, self.req.budget_bytes):
+        present = [n for n in names if n in values]
+        for chunk in _rt.plan_chunks(present, [int(values[n].nbytes) for n in present],
+                                     self.req.budget_bytes):
             marked, skipped = with_outputs(model, chunk, types=dict(types))
             if skipped:
                 notes.append(f"{len(skipped)} tensor(s) could not be marked as outputs")
@@ -338,8 +344,7 @@ class _Search:
         if outs is None:
             outs = self.device.run(model_bytes, self.refs.get(ng.graph_inputs),
                                    "the whole model", nodes=len(ng))
-        require_outputs(outs, reference_outputs, self.device.profile.spec)
-        final = tuple(self.judge(o, outs[o], ref) for o, ref in reference_outputs.items())
+        final = tuple(self.check(outs, reference_outputs))
         if all(d.passed for d in final):
             return _Outcome(final, None)
         b = bisect(ng, self.refs, self.device, self.judge, 0, len(ng), final, self.req.fanout)
@@ -362,17 +367,3 @@ class _Search:
         outs = self.device.run(batch.model.SerializeToString(), batch.feeds(values),
                                "errors on the path to the suspect", nodes=len(prefix))
         return {**known, **{t: self.judge(t, outs[t], values[t]) for t in wanted if t in outs}}
-
-
-def _chunks(names: Sequence[str], values: Mapping[str, np.ndarray],
-            budget: int) -> list[list[str]]:
-    chunks: list[list[str]] = [[]]
-    size = 0
-    for n in names:
-        nbytes = int(values[n].nbytes)
-        if chunks[-1] and size + nbytes > budget:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(n)
-        size += nbytes
-    return [c for c in chunks if c]

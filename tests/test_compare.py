@@ -17,7 +17,6 @@ from verify.compare import (
     TensorDiff,
     ToleranceSet,
     compare,
-    compare_many,
     first_divergent,
     numba_available,
     parse_tolerance,
@@ -388,19 +387,14 @@ def test_topk_agreement() -> None:
     assert compare("p", a, r).topk is None
 
 
-def test_compare_many_streams_and_first_divergent() -> None:
-    loaded: list[str] = []
-
-    def pairs():
-        for i in range(4):
-            loaded.append(f"t{i}")
-            r = np.full(10, float(i + 1), np.float32)
-            yield f"t{i}", r * (1.01 if i >= 2 else 1.0), r, None
-
-    diffs = compare_many(pairs())
-    assert loaded == ["t0", "t1", "t2", "t3"]
+def test_first_divergent_is_the_first_failing_in_order() -> None:
+    diffs = []
+    for i in range(4):
+        r = np.full(10, float(i + 1), np.float32)
+        diffs.append(compare(f"t{i}", r * (1.01 if i >= 2 else 1.0), r))
     assert [d.passed for d in diffs] == [True, True, False, False]
     assert first_divergent(diffs).name == "t2"
+    assert first_divergent(reversed(diffs)).name == "t3"
     assert first_divergent(diffs[:2]) is None
 
 

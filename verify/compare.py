@@ -67,7 +67,7 @@ from verify.scan import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Engine, Scan, c
 __all__ = [
     "NUMBA_AFTER_BYTES", "NUMBA_UPFRONT_BYTES", "SATURATING_OPS", "SATURATION_FLOOR",
     "SHAPE_ONLY_OPS", "AllcloseRule", "ExactRule", "MagnitudeRule", "Rule", "TensorDiff",
-    "ToleranceOverride", "ToleranceSet", "TopKAgreement", "compare", "compare_many",
+    "ToleranceOverride", "ToleranceSet", "TopKAgreement", "compare",
     "expect_bytes", "first_divergent", "json_safe", "numba_available", "parse_tolerance",
     "saturating_floor", "topk_agreement",
 ]
@@ -462,12 +462,6 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
         nan_reference=s.nan_r, inf_actual=s.inf_a, inf_reference=s.inf_r,
         nonfinite_mismatch=s.nonfinite_mismatch,
         topk=topk_agreement(a, r) if topk else None)
-
-
-def compare_many(pairs: Iterable[tuple[str, Any, Any, Rule | None]], *, topk: bool = False,
-                 engine: Engine = "auto") -> list[TensorDiff]:
-    """Compare pairs as they come (pass a generator to keep one pair in memory at a time)."""
-    return [compare(name, a, r, rule, topk=topk, engine=engine) for name, a, r, rule in pairs]
 
 
 def tol_rank(d: TensorDiff) -> float:

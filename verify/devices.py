@@ -135,8 +135,7 @@ def resolve(spec: str) -> Profile:
             if transport == "cuda" and target:
                 return _on_gpu(profile, int(target), spec)
             if target and name == target and transport in TRANSPORTS_BUILTIN \
-                    and profile.transport != transport and not (
-                        transport == "cuda" and profile.transport == "local"):
+                    and profile.transport != transport:
                 raise UsageError(f"device {spec!r}: profile {path} is for transport "
                                  f"{profile.transport!r}, not {transport!r}")
             # Reports name the device as typed (`ssh:board`, not the profile's `board`).

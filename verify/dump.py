@@ -39,10 +39,6 @@ def is_tensor_file(name: str) -> bool:
     return _FILE_RE.fullmatch(name) is not None
 
 
-def tensor_file(case: int, index: int) -> str:
-    return f"c{case}_t{index:05d}.npy"
-
-
 # --- writing -----------------------------------------------------------------------------------
 
 def prepare_dir(path: Path) -> Path:

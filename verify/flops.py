@@ -335,7 +335,6 @@ _FLOPS: dict[str, _FlopFn] = {
     **{op: _zero for op in DATA_MOVEMENT},
 }
 
-KNOWN_OPS: frozenset[str] = frozenset(_FLOPS)
 """Op types whose FLOPs node_cost can count (given the shapes, and attributes where noted)."""
 
 

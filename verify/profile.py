@@ -45,7 +45,7 @@ from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_
                           node_cost, ort_node_name)
 from verify.trace import NodeStats, Profile, ShapeVariant
 # The trace side lives in verify.trace; these are re-exported for the CLI, tests and benchmarks.
-from verify.trace import drop_warmup, load_profile, parse_profile  # noqa: F401
+from verify.trace import load_profile, parse_profile  # noqa: F401
 
 AGGREGATES: Mapping[str, Callable[[Sequence[float]], float]] = {
     "sum": math.fsum, "mean": lambda v: math.fsum(v) / len(v), "max": max, "min": min,

@@ -200,23 +200,6 @@ def parse_profile(data: object, *, source: str = "<profile>",
                    ("option" if skip_runs else None))
 
 
-def drop_warmup(events: list[dict[str, Any]], runs: int, source: str = "<profile>"
-                ) -> list[dict[str, Any]]:
-    """The trace without its first `runs` model_run events and everything inside them.
-
-    For writing a profile that starts at the first timed run (onnxruntime cannot start its
-    profiler after the session is created). Session-level events are kept.
-    """
-    spans = sorted((_number(e, "ts", i, source), _number(e, "dur", i, source))
-                   for i, e in enumerate(events)
-                   if e.get("cat") == "Session" and e.get("name") == "model_run")[:runs]
-    if len(spans) < runs:
-        raise ProfileError(f"{source}: cannot drop {runs} warmup runs, the profile has "
-                           f"{len(spans)}")
-    return [e for e in events
-            if not (isinstance(e.get("ts"), (int, float)) and _inside(e["ts"], spans))]
-
-
 def _inside(ts: float, spans: list[tuple[float, float]]) -> bool:
     """Whether `ts` falls in one of `spans` ((start, duration), sorted, not overlapping)."""
     i = bisect.bisect_right(spans, (ts, math.inf)) - 1

@@ -646,8 +646,7 @@ def forked_dump(job, workdir):
     if not hasattr(os, "fork"):
         return None
     spec = dict(job["dump_first"])
-    dump_job = dict(job, dump=spec, warmup=0, iterations=1, profile=None,
-                    optimized_model_path=None, result=spec.pop("result", "dump_result.json"))
+    dump_job = dict(job, dump=spec, result=spec.pop("result", "dump_result.json"))
     del dump_job["dump_first"]
     sys.stdout.flush()
     sys.stderr.flush()

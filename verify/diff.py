@@ -296,9 +296,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
     scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
     def side(case: int) -> _Side:
-        if not 0 <= case < len(tc.cases):
-            raise UsageError(f"{path}: no case {case} (the archive holds {len(tc.cases)} "
-                             f"case(s), 0..{len(tc.cases) - 1})")
+        tc.case_indices(case)  # a case the archive does not hold: one UsageError line
         group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
         if group is None or not len(group):
             return _host_side(case)

@@ -73,13 +73,15 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
                   provenance={**provenance(model_bytes, model_path), "seed": options.seed,
                               "data": list(options.data)},
                   has_layers=options.layers)
-    del model, session
+    del session
     if not options.layers:
+        del model
         write_archive(out, tc)
         return tc
     # Per-layer references stream from the chunked capture straight into the archive, one
-    # case after the other, from one capture set-up.
-    with HostCapture(model_bytes) as capture:
+    # case after the other, from one capture set-up (on the model parsed above).
+    with HostCapture(model_bytes, model=model) as capture:
+        del model
         write_archive(out, tc, [capture.layers(case.inputs) for case in cases])
     return tc
 

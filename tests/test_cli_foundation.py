@@ -182,6 +182,25 @@ def test_run_input_override_has_no_ground_truth(capsys: pytest.CaptureFixture[st
     assert "no ground truth to check" in out and "=== no check" in out
 
 
+def test_run_input_is_read_as_pack_reads_data(capsys: pytest.CaptureFixture[str],
+                                              cnn_vtc: Path, tmp_path: Path,
+                                              device_dir: Path) -> None:
+    """--input goes through pack -d's reader: cast without loss, shape checked on this host
+    (a float64 array was sent as is and refused by onnxruntime on the device)."""
+    np.save(tmp_path / "f64.npy", np.zeros((1, 3, 224, 224), np.float64))
+    code, out, err = verify(capsys, "run", cnn_vtc, "--iter", "1",
+                            "--input", f"data:{tmp_path / 'f64.npy'}", "--json")
+    assert code == 0, err
+    np.save(tmp_path / "small.npy", np.zeros((1, 3, 100, 100), np.float32))
+    code, out, err = verify(capsys, "run", cnn_vtc, "--iter", "1",
+                            "--input", f"data:{tmp_path / 'small.npy'}")
+    assert (code, out) == (2, "")
+    assert "input 'data' expects (1,3,224,224), got (1,3,100,100)" in only_line(err)
+    code, out, err = verify(capsys, "run", cnn_vtc, "--input", "label:x.npy")
+    assert (code, only_line(err)) == (
+        2, "error: --input 'label:x.npy': expected NAME:FILE with NAME one of 'data'")
+
+
 # --- bad input: exit 2, one line, nothing left behind --------------------------------------------
 def test_missing_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = verify(capsys, "pack", tmp_path / "nope.onnx", "-o", tmp_path / "x.vtc")

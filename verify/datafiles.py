@@ -1,7 +1,7 @@
 """User data files read into arrays, never through pickle: .npy, .npz, .json (nested lists
 or an object of them), .pb (an ONNX TensorProto) and images (Pillow, EXIF rotation applied).
 Every way a file can be unusable is one InputError line naming it. `inputs` builds cases from
-these; `run --input` reads one array with `load_array_file`.
+these (`pack -d`, `run --input`); `load_array_file` reads one array as stored, unprocessed.
 """
 
 from __future__ import annotations

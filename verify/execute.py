@@ -14,7 +14,6 @@ from verify import devices
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet, json_safe
-from verify.datafiles import load_array_file
 from verify.devices import Profile
 from verify.dump import (
     MANIFEST,
@@ -23,7 +22,7 @@ from verify.dump import (
     manifest_header,
     prepare_dir,
 )
-from verify.errors import InputError, UsageError
+from verify.errors import UsageError
 from verify.files import (
     copy_atomic,
     save_npy_atomic,
@@ -31,7 +30,7 @@ from verify.files import (
     write_text_atomic,
 )
 from verify.graph import parse_model, saturation_floors
-from verify.inputs import model_inputs
+from verify.inputs import model_inputs, override_input
 from verify.pipeline import (
     DeviceRun,
     DumpCapture,
@@ -133,17 +132,8 @@ def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
 
 
 def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.ndarray]:
-    model = parse_model(tc.model_bytes, str(tc.path))
-    known = {i.name: i for i in model_inputs(model)}
-    result = {}
-    for spec in overrides:
-        name = next((n for n in sorted(known, key=len, reverse=True)
-                     if spec.startswith(n + ":")), None)
-        if name is None:
-            raise InputError(f"--input {spec!r}: expected NAME:FILE with NAME one of "
-                             f"{', '.join(known)}")
-        result[name] = load_array_file(Path(spec[len(name) + 1:]), name)
-    return result
+    infos = model_inputs(parse_model(tc.model_bytes, str(tc.path)))
+    return dict(override_input(infos, spec) for spec in overrides)
 
 
 def run(request: RunRequest, *, status: Status | None = None,

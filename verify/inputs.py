@@ -160,6 +160,21 @@ def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
     return [ctx.complete(case, i, seed) for i, case in enumerate(cases)]
 
 
+def override_input(inputs: Sequence[InputInfo], spec: str) -> tuple[str, np.ndarray]:
+    """One `run --input NAME:FILE` (or NAME:LITERAL): the input it names and its array, read,
+    shape-checked and cast without loss exactly as `pack -d` does, on this host."""
+    ctx = _Context(inputs, _effective_shapes(inputs, _NO_SHAPES), Preprocess(), Path.cwd())
+    name = next((n for n in ctx.names_longest if spec.startswith(n + ":")), None)
+    if name is None:
+        raise InputError(f"--input {spec!r}: expected NAME:FILE with NAME one of "
+                         f"{ctx.listing()}")
+    value = ctx.parse_item(spec)[name]
+    if isinstance(value, _Random):
+        raise InputError(f"--input {spec!r}: give a file or a literal (random data has no "
+                         "reason to replace a case's input)")
+    return name, value
+
+
 # --- parsing items ---------------------------------------------------------------------------
 class _Context:
     def __init__(self, inputs: Sequence[InputInfo], shapes: dict[str, tuple[Dim, ...] | None],

@@ -397,3 +397,23 @@ def test_a_corrupt_testcase_is_an_input_error_exit_2(device_env, tmp_path: Path,
     assert job["status"] == "error" and job["error"]["kind"] == "input"
     assert job["error"]["message"].startswith(str(bad))
     assert run.job("two_io/local/opt-all")["status"] == "passed"   # the others go on
+
+
+def test_a_layers_job_with_determinism_runs_the_device_twice_not_three_times(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-layer run's outputs come from the unmarked model: it is the determinism gate's
+    second run, so no third run is made."""
+    from verify import execute
+
+    runs: list[bool] = []
+    real = execute.run
+    monkeypatch.setattr(execute, "run", lambda req, **kw: runs.append(
+        req.bin_io_dump is not None) or real(req, **kw))
+    suite = local_suite(tmp_path)
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-all"],
+                 capsys, tmp_path)
+    assert run.code == 0, run.out
+    gates_run = {g["gate"]: g["status"] for g in run.job("cnn/local/opt-all")["gates"]}
+    assert gates_run["determinism"] == "pass" and run.job("cnn/local/opt-all")["layers"]
+    assert runs == [False, True]  # the timed run, then the per-layer run; nothing else

@@ -167,14 +167,15 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     outputs = _outputs(outcome)
     latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms))
     layer_rows: tuple[TensorError, ...] = ()
+    second: execute.RunOutcome | None = None  # another run of the job, when one was made
     notes: list[str] = [*outcome.notes, *replaced]
     if job.layers and ("accuracy" in job.gates or "regression" in job.gates):
         if not outcome.testcase.has_layers:
             notes.append(f"{job.archive.name} has no per-layer references (pack it with "
                          "--layers): outputs only")
         else:
-            layer_rows = _retrying(lambda: layers.run_with_dump(job, _request), job.retries,
-                                   _Attempts())
+            layer_rows, second = _retrying(lambda: layers.run_with_dump(job, _request),
+                                           job.retries, _Attempts())
     sha = outcome.run.model_sha256  # of the bytes that ran, hashed once by the pipeline
     stale = base is not None and base.model_sha256 not in ("", sha)
     if stale and not ci.update_goldens:
@@ -185,8 +186,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))
     if "determinism" in job.gates:
-        again = _retrying(lambda: execute.run(_request(job, iterations=1, warmup=0)),
-                          job.retries, _Attempts())
+        again = second or _retrying(lambda: execute.run(_request(job, iterations=1, warmup=0)),
+                                    job.retries, _Attempts())
         verdicts.append(gates.determinism([c.outputs for c in outcome.run.cases],
                                           [c.outputs for c in again.run.cases]))
     result = JobResult(job, PASSED, outputs=outputs, layers=layer_rows, latency=latency,

@@ -267,10 +267,12 @@ def test_unreachable_device_exits_3(residual_vtc: Path, device_env,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     from fixtures_ssh import free_port
 
-    code, out, err = run_cli(["localize", residual_vtc, "--device",
-                              f"ssh:me@127.0.0.1:{free_port()}"], capsys)
+    port = free_port()
+    code, out, err = run_cli(["localize", residual_vtc, "--device", f"ssh:me@127.0.0.1:{port}"],
+                             capsys)
     assert code == 3 and out == ""
-    assert err.startswith("error: ")
+    assert err == (f"error: ssh:me@127.0.0.1:{port}: connection refused by 127.0.0.1 port "
+                   f"{port}; is sshd running there?\n")
 
 
 def test_export_errors(residual_vtc: Path, tmp_path: Path,

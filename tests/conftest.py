@@ -12,6 +12,16 @@ GOLDENS = REPO / "goldens"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked arm64 need the emulated userland and qemu; without them, one clean skip."""
+    if item.get_closest_marker("arm64") is not None:
+        from fixtures_ci import have_arm64
+
+        if not have_arm64():
+            pytest.skip("no emulated arm64 root or no qemu-aarch64-static: "
+                        "bash scripts/setup.sh --test (or python scripts/build_arm64_root.py)")
+
+
 @pytest.fixture
 def local_profile(tmp_path: Path):
     """A local device whose work area is private to the test."""

@@ -206,10 +206,6 @@ def test_missing_archive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
 @pytest.mark.slow
 def test_bench_on_the_emulated_arm64_target(capsys: pytest.CaptureFixture[str],
                                             cnn_two_cases: Path, private_cache: Path) -> None:
-    from verify.devices import arm64_root
-
-    if not (arm64_root() / "usr" / "bin" / "python3.11").exists():
-        pytest.skip("no emulated arm64 root: python scripts/build_arm64_root.py")
     code, out, err = verify(capsys, "bench", cnn_two_cases, "--device", "arm64", "--case", "0",
                             "--opt-levels", "disable,all", "--iter", "2", "--json")
     assert code == 0, err

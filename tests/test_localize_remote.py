@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 from pathlib import Path
 
 import pytest
@@ -65,22 +64,12 @@ def test_ssh_device_gone_exits_3(residual_vtc: Path, sshd_factory, faulty_profil
                    f"{server.port}; is sshd running there?\n")
 
 
-@pytest.fixture(scope="module")
-def arm64_ready() -> None:
-    from verify.devices import arm64_root
-
-    if not (arm64_root() / "usr/bin/python3.11").is_file():
-        pytest.skip(f"no emulated arm64 root at {arm64_root()}: python scripts/build_arm64_root.py")
-    if shutil.which("qemu-aarch64-static") is None:
-        pytest.skip("qemu-aarch64-static not on PATH: apt-get install qemu-user-static")
-
-
 @pytest.mark.arm64
 @pytest.mark.slow
 @pytest.mark.parametrize("archive", ["cnn_vtc", "residual_vtc"])
 @pytest.mark.parametrize("extra", [[], ["--no-dump"], ["--opt-level", "disable"]],
                          ids=["dump", "bisect", "opt-off"])
-def test_arm64_noise_is_no_faulty_node(arm64_ready: None, archive: str, extra: list[str],
+def test_arm64_noise_is_no_faulty_node(archive: str, extra: list[str],
                                        device_env, request: pytest.FixtureRequest,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     vtc = request.getfixturevalue(archive)

@@ -260,10 +260,6 @@ def test_missing_files(capsys: pytest.CaptureFixture[str], tmp_path: Path,
 def test_profile_from_the_emulated_arm64_target(capsys: pytest.CaptureFixture[str],
                                                 cnn_two_cases: Path, private_cache: Path,
                                                 tmp_path: Path) -> None:
-    from verify.devices import arm64_root
-
-    if not (arm64_root() / "usr" / "bin" / "python3.11").exists():
-        pytest.skip("no emulated arm64 root: python scripts/build_arm64_root.py")
     trace = tmp_path / "arm64.json"
     code, _, err = verify(capsys, "run", cnn_two_cases, "--device", "arm64", "--case", "0",
                           "--warmup", "1", "--iter", "2", "--profile", trace, "--json")

@@ -160,7 +160,7 @@ def test_layout_nchw_turns_the_layout_transform_off(cnn_two_cases: Path, private
         run = run_on_device(resolve("local"), tc.model_bytes, [tc.cases[0].inputs],
                             RunOptions(iterations=1, warmup=0, opt_level=s.opt_level,
                                        session_config=s.config(), profile=True),
-                            local_out=tmp_path)
+                            profile_dest=tmp_path / f"{layout}.json")
         assert run.profile_file is not None
         ops[layout] = {n.op_type for n in load_profile(run.profile_file).nodes}
     assert "ReorderOutput" in ops["auto"]  # blocked NCHWc convolutions, converted back

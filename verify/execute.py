@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +23,6 @@ from verify.dump import (
 )
 from verify.errors import UsageError
 from verify.files import (
-    copy_atomic,
     save_npy_atomic,
     write_json_atomic,
     write_text_atomic,
@@ -148,13 +146,12 @@ def run(request: RunRequest, *, status: Status | None = None,
     made_dump_dir = request.bin_io_dump is not None and not Path(request.bin_io_dump).exists()
     dump_spec = _dump_spec(request)
     try:
-        with tempfile.TemporaryDirectory(prefix="verify-out-") as tmp:
-            device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
-                                       progress=progress, local_out=Path(tmp), dump=dump_spec)
-            written: dict[str, str] = {}
-            if request.profile_path is not None and device_run.profile_file is not None:
-                copy_atomic(device_run.profile_file, request.profile_path)
-                written["profile"] = str(request.profile_path)
+        device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
+                                   progress=progress, profile_dest=request.profile_path,
+                                   dump=dump_spec)
+        written: dict[str, str] = {}
+        if device_run.profile_file is not None:
+            written["profile"] = str(device_run.profile_file)
         notes = []
         if overrides:
             checks = [CaseCheck(ci, None) for ci in indices]

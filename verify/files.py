@@ -94,11 +94,6 @@ def save_npy_atomic(path: Path, value: np.ndarray) -> None:
     atomic_write(path, lambda fh: np.save(fh, np.asarray(value), allow_pickle=False))
 
 
-def copy_atomic(src: Path, dest: Path) -> None:
-    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(Path(dest), Path(src).read_bytes())
-
-
 def json_value(obj: Any) -> Any:
     """`json.dumps`'s `default`: paths, numpy scalars and arrays, tuples and sets, and anything
     with a `to_dict()` (verify's result dataclasses)."""

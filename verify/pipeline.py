@@ -171,7 +171,7 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
 def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],
                   options: RunOptions, *, status: Status | None = None,
                   progress: ProgressFactory | None = None,
-                  local_out: Path | None = None, dump: DumpSpec | None = None) -> DeviceRun:
+                  profile_dest: Path | None = None, dump: DumpSpec | None = None) -> DeviceRun:
     """Run a model on a device for each case's inputs; return timings and outputs.
 
     With `dump`, every tensor is captured after the timed run (see `_run_dump`): of the model
@@ -246,8 +246,12 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                                              tuple(case_result["iter_ms"]), outputs))
                 profile_file = None
                 if options.profile and result.get("profile"):
-                    profile_file = (local_out or tmp) / "profile.json"
-                    driver.get(f"{workdir}/{result['profile']}", profile_file)
+                    if profile_dest is None:
+                        raise UsageError("a profiled run needs a file for the trace "
+                                         "(profile_dest)")
+                    profile_file = profile_dest  # pulled straight there, atomically
+                    driver.get(f"{workdir}/{result['profile']}", profile_file,
+                               move=not options.keep)
                 capture = None
                 if dump is not None:
                     capture = _run_dump(driver, profile, runner_argv(profile, runner_path),

@@ -33,8 +33,7 @@ from verify.check import check_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
-from verify.execute import prepare
-from verify.graph import parse_model, saturation_floors
+from verify.execute import output_floors, prepare
 from verify.pipeline import OPT_LEVELS, ProgressFactory, RunOptions, Status, run_on_device
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
@@ -268,7 +267,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError("--repeat must be at least 1")
     tc, tolerances, indices, profile = prepare(request)
     feeds = [tc.cases[i].inputs for i in indices]
-    floors = saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
+    floors = output_floors(tc)
     say = status or (lambda _m: None)
     times: dict[str, list[float]] = {s.label: [] for s in request.settings}
     prepare_ms: dict[str, float] = {}

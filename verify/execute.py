@@ -157,7 +157,7 @@ def run(request: RunRequest, *, status: Status | None = None,
             checks = [CaseCheck(ci, None) for ci in indices]
             notes.append("inputs overridden with --input: no ground truth to check against")
         else:
-            floors = _output_floors(tc, device_run.dump)
+            floors = output_floors(tc, device_run.dump)
             checks = [CaseCheck(ci, tuple(check_outputs(
                 device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
                 profile.spec))) for pos, ci in enumerate(indices)]
@@ -174,7 +174,7 @@ def run(request: RunRequest, *, status: Status | None = None,
         raise
 
 
-def _output_floors(tc: Testcase, capture: DumpCapture | None) -> Mapping[str, float]:
+def output_floors(tc: Testcase, capture: DumpCapture | None = None) -> Mapping[str, float]:
     """Saturation floors for the output check: from the dump's plan when there is one (it
     parsed the model already, ~0.05 s for 100 MB), else parsed here."""
     if capture is not None:

@@ -116,6 +116,23 @@ def iteration_options(per: str) -> Callable[[Callable[..., Any]], Callable[..., 
     return wrap
 
 
+def session_options(where: str = "") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """--provider, --opt-level and --threads, the session settings of a run; `where` says where
+    the session runs (e.g. " on the device")."""
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        from verify.runner.runner import OPT_LEVELS
+
+        f = click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+                         help=f"Intra-op threads{where} (0: onnxruntime's default).")(f)
+        f = click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all",
+                         show_default=True,
+                         help=f"ONNX Runtime graph optimization level{where}.")(f)
+        return click.option("--provider", "providers", multiple=True, metavar="NAME",
+                            help=f"Execution provider(s){where} in order, e.g. "
+                                 "CUDAExecutionProvider (default: the device profile's).")(f)
+    return wrap
+
+
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=json_value))
 

@@ -16,12 +16,12 @@ from verify.cli import (
     insecure_host_key_option,
     json_option,
     render,
+    session_options,
     timeout_option,
     tolerance_options,
 )
 from verify.errors import EXIT_MISMATCH, EXIT_OK
 from verify.graph import INPUT_OP
-from verify.runner.runner import OPT_LEVELS
 
 if TYPE_CHECKING:
     from verify.compare import TensorDiff
@@ -48,13 +48,7 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
               show_default=True,
               help="MB the per-layer references may take: a model whose activations need "
                    "more is bisected instead.")
-@click.option("--opt-level", type=click.Choice(OPT_LEVELS),
-              default="all", show_default=True, help="ONNX Runtime graph optimization level "
-                                                     "on the device.")
-@click.option("--provider", "providers", multiple=True, metavar="NAME",
-              help="Execution provider(s) on the device (default: the profile's).")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Intra-op threads on the device (0: onnxruntime's default).")
+@session_options(" on the device")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder for the repro archive (default: beside ARCHIVE).")
 @click.option("--no-repro", is_flag=True, help="Do not write a repro archive.")

@@ -15,11 +15,11 @@ from verify.cli import (
     iteration_options,
     json_option,
     render,
+    session_options,
     timeout_option,
     tolerance_options,
 )
 from verify.errors import EXIT_MISMATCH, EXIT_OK
-from verify.runner.runner import OPT_LEVELS
 
 
 # --- run-----------------------------------------------------------------------------------
@@ -27,13 +27,7 @@ from verify.runner.runner import OPT_LEVELS
 @click.argument("archive", type=click.Path(path_type=Path))
 @device_option
 @iteration_options("case")
-@click.option("--provider", "providers", multiple=True, metavar="NAME",
-              help="Execution provider(s) in order, e.g. CUDAExecutionProvider "
-                   "(default: the device profile's).")
-@click.option("--opt-level", type=click.Choice(OPT_LEVELS),
-              default="all", show_default=True, help="ONNX Runtime graph optimization level.")
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Intra-op threads (0: onnxruntime's default).")
+@session_options()
 @click.option("--input", "input_overrides", multiple=True, metavar="NAME:FILE",
               help="Override a case input with a file; there is then no ground truth to check.")
 @click.option("--case", "case_index", type=int, default=None,

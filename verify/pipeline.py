@@ -200,9 +200,9 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
             runner_path = None if profile.runner else driver.push_cached(
                 RUNNER_SOURCE, _progress(progress, "runner", RUNNER_SOURCE))
             push_support_files(driver, profile, progress)
-            remote_model = driver.push_cached_bytes(
-                model_bytes, tmp / "model.onnx",
-                progress("model", len(model_bytes)) if progress else None, model_sha256)
+            remote_model = driver.push_cached(
+                tmp / "model.onnx", progress("model", len(model_bytes)) if progress else None,
+                model_sha256, data=model_bytes)
             job_cases = []
             for files in input_files:
                 job_cases.append({"inputs": {

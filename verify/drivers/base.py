@@ -186,32 +186,22 @@ class Driver(ABC):
         self.stats.files_got += 1
 
     def push_cached(self, local: Path, progress: Progress | None = None,
-                    digest: str | None = None) -> str:
+                    digest: str | None = None, *, data: bytes | None = None) -> str:
         """Push a file into the device's content-addressed cache; skip it if already there.
 
         Returns the remote path. The name is the file's sha256 plus its suffix, so the same
-        bytes are sent once per device whatever the local file is called.
+        bytes are sent once per device whatever the local file is called. With `data` (bytes
+        already in memory) they are hashed once and written to `local` only when the device
+        lacks them, so a repeated run of a 100 MB model neither writes nor re-hashes a file.
         """
-        digest = digest or sha256_file(local)
+        if digest is None:
+            digest = hashlib.sha256(data).hexdigest() if data is not None else sha256_file(local)
         remote = posixpath.join(self.cache_dir, digest + "".join(local.suffixes[-1:]))
         if self._exists_impl(remote):
             self.stats.files_cached += 1
             return remote
-        self.makedirs(self.cache_dir)
-        self.put(local, remote, progress)
-        return remote
-
-    def push_cached_bytes(self, data: bytes, local: Path, progress: Progress | None = None,
-                          digest: str | None = None) -> str:
-        """`push_cached` for bytes already in memory: hashed once, written to `local` (whose
-        suffix the cached name keeps) only when the device does not have them yet, so a
-        repeated run of a 100 MB model neither writes nor re-hashes a file (~0.15 s)."""
-        digest = digest or hashlib.sha256(data).hexdigest()
-        remote = posixpath.join(self.cache_dir, digest + "".join(local.suffixes[-1:]))
-        if self._exists_impl(remote):
-            self.stats.files_cached += 1
-            return remote
-        local.write_bytes(data)
+        if data is not None:
+            local.write_bytes(data)
         self.makedirs(self.cache_dir)
         self.put(local, remote, progress)
         return remote

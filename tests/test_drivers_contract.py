@@ -131,6 +131,20 @@ def test_push_cached_sends_once(driver: Driver, tmp_path: Path) -> None:
     assert (driver.stats.files_put, driver.stats.files_cached) == (1, 1)
 
 
+def test_push_cached_from_memory_writes_the_file_only_when_sending(driver: Driver,
+                                                                  tmp_path: Path) -> None:
+    data = os.urandom(2000)
+    first, second = tmp_path / "a" / "m.onnx", tmp_path / "b" / "m.onnx"
+    first.parent.mkdir()
+    second.parent.mkdir()
+    remote = driver.push_cached(first, data=data)
+    assert first.read_bytes() == data and driver.exists(remote)
+    assert driver.push_cached(second, data=data) == remote
+    assert not second.exists()  # the device had the bytes: nothing written, nothing sent
+    assert (driver.stats.files_put, driver.stats.files_cached) == (1, 1)
+    assert remote == driver.push_cached(first)  # the same name as hashing the file
+
+
 def test_run_status_output_env_and_cwd(driver: Driver) -> None:
     work = driver.make_workdir()
     code = ("import os, sys; print(sys.argv[1:]); print(os.getcwd()); print(os.environ['V']); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,7 +83,6 @@ def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str 
 
 
 def print_report(report: "BenchReport") -> None:
-    from rich.console import Console
     from rich.table import Table
 
     dev = report.device
@@ -106,8 +104,7 @@ def print_report(report: "BenchReport") -> None:
                       f"{t.max:.3f}", f"{r.speedup:.2f}x",
                       "-" if worst is None else f"{worst.max_abs:.3g}",
                       "" if worst is None else f"{worst.name}: {worst.rule}", check)
-    Console(highlight=False, soft_wrap=False,
-            width=None if sys.stdout.isatty() else 160).print(table)
+    render.console(width=160).print(table)
     for r in report.results:
         for d in r.diffs:
             if not d.passed and d.reason:

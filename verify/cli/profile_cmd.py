@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
 from verify.errors import EXIT_OK, UsageError
 
 if TYPE_CHECKING:
@@ -93,7 +92,7 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
             doc.pop("rows")
         emit_json(doc)
         return EXIT_OK
-    console = _console()
+    console = render.console(width=200)
     if print_only in (None, "summary"):
         console.print(summary_table(report.summary, with_model=index is not None))
     if print_only != "summary":
@@ -105,12 +104,6 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
 
 
 # --- rendering ------------------------------------------------------------------------------------
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 200)
-
-
 def fmt_time(seconds: float | None) -> str:
     if seconds is None:
         return "N/A"

@@ -24,11 +24,14 @@ if TYPE_CHECKING:
     from verify.testcase import Testcase
 
 
-def _console(stderr: bool = False):
+def console(stderr: bool = False, width: int = 140):
+    """A rich console for tables: the terminal's width, or `width` columns when the stream
+    it writes to is not a terminal (CI logs, pipes)."""
     from rich.console import Console
 
+    stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, highlight=False, soft_wrap=False,
-                   width=None if sys.stdout.isatty() else 140)
+                   width=None if stream.isatty() else width)
 
 
 def interactive() -> bool:
@@ -125,7 +128,7 @@ def pack_text(s: Mapping[str, Any]) -> str:
 def print_inspect(s: Mapping[str, Any]) -> None:
     from rich.table import Table
 
-    con = _console()
+    con = console()
     m = s["model"]
     con.print(f"[bold]{s['archive']}[/bold]  (archive format v{s['format_version']})")
     con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
@@ -175,7 +178,7 @@ def progress_factory():
         )
 
         bar = Progress(TextColumn(f"push {label}"), BarColumn(), DownloadColumn(),
-                       TransferSpeedColumn(), transient=True, console=_console(stderr=True))
+                       TransferSpeedColumn(), transient=True, console=console(stderr=True))
         task = bar.add_task(label, total=total)
         bar.start()
         done = [0]
@@ -309,7 +312,7 @@ def print_profiles(rows: Sequence[Mapping[str, Any]]) -> None:
         table.add_column(col)
     for r in rows:
         table.add_row(r["name"], r["transport"], r["spec"], r["runner"], r["description"])
-    _console().print(table)
+    console().print(table)
 
 
 def print_device(info: Mapping[str, Any]) -> None:

@@ -5,6 +5,8 @@
 #                             qemu-user-static, chromium (headless, for the HTML report
 #                             test) and a font (apt), the test extras (pip), and the
 #                             emulated ARM64 userland (scripts/build_arm64_root.py, cached)
+#                             and the real third-party models the tests use
+#                             (scripts/fetch_models.py, cached outside the repository)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -26,6 +28,7 @@ if [ "$with_tests" = 1 ]; then
   fi
   "$PYTHON" -m pip install -q -e '.[test]'
   "$PYTHON" scripts/build_arm64_root.py
+  "$PYTHON" scripts/fetch_models.py >/dev/null
 else
   "$PYTHON" -m pip install -q -e .
 fi

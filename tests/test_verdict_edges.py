@@ -1,0 +1,238 @@
+"""Verdicts at their edges: one output (or case) failing beside one passing, a zero tolerance,
+an archive without cases, two archives storing different tolerances, a saturating op fused by
+onnxruntime, integer inputs one past their dtype's range, the --case index one past the last.
+
+Each test was written against a single-point mutant that survived the rest of the suite (a
+flipped comparison, `all` for `any`, a dropped check, an off-by-one; docs/mutation.md): with
+the mutant applied it fails. Ground truth is tampered with in the archive (h5py, as a damaged or
+hand-edited file would be) so that the real local device computes the right values and the
+verdict turns on the check alone.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import onnx
+import pytest
+from fixtures_dump import make_dump, pack
+from helpers_cli import only_line, verify
+from onnx import TensorProto, helper, numpy_helper
+
+from verify import schema
+from verify.compare import SATURATION_FLOOR, AllcloseRule, MagnitudeRule
+from verify.errors import InputError
+from verify.inputs import build_cases, model_inputs
+from verify.tolerance import tolerance_record, tolerance_set
+
+REPO = Path(__file__).resolve().parent.parent
+TWO_IO = REPO / "goldens" / "models" / "two_io.onnx"  # inputs a, b; outputs sum_relu, prod
+
+
+def _tamper(archive: Path, case: int, output: str, how: str) -> None:
+    """Change one stored ground-truth output in place: `ulp` moves its first element by one
+    float32 ulp, `wrong` adds 1 to every element."""
+    with h5py.File(archive, "r+") as f:
+        group = f[f"{schema.case_path(case)}/{schema.OUTPUTS}"]
+        key = next(k for k in group if group[k].attrs[schema.ATTR_NAME] == output)
+        value = group[key][()]
+        if how == "ulp":
+            flat = value.reshape(-1)
+            flat[0] = np.nextafter(flat[0], np.float32(np.inf))
+        else:
+            value = value + np.float32(1)
+        group[key][...] = value
+
+
+@pytest.fixture
+def two_cases(tmp_path: Path) -> Path:
+    """two_io packed with two cases (seeded random inputs)."""
+    return pack(TWO_IO, tmp_path / "two.vtc", "-d", "a:rand", "-d", "b:rand", "-d", "a:rand",
+                "-d", "b:rand")
+
+
+def _run(capsys: pytest.CaptureFixture[str], archive: Path, *extra: object
+         ) -> tuple[int, str, str]:
+    return verify(capsys, "run", archive, "--iter", "1", "--warmup", "0", "--opt-level",
+                  "disable", *extra)
+
+
+# --- one output failing beside one passing; one case failing beside one passing ---------------
+def test_one_wrong_output_beside_a_right_one_fails_the_run(
+        capsys: pytest.CaptureFixture[str], two_cases: Path) -> None:
+    _tamper(two_cases, 0, "prod", "wrong")
+    code, out, _ = _run(capsys, two_cases, "--case", "0")
+    assert code == 1, out
+    assert [ln.split()[-1] for ln in out.splitlines() if ln.startswith("check #0")] == \
+        ["PASS", "FAIL"]
+    assert out.splitlines()[-1].startswith("=== FAIL")
+    doc = json.loads(_run(capsys, two_cases, "--case", "0", "--json")[1])
+    assert doc["passed"] is False
+
+
+def test_a_failing_case_beside_a_passing_one_fails_the_run(
+        capsys: pytest.CaptureFixture[str], two_cases: Path) -> None:
+    for output in ("sum_relu", "prod"):  # case 0 wholly wrong, case 1 right
+        _tamper(two_cases, 0, output, "wrong")
+    code, out, _ = _run(capsys, two_cases)
+    assert code == 1, out
+    verdicts = {ln.split(":")[0]: ln.split()[-1] for ln in out.splitlines()
+                if ln.startswith("check #")}
+    assert sorted(verdicts.items()) == [("check #0", "FAIL"), ("check #1", "PASS")]
+    assert out.splitlines()[-1].startswith("=== FAIL")
+    assert _run(capsys, two_cases, "--case", "1")[0] == 0  # case 1 alone does pass
+
+
+# --- a zero tolerance is bit-exact, not "no tolerance given" ----------------------------------
+def test_atol_zero_is_bit_exact_on_the_command_line_and_in_the_archive(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    archive = pack(TWO_IO, tmp_path / "exact.vtc", "--atol", "0")
+    assert _run(capsys, archive)[0] == 0  # the device is bit-exact at opt-level disable
+    _tamper(archive, 0, "prod", "ulp")
+    code, out, _ = _run(capsys, archive)
+    assert code == 1 and "allclose atol=0 rtol=0" in out, out
+    plain = pack(TWO_IO, tmp_path / "plain.vtc")
+    _tamper(plain, 0, "prod", "ulp")
+    assert _run(capsys, plain)[0] == 0  # one ulp is within the default rule...
+    assert _run(capsys, plain, "--atol", "0")[0] == 1  # ...and not within atol 0
+    assert _run(capsys, plain, "--rtol", "0")[0] == 1
+
+
+def test_zero_tolerances_are_recorded_and_layered() -> None:
+    assert tolerance_record(0.0, None) == {"atol": 0.0}
+    assert tolerance_record(None, 0.0) == {"rtol": 0.0}
+    assert tolerance_set({}, atol=0.0).default == AllcloseRule(0.0, 0.0)
+    assert tolerance_set({"atol": 0.0}).default == AllcloseRule(0.0, 0.0)
+    assert tolerance_set({"rtol": 0.0}).default == AllcloseRule(0.0, 0.0)
+    assert tolerance_set({}).default == MagnitudeRule()
+
+
+# --- an archive without cases -----------------------------------------------------------------
+@pytest.mark.parametrize("damage", ["no cases group", "empty cases group"])
+def test_an_archive_without_cases_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                             damage: str) -> None:
+    archive = pack(TWO_IO, tmp_path / "empty.vtc")
+    with h5py.File(archive, "r+") as f:
+        del f[schema.CASES]
+        if damage == "empty cases group":
+            f.create_group(schema.CASES)
+    message = f"error: {archive}: archive holds no cases"
+    for args in (("run", archive, "--iter", "1"), ("inspect", archive),
+                 ("diff", archive, archive)):
+        code, _, err = verify(capsys, *args)
+        assert (code, only_line(err)) == (2, message), args
+
+
+# --- diff of two archives that store different tolerances -------------------------------------
+def test_diff_of_two_archives_judges_by_the_reference_archives_record(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    reference = pack(TWO_IO, tmp_path / "ref.vtc", "--layers", "--tol", "*:exact")
+    actual = pack(TWO_IO, tmp_path / "act.vtc", "--layers", "--atol", "1")
+    with h5py.File(actual, "r+") as f:  # one ulp off in one layer of the actual side
+        group = f[f"{schema.case_path(0)}/{schema.LAYERS}"]
+        key = next(k for k in group if group[k].attrs[schema.ATTR_NAME] == "prod")
+        value = group[key][()]
+        value.reshape(-1)[0] = np.nextafter(value.reshape(-1)[0], np.float32(np.inf))
+        group[key][...] = value
+    code, out, _ = verify(capsys, "diff", actual, reference, "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["cases"][0]["first_divergent"]["name"] == "prod"
+    assert f"tolerances: {reference}'s own (default (magnitude" in " ".join(
+        doc["cases"][0]["notes"])
+    assert doc["cases"][0]["first_divergent"]["diff"]["rule"] == "exact"
+    code, out, _ = verify(capsys, "diff", reference, actual, "--json")  # swapped: atol=1 judges
+    assert code == 0 and json.loads(out)["cases"][0]["rows"][-1]["diff"]["rule"] == \
+        "allclose atol=1 rtol=0"
+
+
+# --- a saturating op fused by onnxruntime keeps its floor in an optimized dump ----------------
+def _conv_sigmoid() -> bytes:
+    """x -> Conv (bias -20: the Sigmoid saturates, |sig| < 3e-9) -> Sigmoid 'sig' -> Mul -> y.
+    onnxruntime fuses Conv+Sigmoid: FusedConv at opt-level extended, an NCHWc Conv and a
+    ReorderOutput producing 'sig' at all."""
+    inits = [numpy_helper.from_array(np.full((8, 3, 3, 3), 0.01, np.float32), "W"),
+             numpy_helper.from_array(np.full((8,), -20, np.float32), "B"),
+             numpy_helper.from_array(np.float32(2.0), "two")]
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["conv"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["conv"], ["sig"], name="sigmoid"),
+             helper.make_node("Mul", ["sig", "two"], ["y"], name="mul")]
+    graph = helper.make_graph(
+        nodes, "conv_sigmoid", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 8])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("level, fused_op", [("extended", "FusedConv"),
+                                             ("all", "ReorderOutput")])
+def test_a_fused_saturating_op_keeps_its_floor_in_an_optimized_dump(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, level: str, fused_op: str) -> None:
+    archive = pack(_conv_sigmoid(), tmp_path / "cs.vtc")
+    dump = make_dump(archive, tmp_path / "dump", level)
+    manifest = json.loads((dump / "manifest.json").read_text())
+    assert manifest["graph"] == "optimized"
+    sig = next(t for t in manifest["cases"][0]["tensors"] if t["name"] == "sig")
+    assert (sig["op"], sig["floor"]) == (fused_op, SATURATION_FLOOR)
+    # ulp noise of 1.0 on the saturated tensor: benign under the floor, a failure without it
+    noisy = tmp_path / "noisy"
+    shutil.copytree(dump, noisy)
+    values = np.load(noisy / sig["file"])
+    assert np.abs(values).max() < 3e-8
+    np.save(noisy / sig["file"], values + np.float32(2.0 ** -22))
+    code, out, _ = verify(capsys, "diff", noisy, dump, "--json")
+    rows = {r["name"]: r for r in json.loads(out)["cases"][0]["rows"]}
+    assert code == 0 and rows["sig"]["diff"]["rule"] == "magnitude k=2^-14 floor=2^-4", out
+
+
+# --- integer inputs one past their dtype's range ----------------------------------------------
+_INT_TYPES = [(TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+              (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16),
+              (TensorProto.INT32, np.int32), (TensorProto.UINT32, np.uint32),
+              (TensorProto.INT64, np.int64), (TensorProto.UINT64, np.uint64)]
+
+
+def _int_model(elem: int) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", elem, [1])],
+                              [helper.make_tensor_value_info("y", elem, [1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("elem, dt", _INT_TYPES, ids=[d.__name__ for _, d in _INT_TYPES])
+def test_integer_inputs_at_and_one_past_the_dtype_range(tmp_path: Path, elem: int,
+                                                       dt: type) -> None:
+    info = np.iinfo(dt)
+    lo, hi = int(info.min), int(info.max)
+    infos = model_inputs(_int_model(elem))
+
+    def save(value: int) -> str:  # the widest numpy integer type that holds the value
+        src = np.int64 if -2**63 <= value < 2**63 else np.uint64
+        np.save(tmp_path / "x.npy", np.array([value], src))
+        return "x.npy"
+
+    for edge in (lo, hi):
+        [case] = build_cases(infos, [save(edge)], base_dir=tmp_path)
+        assert case["x"].dtype == dt and int(case["x"][0]) == edge
+    for past in (lo - 1, hi + 1):
+        if not -2**63 <= past < 2**64:
+            continue  # no numpy integer holds it: nothing can be one past
+        with pytest.raises(InputError, match=rf"do not fit \[{lo}, {hi}\]$"):
+            build_cases(infos, [save(past)], base_dir=tmp_path)
+
+
+# --- --case N with N the number of cases ------------------------------------------------------
+def test_case_one_past_the_last_is_one_usage_error(capsys: pytest.CaptureFixture[str],
+                                                  two_cases: Path) -> None:
+    line = (f"error: {two_cases}: --case 2 out of range (the archive holds 2 case(s), 0..1)")
+    code, _, err = _run(capsys, two_cases, "--case", "2")
+    assert (code, only_line(err)) == (2, line)
+    code, _, err = verify(capsys, "diff", two_cases, two_cases, "--case", "2")
+    assert (code, only_line(err)) == (2, line)
+    code, _, err = _run(capsys, two_cases, "--case", "-1")
+    assert code == 2 and "--case -1 out of range" in only_line(err)
+    assert _run(capsys, two_cases, "--case", "1")[0] == 0

@@ -14,6 +14,19 @@ PYTHON=${PYTHON:-python3}
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
 
+# The distribution was renamed verify -> onnx-verify: an old install of this project under the
+# old name would own the same `verify` command and import package, so it goes first. The
+# unrelated `verify` from the package index is left alone, with a warning.
+old_summary=$("$PYTHON" -m pip show verify 2>/dev/null | sed -n 's/^Summary: //p' || true)
+case "$old_summary" in
+  "") ;;
+  "Cross-platform correctness verification for ONNX"*)
+    echo "setup: removing this project's old 'verify' distribution (now named onnx-verify)" >&2
+    "$PYTHON" -m pip uninstall -q -y verify ;;
+  *) echo "setup: warning: an unrelated package named 'verify' is installed; it owns the same" \
+          "import name as this project: pip uninstall verify" >&2 ;;
+esac
+
 if [ "$with_tests" = 1 ]; then
   need=()
   for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core; do

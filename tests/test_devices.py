@@ -238,4 +238,4 @@ def test_a_missing_driver_library_names_the_extra(device_env: DeviceEnv) -> None
     assert proc.returncode == 2  # set-up, not a device failure: nothing to retry
     assert proc.stdout.splitlines()[-1] == "True"
     assert proc.stderr == ("error: the ssh transport needs the paramiko package: "
-                           "pip install 'verify[ssh]'\n")
+                           "pip install 'onnx-verify[ssh]'\n")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("paramiko", reason="the ssh extra is not installed: pip install 'verify[ssh]'")
+pytest.importorskip("paramiko", reason="the ssh extra is not installed: pip install 'onnx-verify[ssh]'")
 
 from fixtures_ssh import SshServer, free_port, keygen, process_alive  # noqa: E402
 from verify.drivers import make_driver  # noqa: E402

@@ -46,7 +46,7 @@ def _pyplot() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise MissingDependency("--html needs matplotlib: pip install 'verify[report]'") from None
+        raise MissingDependency("--html needs matplotlib: pip install 'onnx-verify[report]'") from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 

@@ -51,7 +51,7 @@ def junit_xml(results: Sequence[JobResult], info: RunInfo) -> str:
     try:
         from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
     except ImportError:
-        raise MissingDependency("--junit needs junitparser: pip install 'verify[report]'") from None
+        raise MissingDependency("--junit needs junitparser: pip install 'onnx-verify[report]'") from None
     xml = JUnitXml(info.suite_name)
     suites: dict[str, TestSuite] = {}
     for r in results:

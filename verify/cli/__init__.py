@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from verify import __version__
+from verify import DISTRIBUTION, __version__
 from verify.files import json_value
 from verify.errors import (
     EXIT_INTERNAL,
@@ -51,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 @click.group(context_settings=CONTEXT)
-@click.version_option(__version__, "-V", "--version", prog_name="verify")
+@click.version_option(__version__, "-V", "--version", prog_name="verify",
+                      message=f"%(prog)s %(version)s (distribution {DISTRIBUTION})")
 def cli() -> None:
     """Check that an ONNX model computes the same thing on a device as on your reference.
 

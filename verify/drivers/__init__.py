@@ -12,6 +12,7 @@ import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from verify import DISTRIBUTION
 from verify.devices import Profile, arm64_root
 from verify.drivers.base import Driver, DriverConfig
 from verify.errors import ConnectError, MissingDependency, UsageError
@@ -39,7 +40,7 @@ def driver_class(transport: str) -> type[Driver]:
             if exc.name and not exc.name.startswith("verify"):
                 raise MissingDependency(
                     f"the {transport} transport needs the {exc.name} package: "
-                    f"pip install 'verify[{extra}]'") from exc
+                    f"pip install '{DISTRIBUTION}[{extra}]'") from exc
             raise
         return getattr(module, class_name)
     for ep in entry_points(group="verify.drivers"):

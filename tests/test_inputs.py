@@ -269,10 +269,16 @@ def test_image_formats_ppm_pgm_jpg(tmp_path):
 
 def test_image_into_uint8_input_and_dynamic_hw(tmp_path):
     save_image(tmp_path / "p.png", (5, 3), pixels={(4, 2): (255, 1, 2)})
-    [case] = build_cases(infos(("q", TensorProto.UINT8, ["N", "H", "W", 3])), ["p.png"],
-                         base_dir=tmp_path)
-    assert case["q"].shape == (1, 3, 5, 3) and case["q"].dtype == np.uint8  # image keeps its size
+    dyn = infos(("q", TensorProto.UINT8, ["N", "H", "W", 3]))
+    msg = error(build_cases, dyn, ["p.png"], base_dir=tmp_path)  # never silently its own size
+    assert msg == ("p.png: input 'q' (N,H,W,3) has dynamic height or width; the image is 5x3 "
+                   "(WxH): pass --shape q:1x3x5x3 to keep that size, or the size the model expects")
+    [case] = build_cases(dyn, ["p.png"], shapes=dict([parse_shape_option(msg.split()[-11])]),
+                         base_dir=tmp_path)  # the hint, as given, works
+    assert case["q"].shape == (1, 3, 5, 3) and case["q"].dtype == np.uint8
     np.testing.assert_array_equal(case["q"][0, 2, 4], [255, 1, 2])
+    [case] = build_cases(dyn, ["p.png"], shapes={"q": (1, 6, 10, 3)}, base_dir=tmp_path)
+    assert case["q"].shape == (1, 6, 10, 3)  # resized to what --shape says
     assert error(build_cases, infos(("q", TensorProto.UINT8, [1, 3, 3, 5])), ["p.png"],
                  pre=Preprocess(scale=1 / 255), base_dir=tmp_path) == (
         "p.png: input 'q' takes uint8, but the image after --scale/--mean/--std spans [0, 1] "
@@ -304,7 +310,8 @@ def test_image_layout_override_and_ambiguity(tmp_path):
     assert error(build_cases, free, ["p.png"], base_dir=tmp_path) == (
         "p.png: cannot tell whether input 'x' (N,A,B,C) is NCHW or NHWC; "
         "pass --layout nchw or --layout nhwc")
-    [case] = build_cases(free, ["p.png"], pre=Preprocess(layout="nchw"), base_dir=tmp_path)
+    [case] = build_cases(free, ["p.png"], pre=Preprocess(layout="nchw"),
+                         shapes={"x": (1, 3, 3, 3)}, base_dir=tmp_path)
     assert case["x"].shape == (1, 3, 3, 3)
 
 

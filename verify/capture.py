@@ -22,6 +22,7 @@ import onnx
 from verify.errors import InputError, ModelError, UsageError
 from verify.graph import (TensorInfo, fused_away, output_names, parse_model,
                           saturation_floors, tensor_order)
+from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
 
 # The host reference: plain CPU kernels, as for ground truth (reference.py).
@@ -75,7 +76,9 @@ class HostCapture:
             wanted = [n for n in self._order if n in chosen]
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
         chunks = _rt.capture_chunks(np, _ort(), str(self._path), wanted, self._outputs, [feeds],
-                                    self._budget, _HOST_JOB, self._scratch.name)
+                                    self._budget,
+                                    {**_HOST_JOB, "ort_log_severity": ort_log_severity()},
+                                    self._scratch.name)
         try:
             for _case, name, value in _host_errors(chunks):
                 yield name, np.asarray(value)

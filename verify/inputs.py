@@ -16,8 +16,8 @@ Files: .npy (never unpickled), .npz (arrays matched by name; a lone array fits a
 input), .json (nested lists, or an object mapping input names to nested lists), .pb (an
 ONNX TensorProto, as in onnx_test_runner's input_0.pb), images .png .jpg .jpeg .bmp .ppm
 .pgm. An image is decoded with Pillow (EXIF rotation applied), converted to RGB (L for a
-1-channel input), resized bilinearly to the input's H x W (dynamic H/W keep the image's
-size), laid out NCHW or NHWC as the input's shape says (channel dim: the one of size 1 or
+1-channel input), resized bilinearly to the input's H x W (dynamic H/W must be set with
+--shape: the error names the image's own size), laid out NCHW or NHWC as the input's shape says (channel dim: the one of size 1 or
 3 right after the batch dim or last; --layout overrides), batch dim added; then
 x*scale, (x-mean)/std per channel (RGB order), the BGR swap if asked, cast to the dtype.
 Arrays from files and literals are never preprocessed.
@@ -27,8 +27,11 @@ case (`-d a:1.npy -d b:1.npy -d a:2.npy -d b:2.npy` is 2 cases; `-d 1.png -d 2.p
 one-input model is 2 cases). No `-d` at all is one random case. Inputs a case leaves out
 are random; each case and input draws from its own stream derived from --seed.
 
-Given arrays must match the declared static dims (and --shape); dynamic dims take any
-size, but random data needs them set: `--shape NAME:1x3x224x224` (or `1,3,224,224`).
+Dims declared as a symbol (`batch`), unnamed, -1 or 0 are dynamic. Given arrays must match
+the declared static dims (and --shape); dynamic dims take any size, but random data needs them
+set: `--shape NAME:1x3x224x224` (or `1,3,224,224`), or a symbol another input's array or
+--shape fixed (`state` (2,batch,128) takes `batch` from `input`). With a probe (pack has
+one), the hint for unset dims is a --shape the model was seen to run with.
 Dtypes are cast only without loss: float to any float (unless finite values overflow),
 int/bool to int, float or bool when every value fits exactly. Float to int is refused.
 Relative paths resolve against base_dir, else the current directory.
@@ -40,7 +43,7 @@ import json
 import math
 import re
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -98,6 +101,20 @@ class _Random:
 
 _NO_SHAPES: Mapping[str, tuple[int, ...]] = MappingProxyType({})
 
+Probe = Callable[[Mapping[str, np.ndarray]], bool]
+
+
+class MissingShapeError(InputError):
+    """Random data was asked for an input whose dims nothing fixed (`needed`: each such
+    input with its declared dims; `random_ints`: inputs given random integers)."""
+
+    def __init__(self, message: str, needed: Sequence[tuple[str, tuple[Dim, ...]]],
+                 random_ints: Sequence[str] = (), head: str | None = None) -> None:
+        super().__init__(message)
+        self.needed = tuple(needed)
+        self.random_ints = list(random_ints)
+        self.head = head if head is not None else message.split("; pass", 1)[0]
+
 
 # --- public API ------------------------------------------------------------------------------
 def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
@@ -118,7 +135,8 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
                              f"{tt.elem_type}; the model is malformed") from None
         shape: tuple[Dim, ...] | None = None
         if tt.HasField("shape"):
-            shape = tuple(d.dim_value if d.HasField("dim_value")
+            # dim_value -1 or 0 is how several exporters (PaddlePaddle's p2o) say "dynamic"
+            shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0
                           else d.dim_param if d.HasField("dim_param") and d.dim_param
                           else None for d in tt.shape.dim)
         infos.append(InputInfo(vi.name, shape, dtype))
@@ -139,9 +157,24 @@ def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
 def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
                 shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES, seed: int = 0,
                 pre: Preprocess = Preprocess(), base_dir: Path | None = None,
-                ) -> list[dict[str, np.ndarray]]:
+                probe: Probe | None = None) -> list[dict[str, np.ndarray]]:
     """Parse the `-d` specs (grammar in the module docstring) into complete cases: one dict
-    per case, every model input present, keys in the model's input order."""
+    per case, every model input present, keys in the model's input order.
+
+    Random data for an input with dims nothing fixed is a `MissingShapeError`. With `probe`
+    (a callable that runs the model on a case and says whether it ran) the error's hint is a
+    `--shape` set the model was seen to run with, tried from a few common sizes."""
+    try:
+        return _build(inputs, data, shapes, seed, pre, base_dir)
+    except MissingShapeError as exc:
+        if probe is None:
+            raise
+        raise _probed(exc, inputs, data, shapes, seed, pre, base_dir, probe) from None
+
+
+def _build(inputs: Sequence[InputInfo], data: Sequence[str],
+           shapes: Mapping[str, tuple[int, ...]], seed: int, pre: Preprocess,
+           base_dir: Path | None) -> list[dict[str, np.ndarray]]:
     ctx = _Context(inputs, _effective_shapes(inputs, shapes), pre,
                    Path(base_dir) if base_dir is not None else Path.cwd())
     cases: list[dict[str, np.ndarray | _Random]] = []
@@ -158,6 +191,41 @@ def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
     if current or not cases:
         cases.append(current)
     return [ctx.complete(case, i, seed) for i, case in enumerate(cases)]
+
+
+# Sizes tried for dynamic dims when looking for a --shape to suggest: the leading dim of each
+# input takes 1 (a batch), the others one of these (1 first: sequence models; then the
+# multiples of 32 detectors need, the usual classifier and audio-frame sizes).
+PROBE_SIZES = (1, 32, 64, 224, 256, 512, 640)
+
+
+def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[str],
+            shapes: Mapping[str, tuple[int, ...]], seed: int, pre: Preprocess,
+            base_dir: Path | None, probe: Probe) -> MissingShapeError:
+    """The same error with a hint the model was seen to run with, or saying none ran."""
+    randint = exc.random_ints
+    for size in PROBE_SIZES:
+        fill = dict(shapes)
+        for name, shape in exc.needed:
+            fill[name] = tuple(d if isinstance(d, int) else 1 if i == 0 else size
+                               for i, d in enumerate(shape))
+        try:
+            cases = _build(inputs, data, fill, seed, pre, base_dir)
+        except InputError:
+            continue
+        if probe(cases[0]):
+            opts = " ".join(f"--shape {n}:{'x'.join(map(str, fill[n]))}" for n, _ in exc.needed)
+            return MissingShapeError(f"{exc.head}; pass {opts} (the model runs with it here)",
+                                     exc.needed, randint)
+    names = " ".join(f"--shape {n}:{'x'.join('N' if not isinstance(d, int) else str(d) for d in s)}"
+                     for n, s in exc.needed)
+    tried = ", ".join(map(str, PROBE_SIZES))
+    hint = (f"; pass {names} with the sizes it expects (random data of size {tried} in those "
+            "dims did not run here")
+    if randint:
+        hint += (f"; random ints in [0, {RANDOM_INT_HIGH}) went to " + fmt_names(randint) + ": if one takes a "
+                 f"specific value, give it, e.g. -d {randint[0]}:VALUE")
+    return MissingShapeError(exc.head + hint + ")", exc.needed, randint)
 
 
 def override_input(inputs: Sequence[InputInfo], spec: str) -> tuple[str, np.ndarray]:
@@ -269,25 +337,53 @@ class _Context:
 
     def complete(self, case: dict[str, np.ndarray | _Random], index: int,
                  seed: int) -> dict[str, np.ndarray]:
+        """Fill the inputs the case leaves out (or asks `rand` for). A dim symbol fixed by a
+        given array or --shape (`batch` of one input) fixes the same symbol in the others."""
+        bound: dict[str, int] = {}
+        for name, info in self.infos.items():
+            value = case.get(name)
+            concrete = value.shape if isinstance(value, np.ndarray) else self.shapes[name]
+            for decl, got in zip(info.shape or (), concrete or ()):
+                if isinstance(decl, str) and isinstance(got, int):
+                    bound.setdefault(decl, got)
+        needed, random_ints = [], []
+        for name, info in self.infos.items():
+            if isinstance(case.get(name, _Random()), _Random):
+                shape = self._bound_shape(name, bound)
+                if shape is not None and not all(isinstance(d, int) for d in shape):
+                    needed.append((name, shape))
+                if _kind(info.dtype) in "iu":
+                    random_ints.append(name)
+        if needed:
+            name, shape = needed[0]
+            dims = "[" + ", ".join(repr(d) if isinstance(d, str) else "'?'" if d is None else str(d)
+                                   for d in shape) + "]"
+            opts = " ".join(f"--shape {n}:" + "x".join(str(d) if isinstance(d, int) else "1"
+                                                       for d in s) for n, s in needed)
+            head = f"input '{name}' has dynamic dims {dims}"
+            if len(needed) > 1:
+                head += f" (and {fmt_names([n for n, _ in needed[1:]])})"
+            raise MissingShapeError(f"{head}; pass {opts}", needed, random_ints, head)
         out = {}
         for name, info in self.infos.items():
             value = case.get(name, _Random())
             if isinstance(value, _Random):
-                value = self._random(info, value, index, seed)
+                value = self._random(info, self._bound_shape(name, bound), value, index, seed)
             out[name] = value
         return out
 
-    def _random(self, info: InputInfo, spec: _Random, index: int, seed: int) -> np.ndarray:
-        shape = self.shapes[info.name]
+    def _bound_shape(self, name: str, bound: Mapping[str, int]) -> tuple[Dim, ...] | None:
+        shape, declared = self.shapes[name], self.infos[name].shape
+        if shape is None or declared is None:
+            return shape
+        return tuple(bound.get(dec, dec) if isinstance(dec, str) and not isinstance(d, int)
+                     else d for d, dec in zip(shape, declared))
+
+    def _random(self, info: InputInfo, shape: tuple[Dim, ...] | None, spec: _Random,
+                index: int, seed: int) -> np.ndarray:
         if shape is None:
             raise InputError(f"input '{info.name}' declares no shape; "
                              f"pass --shape {info.name}:DIMS, e.g. {info.name}:1x16")
-        if not all(isinstance(d, int) for d in shape):
-            dims = "[" + ", ".join(repr(d) if isinstance(d, str) else "'?'" if d is None else str(d)
-                                   for d in shape) + "]"
-            fill = "x".join(str(d) if isinstance(d, int) else "1" for d in shape)
-            raise InputError(f"input '{info.name}' has dynamic dims {dims}; "
-                             f"pass --shape {info.name}:{fill}")
         dims = tuple(int(d) for d in shape)  # type: ignore[arg-type]
         # crc32, not hash(): the stream must be the same in every process
         rng = np.random.default_rng([seed % 2**64, index, zlib.crc32(info.name.encode())])
@@ -347,7 +443,16 @@ class _Context:
         else:
             img = img.convert("RGB")
         h, w = (d if isinstance(d, int) else None for d in spatial)
-        size = (w or img.width, h or img.height)
+        if h is None or w is None:
+            # Keeping the image's own size would fix H/W silently, and models with dynamic H/W
+            # still expect particular sizes (PP-OCR rec: H 48); the user picks, told the size.
+            hw = [h or img.height, w or img.width]
+            dims = hw if c_axis is None else [channels, *hw] if c_axis == 0 else [*hw, channels]
+            fill = "x".join(map(str, [1, *dims] if batch else dims))
+            raise InputError(f"{label}: input '{name}' {_fmt_shape(shape)} has dynamic height or "
+                             f"width; the image is {img.width}x{img.height} (WxH): pass --shape "
+                             f"{name}:{fill} to keep that size, or the size the model expects")
+        size = (w, h)
         if size != img.size:
             img = img.resize(size, Image.Resampling.BILINEAR)
         x = np.asarray(img, dtype=np.float64).reshape(size[1], size[0], channels)  # HWC
@@ -367,15 +472,23 @@ class _Context:
         return _image_cast(x, info.dtype, name, label)
 
     def _channel_axis(self, spatial: list[Dim], label: str, name: str) -> int:
-        """0 for C,H,W and 2 for H,W,C (positions after the batch dim)."""
+        """0 for C,H,W and 2 for H,W,C (positions after the batch dim). The declared dims
+        decide before --shape's: a --shape 1x3x5x3 for (N,H,W,3) is still NHWC."""
         if self.pre.layout is not None:
             return 0 if self.pre.layout == "nchw" else 2
-        first, last = spatial[0] in (1, 3), spatial[2] in (1, 3)
-        if first or last:
-            return 0 if first else 2
-        if isinstance(spatial[0], int) and not isinstance(spatial[2], int):
-            return 2
-        if isinstance(spatial[2], int) and not isinstance(spatial[0], int):
+        declared = self.infos[name].shape
+        candidates = [spatial]
+        if declared is not None and len(declared) - len(spatial) in (0, 1):
+            candidates.insert(0, list(declared[len(declared) - len(spatial):]))
+        for dims in candidates:
+            first, last = dims[0] in (1, 3), dims[2] in (1, 3)
+            if first != last:
+                return 0 if first else 2
+            if isinstance(dims[0], int) and not isinstance(dims[2], int):
+                return 2
+            if isinstance(dims[2], int) and not isinstance(dims[0], int):
+                return 0
+        if spatial[0] in (1, 3):
             return 0
         raise InputError(f"{label}: cannot tell whether input '{name}' "
                          f"{_fmt_shape(self.shapes[name] or ())} is NCHW or NHWC; "

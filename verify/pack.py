@@ -14,7 +14,8 @@ import numpy as np
 from verify import __version__
 from verify.capture import HostCapture
 from verify.graph import load_model, sha256_bytes, tensor_order
-from verify.inputs import InputInfo, Preprocess, build_cases, model_inputs
+from verify.errors import InputError
+from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import reference_session, run_reference
 from verify.testcase import Case, Testcase, write_archive
 
@@ -60,12 +61,13 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     """Build the cases, compute ground truth on the host, write the archive atomically."""
     model, model_bytes = load_model(model_path)
     infos: list[InputInfo] = model_inputs(model)
-    cases_inputs = build_cases(infos, options.data, shapes=options.shapes, seed=options.seed,
-                               pre=options.pre)
     session = reference_session(model_bytes, str(model_path))
+    cases_inputs = build_cases(infos, options.data, shapes=options.shapes, seed=options.seed,
+                               pre=options.pre, probe=lambda feeds: _runs(session, feeds))
     cases = []
     for i, feeds in enumerate(cases_inputs):
-        outputs = run_reference(session, feeds, f"{model_path} case {i}")
+        outputs = run_reference(session, feeds, f"{model_path} case {i}",
+                                _random_int_hint(infos, options.data))
         cases.append(Case(inputs=feeds, outputs=outputs, source=_case_source(options.data, i)))
     tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
                   tensor_order=tuple(tensor_order(model)),
@@ -84,6 +86,29 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
         del model
         write_archive(out, tc, [capture.layers(case.inputs) for case in cases])
     return tc
+
+
+def _runs(session, feeds: Mapping[str, np.ndarray]) -> bool:
+    try:
+        run_reference(session, feeds, "probe")
+    except InputError:
+        return False
+    return True
+
+
+def _random_int_hint(infos: Sequence[InputInfo], data: Sequence[str]) -> str:
+    """What to say when onnxruntime refuses a case some of whose integer inputs were drawn at
+    random (silero VAD's int64 `sr` takes 8000 or 16000, not a draw from [0, 10))."""
+    given = {i.name for i in infos for d in data if d.startswith(i.name + ":")
+             and not d[len(i.name) + 1:].strip().startswith("rand")}
+    if len(infos) == 1 and data:
+        given.add(infos[0].name)
+    drawn = [i.name for i in infos if i.name not in given and i.dtype.kind in "iu"]
+    if not drawn:
+        return ""
+    names = ", ".join(f"'{n}'" for n in drawn)
+    return (f" (random ints in [0, {RANDOM_INT_HIGH}) went to {names}; if one takes a specific "
+            f"value, give it: -d {drawn[0]}:VALUE)")
 
 
 def _case_source(data: Sequence[str], index: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
 import numpy as np
@@ -14,13 +15,25 @@ _UNSUPPORTED = ("NOT_IMPLEMENTED", "Could not find an implementation",
                 "is not a registered function/op", "No Op registered")
 
 
+ORT_LOG_ENV = "VERIFY_ORT_LOG"
+
+
+def ort_log_severity() -> int:
+    """onnxruntime's own log level for sessions verify makes on this host: 4 (fatal only: its
+    errors reach the user as verify's one-line messages) unless VERIFY_ORT_LOG asks for more
+    (0 verbose, 1 info, 2 warning, 3 error)."""
+    text = os.environ.get(ORT_LOG_ENV, "").strip()
+    return int(text) if text in ("0", "1", "2", "3", "4") else 4
+
+
 def reference_session(model_bytes: bytes, where: str):
     """A plain CPU session (no graph optimizations: the plainest kernels)."""
     import onnxruntime as ort
 
+    ort.set_default_logger_severity(ort_log_severity())
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = ort_log_severity()
     try:
         return ort.InferenceSession(model_bytes, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors
@@ -30,12 +43,19 @@ def reference_session(model_bytes: bytes, where: str):
         raise ModelError(f"{where}: onnxruntime could not load the model: {text}") from None
 
 
-def run_reference(session, feeds: Mapping[str, np.ndarray], where: str) -> dict[str, np.ndarray]:
+def run_reference(session, feeds: Mapping[str, np.ndarray], where: str,
+                  hint: str = "") -> dict[str, np.ndarray]:
+    """The outputs of one case; InputError (with `hint` appended) when onnxruntime refuses."""
+    import onnxruntime as ort
+
     names = [o.name for o in session.get_outputs()]
+    ro = ort.RunOptions()
+    ro.log_severity_level = ort_log_severity()
     try:
-        values = session.run(names, dict(feeds))
+        values = session.run(names, dict(feeds), ro)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's errors are untyped
-        raise InputError(f"{where}: onnxruntime rejected the inputs: {_first_line(str(exc))}") from None
+        raise InputError(f"{where}: onnxruntime rejected the inputs: "
+                         f"{_first_line(str(exc))}{hint}") from None
     return {n: np.asarray(v) for n, v in zip(names, values)}
 
 

@@ -89,6 +89,13 @@ def _now_ms(t0):
 
 def make_session(ort, model_bytes, job):
     so = ort.SessionOptions()
+    # onnxruntime's own log goes to this process's stderr; verify shows the runner's errors
+    # from the result file, so by default only errors are logged ("ort_log_severity" 0-4)
+    severity = job.get("ort_log_severity", 3)
+    if severity in (0, 1, 2, 3, 4):
+        so.log_severity_level = severity
+        if hasattr(ort, "set_default_logger_severity"):
+            ort.set_default_logger_severity(severity)
     level = job.get("opt_level", "disable")
     if level not in OPT_LEVELS:
         raise JobError("input", "unknown opt_level %r" % level)

@@ -41,6 +41,17 @@ if [ "$with_tests" = 1 ]; then
   fi
   "$PYTHON" -m pip install -q -e '.[test]'
   "$PYTHON" scripts/build_arm64_root.py
+  # A CUDA build of onnxruntime, unpacked beside (not over) the CPU one: tests/test_cuda.py runs
+  # it on this GPU-less machine, where onnxruntime silently falls back to the CPU.
+  ortgpu_version=1.31.1
+  ortgpu="${XDG_CACHE_HOME:-$HOME/.cache}/verify/onnxruntime-gpu-$ortgpu_version-$("$PYTHON" -c 'import sys; print("py%d%d" % sys.version_info[:2])')"
+  if [ ! -f "$ortgpu/.complete" ]; then
+    echo "setup: unpacking onnxruntime-gpu $ortgpu_version into $ortgpu (pip)" >&2
+    rm -rf "$ortgpu.tmp"
+    "$PYTHON" -m pip install -q --no-deps --no-compile --target "$ortgpu.tmp" "onnxruntime-gpu==$ortgpu_version"
+    touch "$ortgpu.tmp/.complete"
+    rm -rf "$ortgpu" && mv "$ortgpu.tmp" "$ortgpu"
+  fi
   "$PYTHON" scripts/fetch_models.py >/dev/null
 else
   "$PYTHON" -m pip install -q -e .

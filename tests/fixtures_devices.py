@@ -65,11 +65,16 @@ class DeviceEnv:
 
 def to_toml(data: Mapping[str, Any]) -> str:
     """The small TOML subset profiles need (JSON strings and lists are valid TOML values)."""
+    def value_text(v: Any) -> str:
+        if isinstance(v, dict):  # an inline table
+            return "{" + ", ".join(f"{k} = {value_text(x)}" for k, x in v.items()) + "}"
+        return json.dumps(v)
+
     head, tables = [], []
     for key, value in data.items():
         if isinstance(value, dict):
             tables.append(f"\n[{key}]")
-            tables += [f"{k} = {json.dumps(v)}" for k, v in value.items()]
+            tables += [f"{k} = {value_text(v)}" for k, v in value.items()]
         elif isinstance(value, list) and value and isinstance(value[0], dict):
             for item in value:
                 tables.append(f"\n[[{key}]]")

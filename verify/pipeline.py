@@ -147,12 +147,18 @@ def _progress(factory: ProgressFactory | None, label: str, path: Path) -> Progre
 
 
 def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
-    """Connect, run the runner's --describe, and report what the device has."""
+    """Connect, run the runner's --describe, and report what the device has.
+
+    The Python runner is also asked to make a session with each of the profile's providers
+    (`--probe`): onnxruntime lists a provider whose libraries it cannot load (a CUDA build
+    without CUDA or cuDNN) and then silently runs on the CPU, so a listed provider proves
+    nothing. Its findings are under "probe"; see `provider_problems`."""
     check_support_files(profile)
     with make_driver(profile) as driver:
         runner_path = None if profile.runner else driver.push_cached(RUNNER_SOURCE)
         push_support_files(driver, profile, None)
-        argv = [*runner_argv(profile, runner_path), "--describe"]
+        probe = [] if profile.runner else ["--probe", ",".join(profile.providers)]
+        argv = [*runner_argv(profile, runner_path), "--describe", *probe]
         res = driver.run(argv, timeout=timeout, check=False)
         if res.status != 0:
             raise RunnerError(f"{profile.spec}: the runner could not start "
@@ -166,6 +172,17 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
         info["transport"] = profile.transport
         info["spec"] = profile.spec
         return info
+
+
+def provider_problems(profile: Profile, info: Mapping[str, Any]) -> list[str]:
+    """Why each of the profile's providers cannot run on the device `info` describes: the
+    runner's probe where it made one, else whether the device lists the provider at all."""
+    probe = info.get("probe")
+    if isinstance(probe, dict):
+        return [str(probe[p]) for p in profile.providers if probe.get(p)]
+    listed = info.get("providers") or []
+    return [f"{p} is not available on this device (available: {', '.join(listed) or 'none'})"
+            for p in profile.providers if p not in listed]
 
 
 def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],

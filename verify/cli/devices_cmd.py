@@ -76,19 +76,27 @@ def _device_command(name: str) -> Callable[[Callable[[Profile, bool], int]], cli
 def devices_check(profile: Profile, as_json: bool) -> int:
     """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
 
-    Exits 3 with the reason when the device cannot be reached or cannot run the runner.
+    Each of the profile's execution providers is tried: the Python runner makes a session with
+    it, since onnxruntime lists a provider whose libraries it cannot load (CUDA, cuDNN) and
+    then runs on the CPU instead. Exits 3 with the reason when the device cannot be reached,
+    cannot run the runner, or cannot run one of the providers.
 
     \b
       verify devices check local
+      verify devices check cuda
       verify devices check ssh:me@192.0.2.10:2222
     """
-    from verify.pipeline import describe_device
+    from verify.errors import ProviderUnavailable
+    from verify.pipeline import describe_device, provider_problems
 
     info = describe_device(profile)
+    problems = provider_problems(profile, info)
     if as_json:
         emit_json(info)
     else:
         render.print_device(info)
+    if problems:
+        raise ProviderUnavailable(f"{profile.spec}: " + "; ".join(problems))
     return EXIT_OK
 
 

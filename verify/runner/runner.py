@@ -8,6 +8,9 @@ replace it.
 
     python runner.py JOB.json      run the job; writes the result file the job names
     python runner.py --describe    print a JSON description of this device and exit
+    python runner.py --describe --probe P[,P...]
+                                   also try to create a session with each provider P and
+                                   report, under "probe", null (it works) or why it does not
 
 A job with a "dump" entry captures intermediate tensors instead of timing: the model is
 rewritten here (graph outputs appended at the protobuf wire level, no onnx package needed)
@@ -17,11 +20,14 @@ A timed job with a "dump_first" entry (a dump entry plus its result file's name)
 that dump in a forked child, then times as usual (see forked_dump).
 """
 
+import base64
 import json
 import mmap
 import os
 import platform
+import re
 import sys
+import tempfile
 import time
 import traceback
 
@@ -43,6 +49,13 @@ PROVIDER_PACKAGES = {
     "DmlExecutionProvider": "onnxruntime-directml",
     "QNNExecutionProvider": "onnxruntime-qnn",
 }
+
+
+# A one-node float model (Identity, opset 13, IR 7): enough for onnxruntime to build a session
+# with a provider, so --describe --probe tells a provider that is listed from one that loads.
+PROBE_MODEL = base64.b64decode(
+    "CAcSBnZlcmlmeTo7ChAKAXgSAXkiCElkZW50aXR5EgVwcm9iZVoPCgF4EgoKCAgBEgQKAggBYg8KAXkSCgoICAESBAoC"
+    "CAFCBAoAEA0=")
 
 
 class JobError(Exception):
@@ -126,7 +139,8 @@ def make_session(ort, model_bytes, job):
     options = job.get("provider_options") or {}
     provider_list = [(p, dict(options.get(p, {}))) for p in providers]
     try:
-        return ort.InferenceSession(model_bytes, sess_options=so, providers=provider_list)
+        sess, log = _with_stderr_captured(lambda: ort.InferenceSession(
+            model_bytes, sess_options=so, providers=provider_list))
     except Exception as exc:
         text = str(exc)
         if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text \
@@ -136,6 +150,83 @@ def make_session(ort, model_bytes, job):
         if "CUDA" in text or "provider" in text.lower():
             raise JobError("provider", _first_line(text))
         raise JobError("model", "onnxruntime could not load the model: %s" % _first_line(text))
+    problem = provider_problem(ort, providers, sess.get_providers(), log)
+    if problem:
+        raise JobError("provider", problem)
+    return sess
+
+
+def _with_stderr_captured(make):
+    """Call make() with file descriptor 2 sent to a temporary file, where onnxruntime's C++
+    logger writes, and Python's sys.stdout to a buffer (its Python layer prints its provider
+    fallback there, which would corrupt --describe's JSON); return (make's value, the text
+    written to either). On an exception the text goes to stderr (the host shows its tail)."""
+    import contextlib
+    import io
+    sys.stderr.flush()
+    saved = os.dup(2)
+    printed = io.StringIO()
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        failed = True
+        try:
+            with contextlib.redirect_stdout(printed):
+                value = make()
+            failed = False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode("utf-8", "replace") + printed.getvalue()
+            if failed:
+                sys.stderr.write(text)
+    return value, text
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def provider_problem(ort, requested, created, log):
+    """Why a requested provider is missing from the session onnxruntime made, or None.
+
+    onnxruntime does not fail when a provider's libraries cannot be loaded (a CUDA build
+    without the CUDA or cuDNN libraries): it logs an error and falls back to the CPU, so a run
+    on "cuda" would silently run on the CPU. The reason comes from what it logged."""
+    missing = [p for p in requested if p not in created]
+    if not missing:
+        return None
+    log = _ANSI.sub("", log)
+    loaded = re.search(r"Failed to load library (\S+) with error: ([^\n]+)", log)
+    needs = re.search(r"Require ([^\n]*?\.\*(?: and [^\n]*?\.\*)?)\.", log)
+    install = re.search(r"(Please install \S+ libraries)", log)
+    reason = []
+    if loaded:
+        reason.append("%s: %s" % (os.path.basename(loaded.group(1)), loaded.group(2).strip()))
+    if needs:
+        reason.append("it requires %s" % needs.group(1))
+    elif install:
+        reason.append(install.group(1).lower().replace("please install", "it needs the"))
+    if not reason:
+        lines = [ln for ln in log.splitlines() if missing[0] in ln or "rror" in ln]
+        reason.append(_first_line(lines[0]) if lines else "onnxruntime gave no reason")
+    return ("%s could not be created by onnxruntime %s (%s); the session fell back to %s, "
+            "so nothing would run on %s" % (", ".join(missing), ort.__version__,
+                                            "; ".join(reason), ", ".join(created) or "nothing",
+                                            "it" if len(missing) == 1 else "them"))
+
+
+def probe_providers(providers):
+    """For --describe --probe: {provider: None if a session can be made with it, else why}."""
+    import onnxruntime as ort
+    found = {}
+    for p in providers:
+        try:
+            make_session(ort, PROBE_MODEL, {"providers": [p, "CPUExecutionProvider"]
+                                            if p != "CPUExecutionProvider" else [p]})
+            found[p] = None
+        except JobError as exc:
+            found[p] = str(exc)
+    return found
 
 
 def _first_line(text):
@@ -604,12 +695,15 @@ def write_json_atomic(path, data):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] == "--describe":
-        json.dump(describe(), sys.stdout)
+    if argv[1:2] == ["--describe"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--probe"]):
+        info = describe()
+        if len(argv) == 4 and info.get("onnxruntime"):
+            info["probe"] = probe_providers([p for p in argv[3].split(",") if p])
+        json.dump(info, sys.stdout)
         sys.stdout.write("\n")
         return 0
     if len(argv) != 2:
-        sys.stderr.write("usage: runner.py JOB.json | --describe\n")
+        sys.stderr.write("usage: runner.py JOB.json | --describe [--probe P[,P...]]\n")
         return 2
     job_path = os.path.abspath(argv[1])
     workdir = os.path.dirname(job_path)

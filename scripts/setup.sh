@@ -6,7 +6,10 @@
 #                             test) and a font (apt), the test extras (pip), and the
 #                             emulated ARM64 userland (scripts/build_arm64_root.py, cached)
 #                             and the real third-party models the tests use
-#                             (scripts/fetch_models.py, cached outside the repository)
+#                             (scripts/fetch_models.py, cached outside the repository),
+#                             and the native runner's toolchain (g++, g++-aarch64-linux-gnu,
+#                             cmake, nlohmann-json3-dev, npm, ccache: apt) and its two Linux
+#                             bundles (scripts/build_native_runner.py --target all, cached)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -29,7 +32,8 @@ esac
 
 if [ "$with_tests" = 1 ]; then
   need=()
-  for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core; do
+  for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core \
+             g++ g++-aarch64-linux-gnu cmake nlohmann-json3-dev npm ccache; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   if [ ${#need[@]} -gt 0 ]; then
@@ -53,6 +57,7 @@ if [ "$with_tests" = 1 ]; then
     rm -rf "$ortgpu" && mv "$ortgpu.tmp" "$ortgpu"
   fi
   "$PYTHON" scripts/fetch_models.py >/dev/null
+  "$PYTHON" scripts/build_native_runner.py --target all >/dev/null
 else
   "$PYTHON" -m pip install -q -e .
 fi

@@ -1,0 +1,54 @@
+// .npy files (numpy's format, versions 1.0-3.0): read into a byte buffer with its dtype and
+// shape, write from a pointer. No pickled objects, no Fortran order, little-endian only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace npy {
+
+// A numpy dtype this runner can carry: its descr ("<f4"), its numpy name ("float32"), the
+// bytes per element, and numpy's kind letter ('f', 'i', 'u', 'b').
+struct DType {
+  std::string descr;
+  std::string name;
+  size_t itemsize = 0;
+  char kind = 0;
+};
+
+// Thrown for a file that is not a readable .npy of a supported dtype (the message says why).
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct Array {
+  DType dtype;
+  std::vector<int64_t> shape;
+  std::vector<uint64_t> storage;  // 8-byte aligned bytes; data() is the first element
+  size_t nbytes = 0;
+
+  void* data() { return storage.data(); }
+  const void* data() const { return storage.data(); }
+  size_t size() const;  // number of elements
+};
+
+// The dtype for a descr such as "<f4", "|b1", "<i8" ('=' and '|' accepted); throws Error.
+DType dtype_from_descr(const std::string& descr);
+// The dtype for numpy's name ("float32", "int64", "bool", ...); throws Error.
+DType dtype_from_name(const std::string& name);
+
+// Parse a whole .npy file's bytes; throws Error.
+Array parse(const std::string& bytes);
+// Read the file at path; throws Error (a file that cannot be opened included).
+Array load(const std::string& path);
+
+// The header bytes (magic, version 1.0, padded dict) for an array of this dtype and shape.
+std::string header(const DType& dtype, const std::vector<int64_t>& shape);
+// Write a .npy file; throws Error when it cannot be written.
+void save(const std::string& path, const DType& dtype, const std::vector<int64_t>& shape,
+          const void* data, size_t nbytes);
+
+}  // namespace npy

@@ -1,0 +1,184 @@
+// Unit tests of the native runner's pieces that need no onnxruntime: .npy read/write, the
+// model rewrite, chunk planning, the budget and tensor stats.
+//
+//   verify-runner-tests              run the tests; prints "N passed, N failed"; exit 1 on a failure
+//   verify-runner-tests write DIR    also write .npy files into DIR for numpy to check
+//   verify-runner-tests read FILE    print FILE's dtype, shape and values as JSON (for numpy's files)
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "dump.hpp"
+#include "npy.hpp"
+
+namespace {
+
+int passed = 0, failed = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++passed;
+  } else {
+    ++failed;
+    std::cerr << "FAILED: " << what << "\n";
+  }
+}
+
+template <typename F>
+void throws(F f, const std::string& needle, const std::string& what) {
+  try {
+    f();
+    check(false, what + " (no exception)");
+  } catch (const std::exception& e) {
+    bool has = std::string(e.what()).find(needle) != std::string::npos;
+    check(has, what + " (message: " + e.what() + ")");
+  }
+}
+
+void test_npy_roundtrip() {
+  float values[6] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-8f, -7.0f};
+  npy::DType f32 = npy::dtype_from_name("float32");
+  std::string head = npy::header(f32, {2, 3});
+  check(head.size() % 64 == 0, "header is padded to 64 bytes");
+  check(head.back() == '\n', "header ends with a newline");
+  std::string file = head + std::string(reinterpret_cast<char*>(values), sizeof values);
+  npy::Array a = npy::parse(file);
+  check(a.dtype.name == "float32" && a.shape == std::vector<int64_t>({2, 3}), "dtype and shape");
+  check(a.nbytes == 24 && static_cast<const float*>(a.data())[3] == 3.25f, "values");
+  npy::Array s = npy::parse(npy::header(npy::dtype_from_name("int64"), {}) + std::string(8, '\0'));
+  check(s.shape.empty() && s.size() == 1, "a scalar has shape ()");
+  npy::Array one = npy::parse(npy::header(npy::dtype_from_name("bool"), {3}) + std::string(3, '\1'));
+  check(one.shape == std::vector<int64_t>({3}) && one.dtype.descr == "|b1", "1-d bool");
+  npy::Array empty = npy::parse(npy::header(f32, {0, 4}));
+  check(empty.size() == 0 && empty.nbytes == 0, "an empty array");
+}
+
+void test_npy_refusals() {
+  npy::DType f32 = npy::dtype_from_name("float32");
+  throws([] { npy::parse("hello"); }, "magic", "not npy");
+  throws([&] { npy::parse(npy::header(f32, {4})); }, "truncated .npy data", "short data");
+  throws([] { npy::parse(std::string("\x93NUMPY\x01\x00\x30\x00", 10) +
+                         "{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }    \n"); },
+         "big-endian", "big-endian");
+  throws([] { npy::parse(std::string("\x93NUMPY\x01\x00\x30\x00", 10) +
+                         "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }     \n"); },
+         "unsupported dtype", "objects (pickles)");
+  throws([] { npy::parse(std::string("\x93NUMPY\x01\x00\x30\x00", 10) +
+                         "{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }     \n"); },
+         "Fortran", "Fortran order");
+  throws([] { npy::parse(std::string("\x93NUMPY\x09\x00\x30\x00", 10)); }, "version 9",
+         "unknown version");
+  throws([] { npy::load("/nonexistent/x.npy"); }, "cannot open", "missing file");
+}
+
+void test_model_with_outputs() {
+  // ModelProto{ir_version: 8 (field 1 varint), graph (field 7): GraphProto{name: "g"}}
+  std::string graph = std::string("\x12\x01g", 3);  // GraphProto.name = "g" (field 2)
+  std::string model = std::string("\x08\x08", 2) + "\x3a" + static_cast<char>(graph.size()) + graph;
+  std::string out = vr::model_with_outputs(model, {"t1", "t2"});
+  std::string vi1 = std::string("\x0a\x02t1", 4), vi2 = std::string("\x0a\x02t2", 4);
+  std::string want_graph = graph + "\x62" + static_cast<char>(vi1.size()) + vi1 + "\x62" +
+                           static_cast<char>(vi2.size()) + vi2;
+  std::string want = std::string("\x08\x08", 2) + "\x3a" + static_cast<char>(want_graph.size()) +
+                     want_graph;
+  check(out == want, "graph outputs appended at the wire level");
+  check(vr::model_with_outputs(model, {}) == model, "no names: the same bytes");
+  throws([] { vr::model_with_outputs(std::string("\x08\x08", 2), {"x"}); }, "no graph", "no graph");
+  throws([] { vr::model_with_outputs(std::string("\x3a\x20\x01", 3), {"x"}); }, "truncated",
+         "truncated graph");
+}
+
+void test_plan_chunks() {
+  using O = std::optional<int64_t>;
+  auto c = vr::plan_chunks({"a", "b", "c", "d"}, {O(40), O(40), O(40), O(200)}, 100);
+  check(c.size() == 3 && c[0].size() == 2 && c[1] == std::vector<std::string>({"c"}) &&
+            c[2] == std::vector<std::string>({"d"}),
+        "chunks fit the budget; an oversized tensor goes alone");
+  auto u = vr::plan_chunks({"a", "b", "c"}, {O(60), std::nullopt, O(10)}, 100);
+  check(u.size() == 2 && u[0].size() == 1, "an unknown size counts as the largest known");
+  auto n = vr::plan_chunks({"a", "b"}, {std::nullopt, std::nullopt}, 100);
+  check(n.size() == 2, "all unknown: each counts as the whole budget");
+  check(vr::plan_chunks({}, {}, 100).empty(), "nothing to plan");
+}
+
+void test_budget() {
+  const int64_t mib = 1 << 20;
+  check(vr::default_budget(1, 0) == 16 * mib, "at least 16 MiB");
+  check(vr::default_budget(100 * mib, 0) == 150 * mib, "1.5x the model");
+  check(vr::default_budget(100 * mib, 1024 * mib) == 64 * mib, "at most 1/16 of memory");
+}
+
+void test_stats() {
+  float v[6] = {1.0f, 2.0f, NAN, INFINITY, 3.0f, -INFINITY};
+  vr::json s = vr::tensor_stats(npy::dtype_from_name("float32"), {2, 3}, v, 4);
+  check(s["nan"] == 1 && s["inf"] == 2, "NaN and Inf counted");
+  check(s["min"] == 1.0 && s["max"] == 3.0 && s["mean"] == 2.0, "min, max, mean of finite values");
+  check(std::fabs(s["std"].get<double>() - std::sqrt(2.0 / 3.0)) < 1e-15, "population std");
+  check(s["first"].size() == 4 && s["first"][0] == 1.0, "first values");
+  check(s["dtype"] == "float32" && s["shape"] == vr::json({2, 3}) && s["size"] == 6, "header");
+  int64_t i[3] = {-5, 7, 1};
+  vr::json si = vr::tensor_stats(npy::dtype_from_name("int64"), {3}, i);
+  check(si["min"].is_number_integer() && si["min"] == -5 && si["max"] == 7, "integer min/max");
+  uint8_t b[3] = {0, 1, 1};
+  vr::json sb = vr::tensor_stats(npy::dtype_from_name("bool"), {3}, b);
+  check(sb["min"] == false && sb["max"] == true && sb["first"][1] == true, "bool as JSON booleans");
+  uint16_t h[2] = {0x3c00, 0xc000};  // 1.0, -2.0 in float16
+  vr::json sh = vr::tensor_stats(npy::dtype_from_name("float16"), {2}, h);
+  check(sh["min"] == -2.0 && sh["max"] == 1.0, "float16 decoded");
+  float nan_only[2] = {NAN, NAN};
+  vr::json sn = vr::tensor_stats(npy::dtype_from_name("float32"), {2}, nan_only);
+  check(sn["min"].is_null() && sn["mean"].is_null() && sn["nan"] == 2, "all NaN: no stats");
+  // Two blocks (2^20 elements each): the merged mean and std equal a direct computation.
+  std::vector<float> big((1 << 20) + 1000);
+  for (size_t k = 0; k < big.size(); ++k) big[k] = static_cast<float>(k % 97) * 0.5f;
+  vr::json sbig = vr::tensor_stats(npy::dtype_from_name("float32"),
+                                   {static_cast<int64_t>(big.size())}, big.data());
+  double sum = 0, sq = 0;
+  for (float x : big) sum += x;
+  double mean = sum / big.size();
+  for (float x : big) sq += (x - mean) * (x - mean);
+  check(std::fabs(sbig["mean"].get<double>() - mean) < 1e-9, "merged mean across blocks");
+  check(std::fabs(sbig["std"].get<double>() - std::sqrt(sq / big.size())) < 1e-9,
+        "merged std across blocks");
+}
+
+int write_files(const std::string& dir) {
+  float f[6] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-8f, -7.0f};
+  npy::save(dir + "/f32.npy", npy::dtype_from_name("float32"), {2, 3}, f, sizeof f);
+  int64_t s = -42;
+  npy::save(dir + "/scalar_i64.npy", npy::dtype_from_name("int64"), {}, &s, 8);
+  uint8_t b[3] = {1, 0, 1};
+  npy::save(dir + "/bool.npy", npy::dtype_from_name("bool"), {3}, b, 3);
+  uint16_t h[2] = {0x3c00, 0xc000};
+  npy::save(dir + "/f16.npy", npy::dtype_from_name("float16"), {1, 2}, h, 4);
+  npy::save(dir + "/empty.npy", npy::dtype_from_name("float32"), {0, 5}, nullptr, 0);
+  return 0;
+}
+
+int read_file(const std::string& path) {
+  npy::Array a = npy::load(path);
+  vr::json s = vr::tensor_stats(a.dtype, a.shape, a.data(), 1 << 30);
+  std::cout << vr::json({{"dtype", a.dtype.name}, {"shape", a.shape}, {"values", s["first"]}})
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc == 3 && std::string(argv[1]) == "read") return read_file(argv[2]);
+    if (argc == 3 && std::string(argv[1]) == "write") write_files(argv[2]);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  test_npy_roundtrip();
+  test_npy_refusals();
+  test_model_with_outputs();
+  test_plan_chunks();
+  test_budget();
+  test_stats();
+  std::cout << passed << " passed, " << failed << " failed\n";
+  return failed ? 1 : 0;
+}

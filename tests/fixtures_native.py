@@ -1,0 +1,51 @@
+"""The native runner (runner/native/) for tests: its bundles, built by
+scripts/build_native_runner.py (cached; scripts/setup.sh --test builds both Linux bundles
+first, so here the build is normally a check of the manifest), and the argv of each runner.
+
+`RUNNERS` names the two runners every contract test runs over: `python` (verify/runner/runner.py
+under this Python) and `native` (the linux-x86_64 bundle).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "build_native_runner.py"
+PY_RUNNER = REPO / "verify" / "runner" / "runner.py"
+RUNNERS = ("python", "native")
+
+
+@lru_cache(maxsize=None)
+def build_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_native_runner", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["build_native_runner"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@lru_cache(maxsize=None)
+def bundle(target: str = "linux-x86_64") -> Path:
+    """The target's bundle folder, built if missing or stale (minutes on a cold cache)."""
+    return Path(build_script().build(target))
+
+
+def native_bin(target: str = "linux-x86_64") -> Path:
+    return bundle(target) / "bin" / "verify-runner"
+
+
+def runner_argv(kind: str) -> list[str]:
+    if kind == "python":
+        return [sys.executable, str(PY_RUNNER)]
+    return [str(native_bin())]
+
+
+def unit_test_bin() -> Path:
+    bundle("linux-x86_64")
+    return build_script().verify_cache() / "native" / "build" / "linux-x86_64" / "verify-runner-tests"

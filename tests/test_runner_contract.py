@@ -1,0 +1,316 @@
+"""docs/runner-contract.md, runner by runner: the same jobs sent straight to the Python runner
+(verify/runner/runner.py) and to the native one (runner/native/, the linux-x86_64 bundle), and
+the same answers expected of both. Outputs are checked against onnxruntime in this process;
+dumps against the runner's own plain run (bit for bit) and against each other."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fixtures_native import RUNNERS, runner_argv
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = REPO / "goldens" / "models"
+
+
+def job_dir(tmp_path: Path, model: Path, feeds: dict[str, np.ndarray], **job: Any) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(model, work / "model.onnx")
+    inputs = {}
+    for k, (name, value) in enumerate(feeds.items()):
+        np.save(work / f"in{k}.npy", value)
+        inputs[name] = f"in{k}.npy"
+    doc = {"contract": "verify-runner", "version": 1, "model": "model.onnx",
+           "cases": [{"inputs": inputs}], "providers": ["CPUExecutionProvider"],
+           "provider_options": {}, "opt_level": "disable", "threads": 1, "session_config": {},
+           "warmup": 1, "iterations": 2, "outputs_dir": "out", "result": "result.json",
+           "profile": None, **job}
+    (work / "job.json").write_text(json.dumps(doc))
+    return work
+
+
+def run_job(kind: str, work: Path) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+    proc = subprocess.run([*runner_argv(kind), str(work / "job.json")], cwd=work, text=True,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
+    path = work / "result.json"
+    return proc, (json.loads(path.read_text()) if path.exists() else None)
+
+
+def two_io_feeds() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(3)
+    sess = ort.InferenceSession(str(MODELS / "two_io.onnx"), providers=["CPUExecutionProvider"])
+    return {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape])
+            .astype(np.float32) for i in sess.get_inputs()}
+
+
+def reference(model: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds)))
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_describe(kind: str, tmp_path: Path) -> None:
+    proc = subprocess.run([*runner_argv(kind), "--describe"], cwd=tmp_path, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    for key in ("arch", "os", "python", "numpy", "onnxruntime", "providers", "cpu_count",
+                "free_disk_bytes"):
+        assert key in info
+    assert "CPUExecutionProvider" in info["providers"]
+    if kind == "native":
+        assert info["python"] is None and info["numpy"] is None
+        assert info["onnxruntime"] == "1.30.0"
+        assert info["runner"].startswith("verify-runner (native C++")
+        # onnxruntime-node's build lists CUDA/TensorRT, whose plug-in libraries are not there
+        assert "CUDAExecutionProvider" not in info["providers"]
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_timed_job_outputs_match_onnxruntime(kind: str, tmp_path: Path) -> None:
+    feeds = two_io_feeds()
+    work = job_dir(tmp_path, MODELS / "two_io.onnx", feeds, warmup=2, iterations=3)
+    proc, result = run_job(kind, work)
+    assert proc.returncode == 0 and result is not None, proc.stderr
+    assert result["status"] == "ok" and result["contract"] == "verify-runner"
+    case = result["cases"][0]
+    assert len(case["warmup_ms"]) == 2 and len(case["iter_ms"]) == 3
+    assert all(t > 0 for t in case["iter_ms"]) and result["prepare_ms"] > 0
+    want = reference(MODELS / "two_io.onnx", feeds)
+    assert list(case["outputs"]) == list(want)  # every output, in the model's order
+    for name, rel in case["outputs"].items():
+        got = np.load(work / rel, allow_pickle=False)
+        assert got.dtype == want[name].dtype and got.shape == want[name].shape
+        np.testing.assert_allclose(got, want[name], rtol=1e-6, atol=1e-6)
+    assert result["device"]["providers"] and result["peak_rss_bytes"] > 0
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_int_and_bool_tensors_round_trip(kind: str, tmp_path: Path) -> None:
+    model = MODELS / "int_bool.onnx"
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in sess.get_inputs():
+        shape = [d if isinstance(d, int) else 2 for d in i.shape]
+        dtype = {"tensor(float)": np.float32, "tensor(int64)": np.int64,
+                 "tensor(bool)": np.bool_, "tensor(int32)": np.int32}[i.type]
+        feeds[i.name] = (rng.integers(0, 5, shape) if dtype != np.float32
+                         else rng.standard_normal(shape)).astype(dtype)
+    work = job_dir(tmp_path, model, feeds)
+    proc, result = run_job(kind, work)
+    assert result is not None and result["status"] == "ok", (proc.stderr, result)
+    want = reference(model, feeds)
+    for name, rel in result["cases"][0]["outputs"].items():
+        got = np.load(work / rel)
+        assert got.dtype == want[name].dtype
+        np.testing.assert_array_equal(got, want[name])
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_dump_final_outputs_are_bit_identical_to_the_plain_run(kind: str, tmp_path: Path) -> None:
+    model = MODELS / "cnn.onnx"
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape])
+             .astype(np.float32) for i in sess.get_inputs()}
+    import onnx
+
+    graph = onnx.load(str(model)).graph
+    tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
+    outputs = [o.name for o in graph.output]
+    plain = job_dir(tmp_path / "plain", model, feeds) if (tmp_path / "plain").mkdir() is None else None
+    assert plain is not None
+    proc, timed = run_job(kind, plain)
+    assert timed is not None and timed["status"] == "ok", proc.stderr
+    records_by_budget = []
+    for budget in (None, 1):  # one chunk; then every tensor in a chunk (and session) of its own
+        base = tmp_path / f"dump{budget}"
+        base.mkdir()
+        work = job_dir(base, model, feeds, warmup=0, iterations=1, dump={
+            "tensors": tensors, "outputs": outputs, "budget_bytes": budget, "dir": "dump",
+            "save": True, "first": 4})
+        proc, result = run_job(kind, work)
+        assert result is not None and result["status"] == "ok", (proc.stderr, result)
+        records = result["dump"]["cases"][0]
+        assert [r["name"] for r in records] == tensors
+        for k, rec in enumerate(records):
+            assert rec["file"] == "dump/c0_t%05d.npy" % k
+            value = np.load(work / rec["file"])
+            assert rec["shape"] == list(value.shape) and rec["dtype"] == str(value.dtype)
+            assert rec["size"] == value.size and len(rec["first"]) == min(4, value.size)
+            if value.dtype.kind == "f" and value.size:
+                assert rec["min"] == float(value.min()) and rec["max"] == float(value.max())
+                assert rec["mean"] == pytest.approx(float(value.astype(np.float64).mean()),
+                                                    rel=1e-12, abs=1e-12)
+                assert rec["std"] == pytest.approx(float(value.astype(np.float64).std()),
+                                                   rel=1e-9, abs=1e-12)
+        for name in outputs:
+            k = tensors.index(name)
+            dumped = np.load(work / records[k]["file"])
+            plain_out = np.load(plain / timed["cases"][0]["outputs"][name])
+            assert dumped.tobytes() == plain_out.tobytes()  # bit-identical
+        records_by_budget.append([{k: v for k, v in r.items()} for r in records])
+    assert records_by_budget[0] == records_by_budget[1]
+
+
+def test_native_and_python_dumps_agree(tmp_path: Path) -> None:
+    """The same dump job, both runners: the same records (stats to float tolerance)."""
+    model = MODELS / "cnn.onnx"
+    import onnx
+
+    graph = onnx.load(str(model)).graph
+    tensors = [i.name for i in graph.input] + [o for n in graph.node for o in n.output]
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.random.default_rng(2).standard_normal(
+        [d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
+        for i in sess.get_inputs()}
+    got = {}
+    for kind in RUNNERS:
+        (tmp_path / kind).mkdir()
+        work = job_dir(tmp_path / kind, model, feeds, dump={
+            "tensors": tensors, "outputs": [o.name for o in graph.output], "budget_bytes": None,
+            "dir": "dump", "save": False, "first": 8})
+        proc, result = run_job(kind, work)
+        assert result is not None and result["status"] == "ok", proc.stderr
+        assert not (work / "dump").exists() or not any((work / "dump").iterdir())
+        got[kind] = result["dump"]["cases"][0]
+    for a, b in zip(got["python"], got["native"]):
+        assert (a["name"], a["file"], a["dtype"], a["shape"], a["nan"], a["inf"]) == \
+               (b["name"], b["file"], b["dtype"], b["shape"], b["nan"], b["inf"])
+        for key in ("min", "max", "mean", "std"):
+            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6)
+        np.testing.assert_allclose(b["first"], a["first"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_profile_trace_and_optimized_model(kind: str, tmp_path: Path) -> None:
+    feeds = two_io_feeds()
+    work = job_dir(tmp_path, MODELS / "two_io.onnx", feeds, warmup=2, iterations=3,
+                   profile="profile.json", opt_level="all", optimized_model_path="opt.onnx")
+    proc, result = run_job(kind, work)
+    assert result is not None and result["status"] == "ok", proc.stderr
+    assert result["profile"] == "profile.json" and result["profile_warmup_runs"] == 2
+    trace = json.loads((work / "profile.json").read_text())
+    assert trace["otherData"]["verify_warmup_runs"] == [0, 1]
+    assert trace["otherData"]["verify_timed_runs"] == 3
+    runs = [e for e in trace["traceEvents"] if e.get("name") == "model_run"]
+    assert len(runs) == 5
+    assert not list(work.glob("profile.json.raw*"))  # the raw trace is removed
+    import onnx
+
+    onnx.checker.check_model(onnx.load(str(work / "opt.onnx")))
+
+
+def error_of(kind: str, work: Path) -> dict[str, Any]:
+    proc, result = run_job(kind, work)
+    assert proc.returncode == 0, proc.stderr  # a result file was written: exit 0
+    assert result is not None and result["status"] == "error"
+    assert "\n" not in result["error"]["message"] and result["device"]["providers"]
+    return result["error"]
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_error_kinds(kind: str, tmp_path: Path) -> None:
+    feeds = two_io_feeds()
+    (tmp_path / "a").mkdir()
+    work = job_dir(tmp_path / "a", MODELS / "two_io.onnx", feeds)
+    (work / "model.onnx").write_bytes(b"\x08\x07garbage")
+    err = error_of(kind, work)
+    assert err["kind"] == "model" and "could not load the model" in err["message"]
+
+    (tmp_path / "b").mkdir()
+    wrong = {k: v[..., :1] for k, v in feeds.items()}
+    err = error_of(kind, job_dir(tmp_path / "b", MODELS / "two_io.onnx", wrong))
+    assert err["kind"] == "input"
+
+    (tmp_path / "c").mkdir()
+    err = error_of(kind, job_dir(tmp_path / "c", MODELS / "two_io.onnx", feeds,
+                                 providers=["QNNExecutionProvider"]))
+    assert err["kind"] == "provider"
+    assert err["message"].startswith("QNNExecutionProvider is not available on this device")
+    assert err["message"].endswith("; it comes with the onnxruntime-qnn package")
+
+    (tmp_path / "d").mkdir()
+    err = error_of(kind, job_dir(tmp_path / "d", MODELS / "unsupported_op.onnx", {}))
+    assert err["kind"] == "model"
+
+    (tmp_path / "e").mkdir()
+    err = error_of(kind, job_dir(tmp_path / "e", MODELS / "two_io.onnx", feeds,
+                                 opt_level="fastest"))
+    assert (err["kind"], err["message"]) == ("input", "unknown opt_level 'fastest'")
+
+    (tmp_path / "f").mkdir()
+    work = job_dir(tmp_path / "f", MODELS / "two_io.onnx", feeds)
+    (work / "in0.npy").write_bytes(b"not numpy")
+    assert error_of(kind, work)["kind"] == "runtime"
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_bad_jobs_exit_2_without_a_result(kind: str, tmp_path: Path) -> None:
+    work = job_dir(tmp_path, MODELS / "two_io.onnx", two_io_feeds(), version=2)
+    proc, result = run_job(kind, work)
+    assert (proc.returncode, result) == (2, None)
+    assert "runner speaks verify-runner version 1" in proc.stderr
+    proc = subprocess.run([*runner_argv(kind)], text=True, capture_output=True,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("usage:")
+
+
+def test_native_unit_tests() -> None:
+    from fixtures_native import unit_test_bin
+
+    proc = subprocess.run([str(unit_test_bin())], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    passed, failed = proc.stdout.split()[0], proc.stdout.split()[2]
+    assert int(passed) >= 30 and failed == "0", proc.stdout
+
+
+def test_native_npy_against_numpy(tmp_path: Path) -> None:
+    """The runner's .npy writer read by numpy, and numpy's files (format 1.0, 2.0, 3.0) read
+    by the runner."""
+    from fixtures_native import unit_test_bin
+
+    tool = str(unit_test_bin())
+    subprocess.run([tool, "write", str(tmp_path)], check=True, capture_output=True, timeout=60)
+    np.testing.assert_array_equal(np.load(tmp_path / "f32.npy"), np.array(
+        [[1.5, -2.0, 0.0], [3.25, 1e-8, -7.0]], np.float32))
+    scalar = np.load(tmp_path / "scalar_i64.npy")
+    assert scalar.shape == () and scalar.dtype == np.int64 and scalar == -42
+    assert np.load(tmp_path / "bool.npy").tolist() == [True, False, True]
+    np.testing.assert_array_equal(np.load(tmp_path / "f16.npy"), np.array([[1, -2]], np.float16))
+    assert np.load(tmp_path / "empty.npy").shape == (0, 5)
+    cases = {"v1": (np.arange(6, dtype=np.int32).reshape(2, 3), (1, 0)),
+             "v2": (np.array([0.5, -1.25], np.float64), (2, 0)),
+             "v3": (np.array([[True], [False]]), (3, 0)),
+             "u16": (np.array([65535, 7], np.uint16), None)}
+    for name, (value, version) in cases.items():
+        path = tmp_path / f"np_{name}.npy"
+        with open(path, "wb") as fh:
+            if version is None:
+                np.save(fh, value)
+            else:
+                np.lib.format.write_array(fh, value, version=version)
+        out = subprocess.run([tool, "read", str(path)], capture_output=True, text=True,
+                             timeout=60, check=True).stdout
+        doc = json.loads(out)
+        assert doc["dtype"] == str(value.dtype) and doc["shape"] == list(value.shape)
+        assert doc["values"] == value.reshape(-1).tolist()
+    fortran = tmp_path / "fortran.npy"
+    np.save(fortran, np.asfortranarray(np.ones((2, 3), np.float32)))
+    proc = subprocess.run([tool, "read", str(fortran)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Fortran" in proc.stderr
+    assert os.path.getsize(fortran) > 0

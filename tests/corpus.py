@@ -15,8 +15,27 @@ fetch_models = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fetch_models)
 
 MODELS = fetch_models.MODELS
+LIGHT = fetch_models.LIGHT
+light_path = fetch_models.light_path
 
 
 def model_path(name: str) -> Path:
     """Path of the cached real model ``name`` (a key of ``MODELS``)."""
     return fetch_models.model_path(name)
+
+
+FAULTY_RUNNER = Path(__file__).resolve().parent / "faulty_runner.py"
+
+
+def write_faulty_profile(profiles: Path, name: str, node: str, fault: str = "scale",
+                         value: float | None = None) -> str:
+    """A local device profile `name` in `profiles` (VERIFY_DEVICES) whose runtime applies
+    `fault` to `node` (tests/faulty_runner.py); returns the device spec."""
+    import json
+    import sys
+
+    argv = [sys.executable, str(FAULTY_RUNNER), "--fault", fault, "--node", node]
+    if value is not None:
+        argv += ["--value", repr(value)]
+    (profiles / f"{name}.toml").write_text(f'transport = "local"\nrunner = {json.dumps(argv)}\n')
+    return name

@@ -314,13 +314,14 @@ def test_describe() -> None:
 
 
 EXPECTED_FORM = ("expected PATTERN:KEY=VALUE[,KEY=VALUE...] with keys atol, rtol, k, floor, "
-                 "or PATTERN:exact")
+                 "gates cos>=, sqnr>=, pNN_abs<=, or PATTERN:exact")
 SYNTAX_ERRORS = [
     ("conv*", "bad tolerance 'conv*': " + EXPECTED_FORM),
     ("conv*:", "bad tolerance 'conv*:': " + EXPECTED_FORM),
     (":atol=1", "bad tolerance ':atol=1': empty tensor-name pattern before ':'"),
     ("x:atol", "bad tolerance 'x:atol': expected KEY=VALUE, got 'atol'"),
-    ("x:tol=1", "bad tolerance 'x:tol=1': unknown key 'tol' (use atol, rtol, k, floor or exact)"),
+    ("x:tol=1", "bad tolerance 'x:tol=1': unknown key 'tol' (use atol, rtol, k, floor, "
+     "cos>=, sqnr>=, pNN_abs<= or exact)"),
     ("x:atol=abc", "bad tolerance 'x:atol=abc': 'abc' is not a number (write 1e-3 or 2^-12)"),
     ("x:atol=nan", "bad tolerance 'x:atol=nan': 'nan' is not a number (write 1e-3 or 2^-12)"),
     ("x:atol=inf", "bad tolerance 'x:atol=inf': 'inf' is not a number (write 1e-3 or 2^-12)"),

@@ -174,7 +174,8 @@ def test_different_models_are_refused(tmp_path: Path, cnn_dumps: dict[str, Path]
 
 @pytest.mark.parametrize("args, message", [
     (["--tol", "conv*"], "error: bad tolerance 'conv*': expected PATTERN:KEY=VALUE[,KEY=VALUE...] "
-                         "with keys atol, rtol, k, floor, or PATTERN:exact"),
+                         "with keys atol, rtol, k, floor, gates cos>=, sqnr>=, pNN_abs<=, "
+                         "or PATTERN:exact"),
     (["--tol", "conv*:atol=abc"], "error: bad tolerance 'conv*:atol=abc': 'abc' is not a number "
                                   "(write 1e-3 or 2^-12)"),
     (["--atol", "-1"], "error: atol must be finite and >= 0, got -1"),

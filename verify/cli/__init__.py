@@ -77,7 +77,9 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 def tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option("--tol", "tol_specs", multiple=True, metavar="GLOB:KEY=V[,KEY=V]",
                      help="Per-tensor tolerance by name glob, e.g. 'prob:atol=1e-4,rtol=1e-3' "
-                          "or 'conv*:k=2^-12'. Repeatable; the first match wins.")(f)
+                          "or 'conv*:k=2^-12'; gates 'logits:cos>=0.9999', '*:sqnr>=40' (dB), "
+                          "'*:p99_abs<=1e-3' (error percentile). Repeatable; the first match "
+                          "wins.")(f)
     f = click.option("--rtol", type=float, default=None,
                      help="Relative tolerance; with --atol replaces the default rule.")(f)
     f = click.option("--atol", type=float, default=None,

@@ -122,6 +122,8 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
             f"{nonfinite:>11} {_g(d.tol_units, '9.3g')}  {verdict:<7}  {d.rule}")
         if not d.passed:
             lines.append(f"{'':>6}{d.reason}")
+        if d.note:
+            lines.append(f"{'':>6}note: {d.note}")
         if d.topk is not None:
             lines.append(f"{'':>6}top-1 agreement {d.topk.top1:.3f}, top-5 {d.topk.top5:.3f} "
                          f"over {d.topk.rows} row(s)")

@@ -252,12 +252,16 @@ class RunPrinter:
             click.echo(f"check #{check.index}: {d.name}: {describe_diff(d)}  [{d.rule}]  {mark}")
             if not d.passed and d.reason:
                 click.echo(f"    {d.reason}")
+            if getattr(d, "note", ""):
+                click.echo(f"    note: {d.note}: this check can tell little")
 
 
 def describe_diff(d: Any) -> str:
     parts = [f"max_abs={_g(d.max_abs)}", f"max_rel={_g(d.max_rel)}"]
     if getattr(d, "cosine", None) is not None:
         parts.append(f"cos={_cos(d.cosine)}")
+    if "sqnr" in getattr(d, "rule", "") and getattr(d, "sqnr_db", None) is not None:
+        parts.append(f"sqnr={d.sqnr_db:.1f}dB")
     if d.nan_actual or d.nan_reference:
         parts.append(f"NaN {d.nan_actual}/{d.nan_reference}")
     if d.inf_actual or d.inf_reference:

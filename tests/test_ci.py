@@ -15,6 +15,7 @@ import pytest
 from fixtures_ci import (
     SAMPLE,
     TESTCASES,
+    busy_cores,
     local_suite,
     perturbed_archive,
     run_ci,
@@ -36,10 +37,16 @@ def validate_junit(path: Path) -> None:
 @pytest.mark.slow
 def test_sample_suite_on_local_and_arm64_writes_all_four_reports(
         ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    # baselines recorded on a quiet machine (the fixture), judged with both cores busy
     out = tmp_path / "reports"
-    run = run_ci([SAMPLE, "--baselines", ci_baselines, "--junit", out / "ci.xml",
-                  "--markdown", out / "ci.md", "--html", out / "ci.html"], capsys, tmp_path)
+    with busy_cores(2):
+        run = run_ci([SAMPLE, "--baselines", ci_baselines, "--junit", out / "ci.xml",
+                      "--markdown", out / "ci.md", "--html", out / "ci.html"], capsys, tmp_path)
     assert run.code == 0, run.out + run.err
+    for job in run.report["jobs"]:   # judged over the control probe, not recorded
+        lat = run.gate(job["id"], "latency")
+        assert lat["status"] == "pass" and lat["details"]["control"] == "probe", lat
+        assert lat["details"]["machine"] == job["machine"] != ""
     ids = [j["id"] for j in run.report["jobs"]]
     assert ids == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
                    "two_io/arm64/opt-all", "int_bool/local/opt-all"]
@@ -124,6 +131,53 @@ def test_slowed_runner_fails_latency_and_nothing_else(
     lat = run.gate("two_io/local/opt-all", "latency")["details"]
     assert lat["ratio_lower_bound"] > 1.25 and lat["median_ms"] >= 3.0
     assert "latency: slower: median" in run.out
+
+
+def test_a_2x_slower_runner_fails_latency_beside_a_busy_machine(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    # every inference done twice: the work of a model that got 2x slower, so the busy loop
+    # slows it as much as the real one; the sample's own threshold (25 %)
+    spec = wrapped_runner_profile(device_env.profiles, "twice", "--repeat", "2")
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "local"\nspec = "{spec}"\n',
+                        latency_threshold=None)
+    with busy_cores(2):
+        run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-off"],
+                     capsys, tmp_path)
+    assert run.code == 1, run.out + run.err
+    gates = {g["gate"]: g["status"] for g in run.job("cnn/local/opt-off")["gates"]}
+    assert gates == {"accuracy": "pass", "determinism": "pass", "regression": "pass",
+                     "latency": "fail"}
+    lat = run.gate("cnn/local/opt-off", "latency")["details"]
+    assert lat["control"] == "probe" and lat["ratio_lower_bound"] > 1.25, lat
+
+
+def test_no_latency_baseline_for_this_machine_records_one_and_says_so(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("VERIFY_MACHINE", "another-runner")
+    base = tmp_path / "baselines"
+    shutil.copytree(ci_baselines, base)
+    suite = local_suite(tmp_path)
+    run = run_ci([suite, "--baselines", base, "--only", "two_io/local/opt-all", "--markdown",
+                  tmp_path / "ci.md"], capsys, tmp_path)
+    assert run.code == 0, run.out + run.err
+    machine = run.job("two_io/local/opt-all")["machine"]
+    assert machine.startswith("another-runner-")
+    lat = run.gate("two_io/local/opt-all", "latency")
+    assert lat["status"] == "recorded" and machine in lat["message"]
+    assert run.report["recorded_latency_baselines"] == ["two_io/local/opt-all"]
+    recorded = base / "sample" / "latency" / machine / "two_io" / "local" / "opt-all.json"
+    assert json.loads(recorded.read_text())["latency"]["n"] == 30
+    assert "their latency was recorded, not judged" in run.err
+    assert f"- `two_io/local/opt-all` on machine `{machine}`" in (tmp_path / "ci.md").read_text()
+    # the next run on this machine is judged against it; --require-baselines fails a recording
+    again = run_ci([suite, "--baselines", base, "--only", "two_io/local/opt-all"], capsys,
+                   tmp_path)
+    assert again.gate("two_io/local/opt-all", "latency")["status"] == "pass", again.out
+    monkeypatch.setenv("VERIFY_MACHINE", "a-third-runner")
+    strict = run_ci([suite, "--baselines", base, "--only", "two_io/local/opt-all",
+                     "--require-baselines"], capsys, tmp_path)
+    assert strict.code == 1 and strict.gate("two_io/local/opt-all", "latency")["status"] == \
+        "recorded"
 
 
 def test_the_same_run_again_holds_every_gate(ci_baselines: Path, device_env, tmp_path: Path,
@@ -245,7 +299,12 @@ def test_update_goldens_writes_sorted_reviewable_json_and_keeps_failing_jobs_out
     assert text == json.dumps(doc, indent=2, sort_keys=True) + "\n"
     assert doc["format"] == "verify-ci-baseline" and doc["job"] == "int_bool/local/opt-all"
     assert set(doc["outputs"]) == {"case0/argmax", "case0/mask", "case0/selected", "case0/count"}
-    assert len(doc["latency"]["samples_ms"]) == 30
+    assert "latency" not in doc    # kept per machine, beside
+    machine = run.job("int_bool/local/opt-all")["machine"]
+    lat = json.loads((base / "sample" / "latency" / machine / "int_bool" / "local" /
+                      "opt-all.json").read_text())
+    assert lat["format"] == "verify-ci-latency" and lat["machine"] == machine
+    assert len(lat["latency"]["samples_ms"]) == len(lat["latency"]["control_ms"]) == 30
     assert run.gate("int_bool/local/opt-all", "latency")["status"] == "updated"
     assert "baseline not written: a gate failed" in " ".join(run.job("cnn/local/opt-all")["notes"])
 

@@ -57,6 +57,8 @@ def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -
     (("[[testcase]]", '[[testcase]]\ngates = ["speed"]'),
      "error: S: line 13: testcase[0].gates: unknown gate 'speed' (known: accuracy, regression, "
      "latency, determinism)\n"),
+    (("[[device]]", '[gate.latency]\ncontrol = "job"\n\n[[device]]'),
+     "error: S: line 7: gate.latency.control: must be one of none, probe\n"),
     (("two_io.vtc", "nothing*.vtc"), None),
     (("[[device]]", '[suite.tolerance]\ntensors = { "prob" = "atol=x" }\n\n[[device]]'), None),
     (("iterations = 4", "iterations = [4"), None),
@@ -203,13 +205,70 @@ def test_committed_baselines_cover_the_sample_suite_and_are_sorted() -> None:
         text = path.read_text()
         assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", path
         base = baselines.load(path)
-        assert base is not None and base.outputs and base.latency is not None, path
-        # the latency record reads back into the figures it was written with (the statistics
-        # are recomputed from samples kept to 6 digits, so they agree to about that)
-        again, written = base.latency.to_dict(), json.loads(text)["latency"]
-        assert again.keys() == written.keys(), path
-        for key, value in written.items():
-            assert again[key] == pytest.approx(value, rel=1e-5), (path, key)
+        assert base is not None and base.outputs, path
+        # latency is per machine: none is committed for the sample, a clone records its own
+        assert "latency" not in json.loads(text), path
+    assert not (suite.baselines / suite.name / "latency").exists()
+
+
+def test_latency_baselines_are_per_machine_files_that_read_back(tmp_path: Path) -> None:
+    job = expand(load_suite(SAMPLE))[0]
+    a = baselines.latency_path(tmp_path, "s", "vm-0123456789", job)
+    b = baselines.latency_path(tmp_path, "s", "vm-abcdefabcd", job)
+    assert a != b and a.relative_to(tmp_path).parts[:3] == ("s", "latency", "vm-0123456789")
+    assert baselines.load_latency(a) is None
+    lat = Latency((1.0, 2.0, 4.0), (0.5, 0.5, 0.25))
+    doc = {"format": baselines.LATENCY_FORMAT, "version": 1, "latency": lat.to_dict()}
+    baselines.write(a, doc)
+    assert baselines.load_latency(a) == lat
+    a.write_text(json.dumps({"format": baselines.LATENCY_FORMAT, "version": 9}))
+    with pytest.raises(Exception, match="newer than this verify understands"):
+        baselines.load_latency(a)
+
+
+def test_machine_fingerprint_keys_on_the_machine_and_the_label_replaces_it(monkeypatch) -> None:
+    from verify.ci import machine
+
+    monkeypatch.delenv(machine.ENV, raising=False)
+    desc = {"hostname": "vm", "arch": "x86_64", "os": "Linux 6.1", "cpu_count": 2,
+            "cpu": "AMD EPYC", "machine_id": "e0d86cadadc7b8e0", "python": "3.11.7",
+            "onnxruntime": "1.32.0"}
+    fp = machine.fingerprint(desc, host="vm")
+    assert fp.startswith("vm-") and len(fp) == 13
+    # the kernel release, python and onnxruntime are not the machine (an upgrade is judged)
+    assert machine.fingerprint({**desc, "os": "Linux 6.9", "python": "3.12", "onnxruntime":
+                                "1.33"}, host="vm") == fp
+    for key, other in (("machine_id", "ffff"), ("cpu_count", 4), ("arch", "aarch64"),
+                       ("cpu", "Intel Xeon")):   # two VMs both named "vm" differ
+        assert machine.fingerprint({**desc, key: other}, host="vm") != fp
+    monkeypatch.setenv(machine.ENV, "ci pool/a")
+    labelled = machine.fingerprint(desc, host="vm")
+    assert labelled.startswith("ci-pool-a-") and labelled == machine.fingerprint(
+        {**desc, "machine_id": "ffff"}, host="vm")      # every runner of the pool alike
+    assert machine.fingerprint({**desc, "hostname": "phone"}, host="vm").startswith("phone-")
+
+
+def test_latency_gate_over_the_control_probe_cancels_a_busy_machine() -> None:
+    rng = np.random.default_rng(2)
+    s = GateSettings(latency_control="probe")
+    probe = 0.2 + rng.exponential(0.01, 30)
+    model = 0.5 + rng.exponential(0.02, 30)
+    base = Latency(tuple(model), tuple(probe))
+    # the whole machine 1.8x slower (other work on its cores): both slow alike
+    busy = Latency(tuple(1.8 * model[::-1]), tuple(1.8 * probe[::-1]))
+    held = gates.latency(busy, base, s, "j", "b", "vm-1")
+    assert held.status == "pass" and held.details["control"] == "probe", held.message
+    assert "1.00x over the control" in held.message and held.details["machine"] == "vm-1"
+    assert gates.latency(busy, base, GateSettings(), "j", "b").status == "fail"  # no control
+    # the model itself 2x slower on the same busy machine: caught
+    slow = Latency(tuple(2 * 1.8 * model), tuple(1.8 * probe))
+    verdict = gates.latency(slow, base, s, "j", "b")
+    assert verdict.status == "fail" and verdict.details["ratio_lower_bound"] > 1.25
+    # a baseline without probe samples: compared as measured, and said so
+    plain = gates.latency(Latency(tuple(model)), Latency(tuple(model)), s, "j", "b")
+    assert plain.status == "pass" and plain.details["control"] == "none"
+    assert "control probe missing from the baseline" not in plain.message
+    assert "control probe missing from this run" in plain.message
 
 
 def test_latency_record_keys_and_figures() -> None:

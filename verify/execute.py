@@ -66,6 +66,7 @@ class RunRequest:
     dump_budget_mb: float | None = None   # marked activations per chunk (default: sized to it)
     dump_filter: str | None = None        # regex on tensor or node names
     dump_stats_only: bool = False         # stats computed on the device, no tensor transferred
+    control_probe: bool = False           # time the runner's control probe per iteration (ci)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,8 @@ def run(request: RunRequest, *, status: Status | None = None,
     options = RunOptions(iterations=request.iterations, warmup=request.warmup,
                          opt_level=request.opt_level, threads=request.threads,
                          providers=tuple(request.providers), profile=request.profile_path is not None,
-                         keep=request.keep, timeout=request.timeout)
+                         keep=request.keep, timeout=request.timeout,
+                         control_probe=request.control_probe)
     made_dump_dir = request.bin_io_dump is not None and not Path(request.bin_io_dump).exists()
     dump_spec = _dump_spec(request)
     try:

@@ -55,6 +55,7 @@ class RunOptions:
     profile: bool = False
     keep: bool = False
     timeout: float | None = None
+    control_probe: bool = False              # time the runner's control probe per iteration
 
     def __post_init__(self) -> None:
         if self.opt_level not in OPT_LEVELS:
@@ -70,6 +71,7 @@ class CaseRun:
     warmup_ms: tuple[float, ...]
     iter_ms: tuple[float, ...]
     outputs: Mapping[str, np.ndarray]
+    control_ms: tuple[float, ...] = ()   # the control probe before each iteration, when asked
 
 
 @dataclass(frozen=True)
@@ -239,6 +241,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                     "outputs_dir": "out", "result": "result.json",
                     "profile": "profile.json" if options.profile else None,
                 }
+                if options.control_probe:
+                    job["control_probe"] = True
                 plan = None
                 if dump is not None and options.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
@@ -260,7 +264,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                         driver.get(f"{workdir}/{rel}", local)
                         outputs[name] = _load_npy(local, f"{profile.spec}: output {name!r}")
                     case_runs.append(CaseRun(tuple(case_result["warmup_ms"]),
-                                             tuple(case_result["iter_ms"]), outputs))
+                                             tuple(case_result["iter_ms"]), outputs,
+                                             tuple(case_result.get("control_ms", ()))))
                 profile_file = None
                 if options.profile and result.get("profile"):
                     if profile_dest is None:

@@ -1,8 +1,13 @@
 """Baselines: what a job measured when someone last ran `verify ci --update-goldens`.
 
-One JSON file per job at `<baselines>/<suite>/<testcase>/<device>/<options>.json`, keys sorted
-and indented so a change reads well in a diff. Written only on purpose (--update-goldens);
-a missing file is reported as such, never created silently.
+Errors: one JSON file per job at `<baselines>/<suite>/<testcase>/<device>/<options>.json`,
+keys sorted and indented so a change reads well in a diff. Written only on purpose
+(--update-goldens); a missing file is reported as such, never created silently.
+
+Latency: per machine (a median only means something where it was measured), at
+`<baselines>/<suite>/latency/<machine fingerprint>/<testcase>/<device>/<options>.json`.
+Written by --update-goldens, and recorded by a run that finds none for its machine (the
+report says so: that job's latency was recorded, not judged).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from verify.errors import UsageError
 from verify.files import write_text_atomic
 
 FORMAT = "verify-ci-baseline"
-VERSION = 1
+VERSION = 2              # 2: latency moved to per-machine files (a version 1 file's is ignored)
+LATENCY_FORMAT = "verify-ci-latency"
+LATENCY_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -30,7 +37,6 @@ class Baseline:
 
     outputs: Mapping[str, float]      # "case0/prob" -> max_abs
     layers: Mapping[str, float]       # "case0/conv1:0" -> max_abs (when captured per layer)
-    latency: Latency | None
     model_sha256: str = ""
 
 
@@ -38,8 +44,12 @@ def baseline_path(root: Path, suite_name: str, job: Job) -> Path:
     return root / suite_name / job.testcase / job.device.name / f"{job.options.name}.json"
 
 
-def load(path: Path) -> Baseline | None:
-    """The baseline at `path`, or None when there is none; a malformed one is a UsageError."""
+def latency_path(root: Path, suite_name: str, machine: str, job: Job) -> Path:
+    return (root / suite_name / "latency" / machine / job.testcase / job.device.name
+            / f"{job.options.name}.json")
+
+
+def _read(path: Path, fmt: str, version: int) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -47,21 +57,45 @@ def load(path: Path) -> Baseline | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"{path}: unreadable baseline ({exc}); fix it or rewrite it with "
                          "--update-goldens") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise UsageError(f"{path}: not a verify ci baseline (format is not {FORMAT!r})")
-    if int(data.get("version", 0)) > VERSION:
+    if not isinstance(data, dict) or data.get("format") != fmt:
+        raise UsageError(f"{path}: not a verify ci baseline (format is not {fmt!r})")
+    if int(data.get("version", 0)) > version:
         raise UsageError(f"{path}: baseline version {data.get('version')} is newer than this "
-                         f"verify understands ({VERSION}); upgrade verify")
+                         f"verify understands ({version}); upgrade verify")
+    return data
+
+
+def _malformed(path: Path, exc: Exception) -> UsageError:
+    return UsageError(f"{path}: malformed baseline ({type(exc).__name__}: {exc}); rewrite it "
+                      "with --update-goldens")
+
+
+def load(path: Path) -> Baseline | None:
+    """The baseline at `path`, or None when there is none; a malformed one is a UsageError.
+    (A version 1 file's latency, recorded on an unknown machine, is not read.)"""
+    data = _read(path, FORMAT, VERSION)
+    if data is None:
+        return None
     try:
-        lat = data.get("latency")
-        latency = Latency(tuple(unnum(x) for x in lat["samples_ms"])) if lat else None
         return Baseline(
             outputs={k: unnum(v["max_abs"]) for k, v in data.get("outputs", {}).items()},
             layers={k: unnum(v["max_abs"]) for k, v in data.get("layers", {}).items()},
-            latency=latency, model_sha256=str(data.get("model_sha256", "")))
+            model_sha256=str(data.get("model_sha256", "")))
     except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{path}: malformed baseline ({type(exc).__name__}: {exc}); rewrite it "
-                         "with --update-goldens") from None
+        raise _malformed(path, exc) from None
+
+
+def load_latency(path: Path) -> Latency | None:
+    """This machine's latency baseline at `path`, or None when there is none."""
+    data = _read(path, LATENCY_FORMAT, LATENCY_VERSION)
+    if data is None:
+        return None
+    try:
+        lat = data["latency"]
+        return Latency(tuple(unnum(x) for x in lat["samples_ms"]),
+                       tuple(unnum(x) for x in lat.get("control_ms", ())))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _malformed(path, exc) from None
 
 
 def _tensor_record(t: TensorError) -> dict[str, Any]:
@@ -82,11 +116,27 @@ def document(result: JobResult, suite_name: str, model_sha256: str) -> dict[str,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "verify": __version__,
         "outputs": {t.key: _tensor_record(t) for t in result.outputs},
-        "latency": result.latency.to_dict() if result.latency else None,
     }
     if result.layers:
         doc["layers"] = {t.key: _tensor_record(t) for t in result.layers}
     return doc
+
+
+def latency_document(result: JobResult, suite_name: str, machine_facts: Mapping[str, Any],
+                     model_sha256: str) -> dict[str, Any]:
+    """This machine's latency baseline for a job's result."""
+    job = result.job
+    assert result.latency is not None
+    return {
+        "format": LATENCY_FORMAT, "version": LATENCY_VERSION, "suite": suite_name,
+        "job": job.id, "machine": result.machine, "machine_facts": dict(machine_facts),
+        "model_sha256": model_sha256, "options": job.options.to_dict(),
+        "iterations": job.iterations, "warmup": job.warmup,
+        "control": job.settings.latency_control,
+        "onnxruntime": result.device.get("onnxruntime"),
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "verify": __version__, "latency": result.latency.to_dict(),
+    }
 
 
 def write(path: Path, doc: Mapping[str, Any]) -> None:

@@ -6,7 +6,9 @@
   last-bit noise of a new build into a "regression".
 - latency: the median of this run's per-iteration samples against the baseline's; fails only
   when, with the stated one-sided confidence, the median ratio exceeds 1 + threshold (a seeded
-  bootstrap over both sets of samples) and the median grew by at least `min_delta_ms`.
+  bootstrap over both sets of samples) and the median grew by at least `min_delta_ms`. With
+  `control = "probe"` each sample is first divided by the control probe timed just before it
+  in the same process, so a machine busy with other work slows both and the ratio holds.
 - determinism: a second run on the same device gave bit-identical outputs.
 """
 
@@ -21,6 +23,7 @@ import numpy as np
 from verify.ci.results import (
     FAIL,
     NO_BASELINE,
+    RECORDED,
     PASS,
     GateResult,
     Latency,
@@ -110,26 +113,58 @@ def median_ratio_bound(current: Sequence[float], base: Sequence[float], confiden
     return float(np.quantile(ratios, 1.0 - confidence))
 
 
+def no_latency_baseline(machine: str, where: str, recorded: bool) -> GateResult:
+    """The latency gate's verdict when this machine has no latency baseline."""
+    if recorded:
+        return GateResult("latency", RECORDED,
+                          f"no latency baseline for machine {machine}: this run's samples were "
+                          f"recorded as one at {where} (judged from the next run on)",
+                          {"machine": machine, "baseline": where})
+    return GateResult("latency", NO_BASELINE, f"no latency baseline for machine {machine} "
+                      f"at {where}", {"machine": machine, "baseline": where})
+
+
 def latency(current: Latency | None, base: Latency | None, settings: GateSettings,
-            job_id: str, baseline_name: str) -> GateResult:
+            job_id: str, baseline_name: str, machine: str = "") -> GateResult:
     if base is None or not base.samples_ms:
-        return GateResult("latency", NO_BASELINE, f"no baseline at {baseline_name}")
+        return no_latency_baseline(machine, baseline_name, recorded=False)
     if current is None or not current.samples_ms:
         return GateResult("latency", FAIL, "no timing samples from this run")
-    cm, bm = current.median_ms, base.median_ms
+    controlled = settings.latency_control == "probe"
+    note = ""
+    if controlled and not (current.has_control and base.has_control):
+        controlled = False
+        note = (" [control probe missing " + ("from the baseline: re-record it with "
+                "--update-goldens" if current.has_control else "from this run: the runner "
+                "does not time it") + "; compared as measured]")
+    if controlled:
+        now, then = current.normalized(), base.normalized()
+        scale = base.control_median_ms   # normalized units back to ms on the baseline's machine
+    else:
+        now, then, scale = current.samples_ms, base.samples_ms, 1.0
+    cm, bm = float(np.median(now)), float(np.median(then))
     ratio = cm / bm if bm > 0 else math.inf
-    bound = median_ratio_bound(current.samples_ms, base.samples_ms,
-                               settings.latency_confidence, _seed(job_id))
+    bound = median_ratio_bound(now, then, settings.latency_confidence, _seed(job_id))
     limit = 1.0 + settings.latency_threshold
-    slower = bound > limit and cm - bm >= settings.latency_min_delta_ms
-    details = {"median_ms": num(cm), "baseline_median_ms": num(bm), "ratio": num(ratio),
-               "ratio_lower_bound": num(bound), "confidence": settings.latency_confidence,
+    slower = bound > limit and (cm - bm) * scale >= settings.latency_min_delta_ms
+    details = {"median_ms": num(current.median_ms), "baseline_median_ms": num(base.median_ms),
+               "ratio": num(ratio), "ratio_lower_bound": num(bound),
+               "confidence": settings.latency_confidence,
                "threshold": settings.latency_threshold,
                "min_delta_ms": settings.latency_min_delta_ms,
+               "control": "probe" if controlled else "none", "machine": machine,
                "samples": len(current.samples_ms), "baseline_samples": len(base.samples_ms)}
+    if controlled:
+        details.update(control_median_ms=num(current.control_median_ms),
+                       baseline_control_median_ms=num(base.control_median_ms))
     conf = f"{settings.latency_confidence:.0%}"
-    text = (f"median {cm:.4g} ms vs baseline {bm:.4g} ms ({ratio:.2f}x; {conf} lower bound "
-            f"{bound:.2f}x, limit {limit:.2f}x)")
+    text = (f"median {current.median_ms:.4g} ms vs baseline {base.median_ms:.4g} ms")
+    if controlled:
+        text += (f", control probe {current.control_median_ms:.4g} ms vs "
+                 f"{base.control_median_ms:.4g} ms ({ratio:.2f}x over the control")
+    else:
+        text += f" ({ratio:.2f}x"
+    text += f"; {conf} lower bound {bound:.2f}x, limit {limit:.2f}x){note}"
     return GateResult("latency", FAIL if slower else PASS,
                       ("slower: " if slower else "") + text, details)
 

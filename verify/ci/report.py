@@ -16,11 +16,13 @@ from verify.ci.results import (
     NO_BASELINE,
     PASS,
     PASSED,
+    RECORDED,
     UPDATED,
     JobResult,
     fmt3,
     missing_baselines,
     overall,
+    recorded_latencies,
 )
 from verify.ci.suite import GATES
 
@@ -78,8 +80,15 @@ def document(results: Sequence[JobResult], info: RunInfo) -> dict[str, Any]:
         "only": list(info.only), "update_goldens": info.update_goldens,
         "seconds": round(info.seconds, 3), "verdict": verdict(results),
         "counts": overall(results), "missing_baselines": missing_baselines(results),
+        "recorded_latency_baselines": recorded_latencies(results),
+        "machines": machines(results),
         "jobs": [r.to_dict() for r in results],
     }
+
+
+def machines(results: Sequence[JobResult]) -> dict[str, str]:
+    """Device name -> the fingerprint of the machine it ran on (latency baselines' key)."""
+    return {r.job.device.name: r.machine for r in results if r.machine}
 
 
 def to_json(results: Sequence[JobResult], info: RunInfo) -> str:
@@ -88,7 +97,8 @@ def to_json(results: Sequence[JobResult], info: RunInfo) -> str:
 
 # --- Markdown ---------------------------------------------------------------------------------
 
-_MARK = {PASS: "✅", FAIL: "❌", NO_BASELINE: "⚪ no baseline", UPDATED: "📝 updated"}
+_MARK = {PASS: "✅", FAIL: "❌", NO_BASELINE: "⚪ no baseline", UPDATED: "📝 updated",
+         RECORDED: "📝 recorded"}
 _STATUS = {PASSED: "✅ passed", FAILED: "❌ failed", ERROR: "⚠️ error"}
 
 
@@ -114,6 +124,14 @@ def _device_label(r: JobResult) -> str:
     return f"{r.job.device.name} ({arch})" if arch else r.job.device.name
 
 
+def _machines_line(results: Sequence[JobResult]) -> list[str]:
+    found = machines(results)
+    if not found:
+        return []
+    return ["Machines (latency baselines are kept per machine): " + ", ".join(
+        f"{dev} `{fp}`" for dev, fp in found.items()), ""]
+
+
 def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
     counts = overall(results)
     v = verdict(results)
@@ -124,6 +142,7 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
     lines = [f"## verify ci: {info.suite_name} — {head}", "",
              f"{counts[PASSED]} passed · {counts[FAILED]} failed · {counts[ERROR]} error(s) "
              f"— {info.scope(len(results))}, {info.seconds:.1f} s", "",
+             *_machines_line(results),
              "| job | device | status | " + " | ".join(used) + " |",
              "|---|---|---|" + "---|" * len(used)]
     for r in results:
@@ -153,6 +172,14 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
                   f"judged for them. Record baselines on purpose with "
                   f"`verify ci {info.suite_file} --update-goldens` and commit them:", ""]
         lines += [f"- `{m}`" for m in missing]
+    recorded = recorded_latencies(results)
+    if recorded:
+        lines += ["", "### Latency recorded, not judged", "",
+                  f"{len(recorded)} job(s) had no latency baseline for the machine they ran on; "
+                  "this run's samples were recorded as its baseline and later runs there are "
+                  "judged against them (commit them to keep them):", ""]
+        lines += [f"- `{r.job.id}` on machine `{r.machine}`" for r in results
+                  if r.job.id in recorded]
     notes = [(r.job.id, n) for r in results for n in r.notes if not n.startswith("Traceback")]
     if notes:
         lines += ["", "### Notes", ""] + [f"- `{j}`: {_cell(n)}" for j, n in notes]

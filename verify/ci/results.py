@@ -13,6 +13,7 @@ from verify.compare import TensorDiff, json_safe
 from verify.timing import Timing
 
 PASS, FAIL, NO_BASELINE, UPDATED = "pass", "fail", "no-baseline", "updated"
+RECORDED = "recorded"    # no latency baseline for this machine: this run's was recorded
 PASSED, FAILED, ERROR = "passed", "failed", "error"
 
 
@@ -83,21 +84,41 @@ class TensorError:
 
 @dataclass(frozen=True)
 class Latency:
-    """Per-iteration inference times of a job (all cases), in milliseconds."""
+    """Per-iteration inference times of a job (all cases), in milliseconds; with a control,
+    the control probe's time right before each iteration (`control_ms[i]` beside
+    `samples_ms[i]`)."""
 
     samples_ms: tuple[float, ...]
+    control_ms: tuple[float, ...] = ()
 
     @property
     def median_ms(self) -> float:
         return statistics.median(self.samples_ms) if self.samples_ms else math.nan
+
+    @property
+    def has_control(self) -> bool:
+        return bool(self.samples_ms) and len(self.control_ms) == len(self.samples_ms) \
+            and min(self.control_ms) > 0
+
+    @property
+    def control_median_ms(self) -> float:
+        return statistics.median(self.control_ms) if self.control_ms else math.nan
+
+    def normalized(self) -> tuple[float, ...]:
+        """Each iteration over the control probe beside it (load slows both alike)."""
+        return tuple(s / c for s, c in zip(self.samples_ms, self.control_ms))
 
     def to_dict(self) -> dict[str, Any]:
         """The statistics of `verify.timing`, under the key names baselines are written with."""
         s = self.samples_ms
         nan = math.nan
         t = Timing.of(s) if s else Timing(0, nan, 0.0, nan, nan, nan, nan, nan)
-        return {"n": t.n, "median_ms": num(t.median), "mean_ms": num(t.avg), "sd_ms": num(t.sd),
-                "min_ms": num(t.min), "max_ms": num(t.max), "samples_ms": [num(x) for x in s]}
+        doc = {"n": t.n, "median_ms": num(t.median), "mean_ms": num(t.avg), "sd_ms": num(t.sd),
+               "min_ms": num(t.min), "max_ms": num(t.max), "samples_ms": [num(x) for x in s]}
+        if self.control_ms:
+            doc["control_median_ms"] = num(self.control_median_ms)
+            doc["control_ms"] = [num(x) for x in self.control_ms]
+        return doc
 
 
 @dataclass(frozen=True)
@@ -123,6 +144,7 @@ class JobResult:
     baseline_latency: Latency | None = None
     baseline_errors: Mapping[str, float] = field(default_factory=dict)  # key -> max_abs
     device: Mapping[str, Any] = field(default_factory=dict)
+    machine: str = ""                # the device's machine fingerprint (latency baselines)
     error: str = ""
     error_kind: str = ""             # device, input or internal
     error_type: str = ""             # the exception's class, e.g. ConnectError
@@ -152,7 +174,7 @@ class JobResult:
         if failed:
             return "; ".join(f"{g.gate}: {g.message}" for g in failed)
         if self.status == FAILED:  # only --require-baselines fails a job without a failed gate
-            missing = [g.gate for g in self.gates if g.status == NO_BASELINE]
+            missing = [g.gate for g in self.gates if g.status in (NO_BASELINE, RECORDED)]
             return f"no baseline for {', '.join(missing)} (--require-baselines)"
         return "all gates held"
 
@@ -162,6 +184,7 @@ class JobResult:
         return {
             "id": j.id, "testcase": j.testcase, "archive": str(j.archive),
             "device": {"name": j.device.name, "spec": j.device.spec, **dict(self.device)},
+            "machine": self.machine,
             "options": j.options.to_dict(), "iterations": j.iterations, "warmup": j.warmup,
             "status": self.status, "summary": self.summary(),
             "error": {"kind": self.error_kind, "type": self.error_type, "message": self.error}
@@ -186,3 +209,8 @@ def overall(results: Sequence[JobResult]) -> dict[str, int]:
 
 def missing_baselines(results: Sequence[JobResult]) -> list[str]:
     return [r.job.id for r in results if any(g.status == NO_BASELINE for g in r.gates)]
+
+
+def recorded_latencies(results: Sequence[JobResult]) -> list[str]:
+    """Jobs whose latency was recorded (no baseline for their machine), not judged."""
+    return [r.job.id for r in results if any(g.status == RECORDED for g in r.gates)]

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from verify import execute
 from verify.ci import baseline as baselines
-from verify.ci import gates, layers
+from verify.ci import gates, layers, machine
 from verify.ci.jobs import Job
 from verify.ci.results import (
     ERROR,
@@ -26,6 +26,7 @@ from verify.ci.results import (
     FAILED,
     NO_BASELINE,
     PASSED,
+    RECORDED,
     UPDATED,
     GateResult,
     JobResult,
@@ -163,9 +164,22 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
             raise
         base = None
         replaced.append(f"replacing an unreadable baseline: {exc}")
-    outcome = _retrying(lambda: execute.run(_request(job)), job.retries, attempts)
+    probe = "latency" in job.gates and job.settings.latency_control == "probe"
+    outcome = _retrying(lambda: execute.run(_request(job, control_probe=probe)), job.retries,
+                        attempts)
     outputs = _outputs(outcome)
-    latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms))
+    latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms),
+                      tuple(ms for case in outcome.run.cases for ms in case.control_ms))
+    fingerprint = machine.fingerprint(outcome.run.device)
+    lat_path = baselines.latency_path(ci.baselines, ci.suite_name, fingerprint, job)
+    lat_shown = _shown(lat_path)
+    try:
+        base_latency = baselines.load_latency(lat_path)
+    except UsageError as exc:
+        if not ci.update_goldens:
+            raise
+        base_latency = None
+        replaced.append(f"replacing an unreadable latency baseline: {exc}")
     layer_rows: tuple[TensorError, ...] = ()
     second: execute.RunOutcome | None = None  # another run of the job, when one was made
     notes: list[str] = [*outcome.notes, *replaced]
@@ -191,27 +205,52 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
         verdicts.append(gates.determinism([c.outputs for c in outcome.run.cases],
                                           [c.outputs for c in again.run.cases]))
     result = JobResult(job, PASSED, outputs=outputs, layers=layer_rows, latency=latency,
-                       baseline_latency=base.latency if base else None,
+                       baseline_latency=base_latency,
                        baseline_errors={**base.outputs, **base.layers} if base else {},
-                       device=dict(outcome.run.device))
+                       device=dict(outcome.run.device), machine=fingerprint)
+    gate_failed = any(g.status == FAIL for g in verdicts)
     if ci.update_goldens:
-        if any(g.status == FAIL for g in verdicts):
+        if gate_failed:
             notes.append(f"baseline not written: a gate failed ({shown} left as it was)")
         else:
             baselines.write(path, baselines.document(result, ci.suite_name, sha))
-            verdicts += [GateResult(g, UPDATED, f"baseline written to {shown}")
-                         for g in ("regression", "latency") if g in job.gates]
+            if "regression" in job.gates:
+                verdicts.append(GateResult("regression", UPDATED, f"baseline written to {shown}"))
+            if "latency" in job.gates:
+                _write_latency(result, ci, lat_path, sha)
+                verdicts.append(GateResult("latency", UPDATED, f"latency baseline of machine "
+                                           f"{fingerprint} written to {lat_shown}",
+                                           {"machine": fingerprint}))
     else:
         if "regression" in job.gates:
             verdicts.append(gates.regression(outputs, layer_rows, base.outputs if base else None,
                                              base.layers if base else {}, job.settings, shown))
         if "latency" in job.gates:
-            verdicts.append(gates.latency(latency, base.latency if base else None, job.settings,
-                                          job.id, shown))
-    failed = any(g.status == FAIL or (ci.require_baselines and g.status == NO_BASELINE)
+            # the first run on this machine records its latency, where the suite keeps
+            # baselines at all (a suite without any is reported, never given a tree silently)
+            if base_latency is None and not gate_failed and latency.samples_ms \
+                    and (ci.baselines / ci.suite_name).is_dir():
+                try:
+                    _write_latency(result, ci, lat_path, sha)
+                    recorded = True
+                except OSError as exc:
+                    recorded = False
+                    notes.append(f"could not record the latency baseline at {lat_shown}: "
+                                 f"{exc.strerror or exc}")
+                verdicts.append(gates.no_latency_baseline(fingerprint, lat_shown, recorded))
+            else:
+                verdicts.append(gates.latency(latency, base_latency, job.settings, job.id,
+                                              lat_shown, fingerprint))
+    failed = any(g.status == FAIL or (ci.require_baselines and g.status in (NO_BASELINE,
+                                                                           RECORDED))
                  for g in verdicts)
     return replace(result, status=FAILED if failed else PASSED, gates=tuple(verdicts),
                    notes=tuple(notes))
+
+
+def _write_latency(result: JobResult, ci: CiRun, path: Path, sha: str) -> None:
+    facts = machine.facts(result.device)
+    baselines.write(path, baselines.latency_document(result, ci.suite_name, facts, sha))
 
 
 def _shown(path: Path) -> str:

@@ -26,6 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 GATES = ("accuracy", "regression", "latency", "determinism")
+LATENCY_CONTROLS = ("none", "probe")
 DEFAULT_GATES = ("accuracy", "regression", "latency")
 NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
 
@@ -58,6 +59,7 @@ class GateSettings:
     latency_threshold: float = 0.25   # allowed slowdown of the median (0.25 = 25 %)
     latency_confidence: float = 0.95  # one-sided confidence of the bootstrap bound
     latency_min_delta_ms: float = 0.05  # slowdowns smaller than this never fail
+    latency_control: str = "none"     # "probe": judge each iteration over the runner's probe
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ _SUITE_KEYS = ("name", "baselines", "iterations", "warmup", "timeout", "retries"
                "tolerance")
 _TOL_KEYS = ("atol", "rtol", "tensors")
 _GATE_KEYS = {"accuracy": ("layers",), "regression": ("factor", "min_units"),
-              "latency": ("threshold", "confidence", "min_delta_ms"), "determinism": ()}
+              "latency": ("threshold", "confidence", "min_delta_ms", "control"), "determinism": ()}
 _DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout", "group")
 _OPTION_KEYS = ("name", "opt_level", "threads", "providers")
 _TESTCASE_KEYS = ("name", "path", "devices", "options", "gates", "iterations", "warmup",
@@ -274,7 +276,12 @@ def _settings(r: _Reader, data: Any) -> GateSettings:
     confidence = r.get(lat, ["gate", "latency"], "confidence", "positive", d.latency_confidence)
     if not 0.5 <= confidence < 1:
         raise r.fail(["gate", "latency", "confidence"], "must be in [0.5, 1), e.g. 0.95")
+    control = r.get(lat, ["gate", "latency"], "control", "str", d.latency_control)
+    if control not in LATENCY_CONTROLS:
+        raise r.fail(["gate", "latency", "control"],
+                     f"must be one of {', '.join(LATENCY_CONTROLS)}")
     return GateSettings(
+        latency_control=control,
         regression_factor=factor,
         regression_min_units=r.get(reg, ["gate", "regression"], "min_units", "float",
                                    d.regression_min_units),

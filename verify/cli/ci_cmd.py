@@ -24,6 +24,18 @@ def _line(result: JobResult) -> str:
     return f"{_MARK[result.status]} {result.job.id}  ({result.seconds:.1f} s)  {tail}"
 
 
+def _show_fingerprint(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from verify.ci.machine import ENV, this_host
+
+    fingerprint, facts = this_host()
+    click.echo(fingerprint)
+    click.echo("from " + ", ".join(f"{k}={v}" for k, v in facts.items())
+               + f" (set {ENV}=LABEL to name this machine yourself)", err=True)
+    ctx.exit(EXIT_OK)
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("suite", type=click.Path(path_type=Path))
 @click.option("--junit", type=click.Path(path_type=Path), default=None, metavar="FILE",
@@ -47,6 +59,10 @@ def _line(result: JobResult) -> str:
 @click.option("--require-baselines", is_flag=True,
               help="Fail jobs that have no baseline instead of reporting them.")
 @click.option("--list", "list_only", is_flag=True, help="List the selected jobs and exit.")
+@click.option("--fingerprint", is_flag=True, is_eager=True, expose_value=False,
+              callback=_show_fingerprint,
+              help="Print this machine's fingerprint (the key of its latency baselines; "
+                   "local and emulated devices run here) and exit. SUITE is not needed.")
 @json_option
 def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: Path | None,
        html_path: Path | None, update_goldens: bool, shard: str | None, only: tuple[str, ...],
@@ -91,7 +107,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
 
         emit_json({**document(outcome.results, outcome.info), "written": written})
     else:
-        from verify.ci.results import missing_baselines, overall
+        from verify.ci.results import missing_baselines, overall, recorded_latencies
 
         counts = overall(outcome.results)
         click.echo(f"=== {outcome.verdict.upper()}: {counts['passed']} passed, "
@@ -101,6 +117,12 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
         if missing and not update_goldens:
             click.echo(f"{len(missing)} job(s) have no baseline; record them with "
                        f"`verify ci {suite} --update-goldens` and commit them", err=True)
+        recorded = recorded_latencies(outcome.results)
+        if recorded:
+            fps = sorted({r.machine for r in outcome.results if r.job.id in recorded})
+            click.echo(f"{len(recorded)} job(s) had no latency baseline for machine "
+                       f"{', '.join(fps)}: their latency was recorded, not judged (later runs on "
+                       "this machine are judged against it)", err=True)
         for kind, path in written.items():
             click.echo(f"wrote {kind}: {path}", err=True)
     return EXIT_FOR[outcome.verdict]

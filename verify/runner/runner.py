@@ -66,6 +66,33 @@ class JobError(Exception):
         self.kind = kind
 
 
+def _cpu_model():
+    """The processor's model name, where the OS says (Linux: /proc/cpuinfo), else ''."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Hardware", "Processor", "cpu model"):
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _machine_id():
+    """A hash of the OS install's machine id (not the id itself), where there is one."""
+    import hashlib
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read().strip()
+        except OSError:
+            continue
+        if raw:
+            return hashlib.sha256(b"verify-machine:" + raw).hexdigest()[:16]
+    return ""
+
+
 def describe():
     info = {
         "arch": platform.machine(),
@@ -73,6 +100,8 @@ def describe():
         "hostname": platform.node(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "machine_id": _machine_id(),
     }
     try:
         import numpy
@@ -256,6 +285,22 @@ def _run_error(exc):
     return JobError("runtime", _first_line(text))
 
 
+PROBE_ROUNDS = 4000
+
+
+def control_probe():
+    """A fixed amount of single-threaded CPU work, timed right before each timed iteration.
+
+    It shares the iteration's moment, process and core, so a busy machine slows both alike;
+    `verify ci` divides each iteration by the probe beside it (docs/suite.md, "control").
+    Pure Python on purpose: no library version or thread pool changes what it measures.
+    """
+    x = 0
+    for i in range(PROBE_ROUNDS):
+        x = (x + i * i) & 0xFFFF
+    return x
+
+
 def run_job(job, workdir):
     import numpy as np
     import onnxruntime as ort
@@ -284,6 +329,7 @@ def run_job(job, workdir):
     warmup = int(job.get("warmup", 1))
     iterations = max(1, int(job.get("iterations", 1)))
     perf = time.perf_counter
+    control = bool(job.get("control_probe"))
     for ci, case in enumerate(job["cases"]):
         feeds = load_inputs(np, case, workdir)
         warm_ms = []
@@ -292,8 +338,13 @@ def run_job(job, workdir):
             run_once(sess, feeds, output_names)
             warm_ms.append((perf() - t) * 1000.0)
         iter_ms = []
+        control_ms = []
         outputs = None
         for _ in range(iterations):
+            if control:
+                t = perf()
+                control_probe()
+                control_ms.append((perf() - t) * 1000.0)
             t = perf()
             outputs = run_once(sess, feeds, output_names)
             iter_ms.append((perf() - t) * 1000.0)
@@ -302,7 +353,10 @@ def run_job(job, workdir):
             rel = os.path.join(job.get("outputs_dir", "out"), "case%d_out%d.npy" % (ci, k))
             np.save(os.path.join(workdir, rel), np.asarray(value), allow_pickle=False)
             files[name] = rel
-        result["cases"].append({"warmup_ms": warm_ms, "iter_ms": iter_ms, "outputs": files})
+        record = {"warmup_ms": warm_ms, "iter_ms": iter_ms, "outputs": files}
+        if control:
+            record["control_ms"] = control_ms
+        result["cases"].append(record)
     if job.get("profile"):
         # onnxruntime cannot start profiling after the session exists, so the trace holds the
         # warmup runs too: say which model_run events they are (0-based, in time order) in the

@@ -44,7 +44,7 @@ class DeviceEnv:
     def ssh_profile(self, name: str, server: Any, base_dir: Path, **extra: Any) -> str:
         """A profile for a fixtures_ssh server; returns the spec `ssh:NAME`."""
         options = {"known_hosts": str(server.known_hosts), "identity": str(server.client_key),
-                   **extra.pop("options", {})}
+                   "ssh_config": "none", **extra.pop("options", {})}
         self.write_profile(name, {"transport": "ssh", "address": server.address,
                                   "python": [sys.executable], "base_dir": str(base_dir),
                                   **extra, "options": options})

@@ -84,8 +84,9 @@ class SshServer:
         """A Profile reaching this server; options override known_hosts and identity."""
         from verify.devices import Profile
 
+        # ssh_config none: the user's own ~/.ssh/config must not change what the tests reach.
         merged = {"known_hosts": str(self.known_hosts), "identity": str(self.client_key),
-                  **options}
+                  "ssh_config": "none", **options}
         return Profile(name="ssh-test", transport="ssh", address=self.address,
                        base_dir=base_dir, python=(sys.executable,), options=merged)
 
@@ -120,8 +121,12 @@ class SshServer:
             return ""
 
 
-def start_sshd(root: Path, attempts: int = 5) -> SshServer:
-    """Start sshd in `root` (created) and wait until it accepts; retries if the port was taken."""
+def start_sshd(root: Path, attempts: int = 5, *, sftp: bool = True, forwarding: bool = False,
+               log_level: str = "INFO", extra: tuple[str, ...] = ()) -> SshServer:
+    """Start sshd in `root` (created) and wait until it accepts; retries if the port was taken.
+
+    `sftp=False` leaves out the SFTP subsystem; `forwarding=True` lets clients open
+    direct-tcpip channels (a jump host); `extra` adds sshd_config lines."""
     if not SSHD.is_file():
         pytest.skip(f"{SSHD} not found; install openssh-server to run the ssh tests")
     if _which_keygen() is None:
@@ -138,7 +143,7 @@ def start_sshd(root: Path, attempts: int = 5) -> SshServer:
     for attempt in range(attempts):
         port = free_port()
         config = root / "sshd_config"
-        config.write_text(_config(root, port, user))
+        config.write_text(_config(root, port, user, sftp, forwarding, log_level, extra))
         log = root / f"sshd-{attempt}.log"
         with open(log, "wb") as log_fh:
             proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)],
@@ -160,7 +165,8 @@ def start_sshd(root: Path, attempts: int = 5) -> SshServer:
     raise RuntimeError(f"sshd did not start; its log:\n{last_log}")
 
 
-def _config(root: Path, port: int, user: str) -> str:
+def _config(root: Path, port: int, user: str, sftp: bool = True, forwarding: bool = False,
+            log_level: str = "INFO", extra: tuple[str, ...] = ()) -> str:
     return "\n".join([
         f"Port {port}",
         "ListenAddress 127.0.0.1",
@@ -174,14 +180,16 @@ def _config(root: Path, port: int, user: str) -> str:
         "UsePAM no",                        # PAM stacks fail in containers and need root
         "StrictModes no",                   # keys live under /tmp
         "PermitRootLogin prohibit-password",
-        "Subsystem sftp internal-sftp",     # no dependence on where sftp-server is installed
+        # internal-sftp: no dependence on where sftp-server is installed
+        *(["Subsystem sftp internal-sftp"] if sftp else []),
         "UseDNS no",
         "PrintMotd no",
         "X11Forwarding no",
-        "AllowTcpForwarding no",
+        f"AllowTcpForwarding {'local' if forwarding else 'no'}",
         "MaxSessions 64",
         "MaxStartups 64",
-        "LogLevel INFO",
+        f"LogLevel {log_level}",
+        *extra,
         "",
     ])
 
@@ -258,11 +266,12 @@ def sshd_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]
 
 @pytest.fixture
 def sshd_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """Start dedicated servers (for tests that kill them); all stopped after the test."""
+    """Start dedicated servers (for tests that kill them, or that need another sshd_config:
+    start_sshd's keywords); all stopped after the test."""
     servers: list[SshServer] = []
 
-    def start() -> SshServer:
-        servers.append(start_sshd(tmp_path_factory.mktemp("sshd-own")))
+    def start(**config: object) -> SshServer:
+        servers.append(start_sshd(tmp_path_factory.mktemp("sshd-own"), **config))
         return servers[-1]
 
     try:

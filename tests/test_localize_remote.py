@@ -13,7 +13,8 @@ import pytest
 
 from fixtures_devices import run_cli
 
-pytest.importorskip("paramiko", reason="the ssh extra is not installed: pip install 'onnx-verify[ssh]'")
+pytest.importorskip("paramiko",
+                    reason="the ssh extra is not installed: pip install 'onnx-verify[ssh]'")
 
 
 def _localize(argv: list, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:

@@ -84,7 +84,7 @@ def test_the_artifacts_are_named_for_the_distribution_and_hold_what_the_build_ne
             "verify/runner/runner.py"} <= names
     assert any(n.startswith(f"{stem}.dist-info/") and n.endswith("LICENSE") for n in names)
     assert f"Name: {DISTRIBUTION}\n" in metadata and f"Version: {__version__}\n" in metadata
-    assert f"Requires-Dist: paramiko>=3.4; extra == \"ssh\"" in metadata
+    assert 'Requires-Dist: paramiko>=3.4; extra == "ssh"' in metadata
     # The self-referential extras name this distribution, never the unrelated `verify`.
     assert "Requires-Dist: verify" not in metadata
     assert re.search(rf"Requires-Dist: {DISTRIBUTION}\[[a-z,]+\]; extra == \"all\"", metadata)

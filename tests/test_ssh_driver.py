@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("paramiko", reason="the ssh extra is not installed: pip install 'onnx-verify[ssh]'")
+pytest.importorskip("paramiko",
+                    reason="the ssh extra is not installed: pip install 'onnx-verify[ssh]'")
 
 from fixtures_ssh import SshServer, free_port, keygen, process_alive  # noqa: E402
 from verify.drivers import make_driver  # noqa: E402
@@ -28,6 +29,12 @@ from verify.errors import (ConnectError, DeviceError, DeviceTimeout, ProfileErro
 
 PY = sys.executable
 MB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def _no_user_ssh_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Drivers made here without a profile must not read the developer's ~/.ssh/config."""
+    monkeypatch.setenv("VERIFY_SSH_CONFIG", "none")
 
 
 def _driver(profile):
@@ -325,9 +332,9 @@ def test_silent_server_hits_the_connect_timeout(sshd_server: SshServer, tmp_path
 
 
 # --- a server that dies ------------------------------------------------------------------------
-# paramiko's SFTP prefetch helper thread may still be queueing read requests when the link
-# dies; it then ends with an unhandled EOFError/OSError of its own. The get itself raises.
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+# Downloads stream over an exec channel, with no helper thread (paramiko's SFTP prefetch thread
+# died with an uncaught exception here): a thread dying now fails the test.
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
 def test_server_killed_during_get(sshd_factory, tmp_path: Path) -> None:
     server: SshServer = sshd_factory()
     profile = server.profile(str(tmp_path / "dev"))

@@ -173,6 +173,7 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
                               f"{_tail(res.stdout)}") from None
         info["transport"] = profile.transport
         info["spec"] = profile.spec
+        info["transfer_method"] = driver.transfer_method()
         return info
 
 

@@ -89,7 +89,8 @@ def tolerance_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 DEVICE_HELP = ("local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profile name from "
-               "devices/ (see `verify devices list`).")
+               "devices/ (see `verify devices list`). The ssh host may be a Host alias of "
+               "~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump apply).")
 
 
 def device_option(f: Callable[..., Any]) -> Callable[..., Any]:

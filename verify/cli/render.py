@@ -329,6 +329,8 @@ def print_device(info: Mapping[str, Any]) -> None:
     echo(f"  {'providers':12} {', '.join(info.get('providers') or []) or 'none'}")
     free = info.get("free_disk_bytes")
     echo(f"  {'free disk':12} {fmt_bytes(free) if free is not None else '?'}")
+    if info.get("transfer_method"):
+        echo(f"  {'transfers':12} {info['transfer_method']}")
     for key in ("numpy_error", "onnxruntime_error"):
         if info.get(key):
             echo(f"  warning: {info[key]}")

@@ -207,6 +207,9 @@ class AdbDriver(Driver):
         return shlex.join(["sh", path])
 
     # --- transfers ------------------------------------------------------------------------
+    def transfer_method(self) -> str:
+        return "adb sync"
+
     def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
         info = local.stat()
         with open(local, "rb") as fh:

@@ -234,6 +234,10 @@ class Driver(ABC):
         """Where each job's private work directory is made."""
         return posixpath.join(self.base_dir, "jobs")
 
+    def transfer_method(self) -> str:
+        """How files travel to this device, in a few words (`verify devices check` shows it)."""
+        return f"{self.transport} put/get"
+
     def describe_address(self) -> str:
         return f"{self.transport}:{self.config.address}" if self.config.address else self.transport
 

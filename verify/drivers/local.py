@@ -57,6 +57,9 @@ class LocalDriver(Driver):
         return CommandResult(tuple(argv), proc.returncode,
                              out.decode(errors="replace"), err.decode(errors="replace"))
 
+    def transfer_method(self) -> str:
+        return "file copy on this machine"
+
     def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
         _copy(local, remote, f"copying {local}", progress)
 

@@ -1,9 +1,14 @@
-"""The ssh transport: one paramiko connection per driver, commands on exec channels, files by SFTP.
+"""The ssh transport: one paramiko connection per driver, commands on exec channels.
 
-Address `user@host[:port]` (user defaults to the local user, port to 22). Authentication by
-ssh-agent, the usual ~/.ssh keys and `options.identity` (a key file). Host keys are checked
-against `options.known_hosts` (default ~/.ssh/known_hosts): an unknown host or a changed key
-is refused; `options.insecure_host_key = true` skips the check and warns.
+Address `[user@]host[:port]`, where host may be a `Host` alias of the user's OpenSSH client
+config (HostName, User, Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile and ProxyJump
+are honoured; see ssh_route.py), user defaults to the local user, port to 22. Authentication by
+ssh-agent, the usual ~/.ssh keys, the config's IdentityFile and `options.identity` (a key
+file). Host keys of the device and of every jump host are checked against known_hosts
+(`options.known_hosts`, else the config's UserKnownHostsFile, else ~/.ssh/known_hosts): an
+unknown host or a changed key is refused; `options.insecure_host_key = true` skips the check
+and warns. Jump hosts are chained in-process: a direct-tcpip channel on one hop's connection is
+the socket of the next (ssh_login.py).
 
 Commands go to the login shell of the remote user, which must be POSIX (sh, bash, dash, zsh,
 ash). Each command is prefixed with `echo <marker> $$` so the driver learns the pid of the
@@ -14,190 +19,107 @@ the first, and raises DeviceTimeout: nothing lingers, except processes that left
 purpose (daemons calling setsid). Output a noisy shell rc file prints before the marker is
 dropped. A process killed by a signal has no exit status in SSH (paramiko reports -1).
 
-Files go over one SFTP session (put, get, rename, stat, mkdir); a single SFTP reply that takes
-longer than the command timeout fails the transfer. Every paramiko and socket exception is
-converted here into verify's errors; a dropped link says "connection lost while <what>".
+Files: uploads, renames, stat and mkdir go over one SFTP session when the server has the
+subsystem, else over exec (`cat > path`, `mv`, `test -e`, `mkdir -p`); downloads always stream
+through `cat` on an exec channel (ssh_files.py); both directions check size and sha256. A single
+SFTP reply or a transfer stalled longer than the command timeout fails the transfer. Every
+paramiko and socket exception is converted here into verify's errors; a dropped link says
+"connection lost while <what>".
 """
 
 from __future__ import annotations
 
 import errno
-import getpass
 import logging
 import os
 import posixpath
 import secrets
 import selectors
 import shlex
-import socket
 import stat
-import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import paramiko
 
+from verify.drivers import ssh_files
 from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress, shell_command
-from verify.errors import (ConnectError, DeviceTimeout, ProfileError, TransferError,
-                           UsageError)
+from verify.drivers.ssh_login import Login, fingerprint, log_in, open_tunnel, reason, timed_out
+from verify.drivers.ssh_route import SshHop, route
+from verify.errors import ConnectError, DeviceTimeout, ProfileError, TransferError
 
 # Without logging configured, paramiko's ERROR records would reach stderr through logging's
 # last-resort handler; verify reports the failure itself as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-
-def _quiet_prefetch_deaths(args: "threading.ExceptHookArgs") -> None:
-    """Drop the traceback of paramiko's SFTP prefetch thread when the link dies under it.
-
-    That helper thread queues a download's read requests; a link dropped meanwhile ends it
-    with an EOFError/OSError that nobody catches, and Python would print its traceback. The
-    download itself fails too and is reported as one line, so this one says nothing new.
-    """
-    tb, in_prefetch = args.exc_traceback, False
-    while tb is not None:
-        in_prefetch = in_prefetch or tb.tb_frame.f_code.co_name == "_prefetch_thread"
-        tb = tb.tb_next
-    if not (in_prefetch and issubclass(args.exc_type, (EOFError, OSError, paramiko.SSHException))):
-        _previous_excepthook(args)
-
-
-_previous_excepthook = threading.excepthook
-threading.excepthook = _quiet_prefetch_deaths
-
 _CHUNK = 1 << 16
 _KILL_TIMEOUT = 10.0  # bound on killing a timed-out command; a dead link must not hang it
-_KEEPALIVE = 30       # seconds between keepalive messages on an idle connection
 _POLL = 0.05          # longest wait for output before looking again (see _pump)
-
-
-@dataclass(frozen=True)
-class SshAddress:
-    """`user@host[:port]`, with the defaults filled in."""
-
-    user: str
-    host: str
-    port: int
-
-    @classmethod
-    def parse(cls, text: str) -> "SshAddress":
-        user, _, hostport = text.strip().rpartition("@")
-        host, sep, port_text = hostport.partition(":")
-        if not host or "@" in user or (sep and not port_text.isdigit()) \
-                or not 0 < int(port_text or 22) < 65536:
-            raise UsageError(f"ssh:{text}: expected ssh:user@host[:port]")
-        return cls(user or getpass.getuser(), host, int(port_text or 22))
+SFTP, EXEC = "sftp", "exec"
 
 
 class SshDriver(Driver):
-    """A device reached over SSH. Use as a context manager; one TCP connection for its lifetime."""
+    """A device reached over SSH. Use as a context manager; one TCP connection for its lifetime
+    (through the jump hosts' connections when the ssh config names ProxyJump)."""
 
     transport = "ssh"
 
     def __init__(self, config: DriverConfig) -> None:
         super().__init__(config)
-        self.target = SshAddress.parse(config.address)
-        self.default_base_dir = f"/tmp/verify-{self.target.user}"
-        self.base_dir = config.base_dir or self.default_base_dir
         options = config.options
         self.insecure = _flag(options.get("insecure_host_key", False), "insecure_host_key")
-        self.known_hosts = Path(os.path.expanduser(str(
-            options.get("known_hosts") or "~/.ssh/known_hosts")))
         identity = options.get("identity")
         self.identity = Path(os.path.expanduser(str(identity))) if identity else None
+        self.route: tuple[SshHop, ...] = route(config.address, options)
+        self.target = self.route[-1]
+        self.default_base_dir = f"/tmp/verify-{self.target.user}"
+        self.base_dir = config.base_dir or self.default_base_dir
+        self._logins: list[Login] = []
         self._client: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
+        self._files: str | None = None  # SFTP or EXEC once known
 
     # --- connection -----------------------------------------------------------------------
     def _open_impl(self) -> None:
         if self.identity is not None and not self.identity.is_file():
             raise ProfileError(f"{self.describe_address()}: identity file {self.identity} "
                                "does not exist (options.identity)")
-        client = paramiko.SSHClient()
-        accept_any = _AcceptAny()
-        if self.insecure:
-            client.set_missing_host_key_policy(accept_any)
-        else:
-            if self.known_hosts.is_file():
-                try:
-                    client.load_system_host_keys(str(self.known_hosts))
-                except OSError as exc:
-                    raise ConnectError(f"{self.describe_address()}: cannot read known_hosts "
-                                       f"{self.known_hosts}: {exc.strerror or exc}") from exc
-            client.set_missing_host_key_policy(
-                _RejectUnknown(self.describe_address(), self.target, self.known_hosts))
         limit = self.config.connect_timeout
-        started = time.monotonic()
+        logins: list[Login] = []
         try:
-            client.connect(self.target.host, self.target.port, username=self.target.user,
-                           key_filename=str(self.identity) if self.identity else None,
-                           allow_agent=True, look_for_keys=True, timeout=limit,
-                           banner_timeout=limit, auth_timeout=limit, channel_timeout=limit)
-        except BaseException as exc:
-            client.close()
-            converted = self._connect_failed(exc, time.monotonic() - started)
-            if converted is None:
-                raise
-            raise converted from exc
-        self._client = client
-        transport = client.get_transport()
-        if transport is not None:
-            # NAT boxes and Wi-Fi access points drop idle flows during long silent commands.
-            transport.set_keepalive(_KEEPALIVE)
-        if accept_any.key is not None:
-            warnings.warn(f"{self.describe_address()}: not checking the host key "
-                          f"(insecure_host_key); the server sent {_fingerprint(accept_any.key)}",
-                          UserWarning, stacklevel=3)
+            for i, hop in enumerate(self.route):
+                sock = open_tunnel(logins[-1], self.route[i - 1], hop, self.describe_address(),
+                                   limit) if i else None
+                logins.append(log_in(hop, self._where(i), limit, self.insecure, sock))
+        except BaseException:
+            for login in reversed(logins):
+                login.client.close()
+            raise
+        self._logins, self._client = logins, logins[-1].client
+        for i, login in enumerate(logins):
+            if login.unchecked_key is not None:
+                warnings.warn(f"{self._where(i)}: not checking the host key (insecure_host_key);"
+                              f" the server sent {fingerprint(login.unchecked_key)}",
+                              UserWarning, stacklevel=3)
 
-    def _connect_failed(self, exc: BaseException, elapsed: float) -> ConnectError | None:
-        """verify's error for a failed connect, or None to let an unexpected one through."""
-        where, t = self.describe_address(), self.target
-        if isinstance(exc, ConnectError):
-            return exc
-        if isinstance(exc, paramiko.BadHostKeyException):
-            entry = f"[{t.host}]:{t.port}" if t.port != 22 else t.host
-            return ConnectError(
-                f"{where}: the host key changed: {self.known_hosts} has "
-                f"{_fingerprint(exc.expected_key)}, the server sent {_fingerprint(exc.key)}; "
-                f"if the device was reinstalled, remove the old key with ssh-keygen -R "
-                f"'{entry}' -f {self.known_hosts}, otherwise someone may be intercepting "
-                "the connection")
-        tried = "ssh-agent, ~/.ssh keys" + (f", {self.identity}" if self.identity else "")
-        if isinstance(exc, paramiko.PasswordRequiredException):
-            return ConnectError(f"{where}: authentication failed for user {t.user}: a key "
-                                f"needs its passphrase (tried {tried}); load it into ssh-agent "
-                                "with ssh-add")
-        if isinstance(exc, paramiko.AuthenticationException):
-            return ConnectError(f"{where}: authentication failed for user {t.user} "
-                                f"(tried {tried}); add your public key to the device's "
-                                "~/.ssh/authorized_keys or set options.identity")
-        if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
-            codes = {getattr(e, "errno", None) for e in exc.errors.values()}
-            if codes == {errno.ECONNREFUSED}:
-                return ConnectError(f"{where}: connection refused by {t.host} port {t.port}; "
-                                    "is sshd running there?")
-            return ConnectError(f"{where}: cannot connect to {t.host} port {t.port}: "
-                                f"{_reason(next(iter(exc.errors.values())))}")
-        if isinstance(exc, socket.gaierror):
-            return ConnectError(f"{where}: cannot resolve host {t.host}: {exc.strerror or exc}")
-        # paramiko gives up a slow handshake without saying so ("No existing session").
-        if _timed_out(exc) or (isinstance(exc, (paramiko.SSHException, EOFError))
-                               and elapsed >= self.config.connect_timeout):
-            return ConnectError(f"{where}: {t.host} port {t.port} did not answer within "
-                                f"{self.config.connect_timeout:g} s (connect timeout)")
-        if isinstance(exc, OSError):
-            return ConnectError(f"{where}: cannot connect to {t.host} port {t.port}: "
-                                f"{_reason(exc)}")
-        if isinstance(exc, (paramiko.SSHException, EOFError)):
-            return ConnectError(f"{where}: ssh handshake with {t.host} port {t.port} failed: "
-                                f"{_reason(exc)}")
-        return None
+    def _where(self, hop_index: int) -> str:
+        """How messages name a hop: the device spec, plus which jump host for a jump."""
+        if hop_index == len(self.route) - 1:
+            return self.describe_address()
+        return f"{self.describe_address()}: jump host {self.route[hop_index].describe()}"
+
+    def transfer_method(self) -> str:
+        """How files travel to this device, in words (asks the server for sftp once)."""
+        self._sftp_client("checking for an sftp subsystem")
+        return "sftp (uploads), cat over exec (downloads)" if self._files == SFTP else \
+            "cat over exec (the server has no sftp subsystem)"
 
     def _close_impl(self) -> None:
-        sftp, client, self._sftp, self._client = self._sftp, self._client, None, None
-        for thing in (sftp, client):
+        sftp, logins = self._sftp, self._logins
+        self._sftp, self._client, self._logins = None, None, []
+        for thing in (sftp, *(login.client for login in reversed(logins))):
             if thing is not None:
                 try:
                     thing.close()
@@ -302,7 +224,10 @@ class SshDriver(Driver):
             pass
 
     # --- files ----------------------------------------------------------------------------
-    def _sftp_client(self, what: str) -> paramiko.SFTPClient:
+    def _sftp_client(self, what: str) -> paramiko.SFTPClient | None:
+        """The SFTP session; None when the server has no sftp subsystem (exec transfers)."""
+        if self._files == EXEC:
+            return None
         if self._sftp is not None and not self._sftp.get_channel().closed:
             return self._sftp
         try:
@@ -310,36 +235,65 @@ class SshDriver(Driver):
         except ConnectError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            # OpenSSH without `Subsystem sftp` closes the channel ("Channel closed."); if the
+            # link still answers, that is the answer.
+            if self._files is None and not timed_out(exc) and self._probe():
+                self._files = EXEC
+                return None
             raise self._lost(what, exc, ConnectError) from exc
         if sftp is None:
-            raise ConnectError(f"{self.describe_address()}: the server refused the sftp "
-                               f"subsystem ({what}); enable 'Subsystem sftp' in its sshd_config")
+            self._files = EXEC
+            return None
         # A stalled link must fail a transfer, not hang it; no single reply may take longer.
         sftp.get_channel().settimeout(self.config.command_timeout)
-        self._sftp = sftp
+        self._sftp, self._files = sftp, SFTP
         return sftp
+
+    def _exec_transfer(self, what: str, remote: str,
+                       move: Callable[[paramiko.Channel], ssh_files.Outcome]) -> None:
+        """Run one exec-channel transfer; a refusal or a failed check is a TransferError."""
+        try:
+            chan = self._transport(what).open_session(timeout=self.config.connect_timeout)
+        except ConnectError:
+            raise
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(what, exc, ConnectError) from exc
+        try:
+            chan.settimeout(self.config.command_timeout)
+            outcome = move(chan)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(what, exc, TransferError) from exc
+        finally:
+            chan.close()
+        if outcome.status == -1 and not self._probe():
+            raise TransferError(f"{self.describe_address()}: connection lost while {what}")
+        problem = outcome.problem(remote)
+        if problem is not None:
+            raise TransferError(f"{self.describe_address()}: {what} failed: {problem}")
 
     def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
         what = f"copying {local} to {remote}"
         sftp = self._sftp_client(what)
+        if sftp is None:
+            self._exec_transfer(what, remote,
+                                lambda chan: ssh_files.put(chan, local, remote, progress))
+            return
         try:
             sftp.put(str(local), remote, callback=_adapt(progress), confirm=True)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        what = f"fetching {remote}"
-        sftp = self._sftp_client(what)
-        try:
-            # Unbounded prefetch (paramiko's default): its helper thread queues every read
-            # request at once and ends, instead of living on and dying noisily with the link.
-            sftp.get(remote, str(local), callback=_adapt(progress))
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._lost(what, exc, TransferError) from exc
+        # Over exec even with SFTP: paramiko's SFTP get needs a helper thread (ssh_files.py).
+        self._exec_transfer(f"fetching {remote}", remote,
+                            lambda chan: ssh_files.get(chan, remote, local, progress))
 
     def _rename_impl(self, src: str, dst: str) -> None:
         what = f"renaming {src} to {dst}"
         sftp = self._sftp_client(what)
+        if sftp is None:
+            super()._rename_impl(src, dst)
+            return
         try:
             sftp.posix_rename(src, dst)
         except OSError as exc:
@@ -354,6 +308,8 @@ class SshDriver(Driver):
     def _exists_impl(self, path: str) -> bool:
         what = f"checking {path}"
         sftp = self._sftp_client(what)
+        if sftp is None:
+            return super()._exists_impl(path)
         try:
             sftp.stat(path)
         except FileNotFoundError:
@@ -365,6 +321,9 @@ class SshDriver(Driver):
     def _makedirs_impl(self, path: str) -> None:
         what = f"creating {path}"
         sftp = self._sftp_client(what)
+        if sftp is None:
+            super()._makedirs_impl(path)
+            return
         try:
             _sftp_makedirs(sftp, path)
         except (paramiko.SSHException, OSError, EOFError) as exc:
@@ -376,38 +335,12 @@ class SshDriver(Driver):
         """The error for a failure while doing `what`: says so when the connection is gone."""
         where = self.describe_address()
         # An OSError with an errno is the server's answer (no such file, ...): the link works.
-        answered = isinstance(exc, OSError) and exc.errno is not None and not _timed_out(exc)
+        answered = isinstance(exc, OSError) and exc.errno is not None and not timed_out(exc)
         if not answered and not self._probe():
             return cls(f"{where}: connection lost while {what}")
-        if _timed_out(exc):
+        if timed_out(exc):
             return cls(f"{where}: no answer within {self.config.command_timeout:g} s while {what}")
-        return cls(f"{where}: {what} failed: {_reason(exc)}")
-
-
-# --- host-key policies ----------------------------------------------------------------------
-class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    """Refuse a host that known_hosts does not list, with the command that would add it."""
-
-    def __init__(self, where: str, target: SshAddress, known_hosts: Path) -> None:
-        self.where, self.target, self.known_hosts = where, target, known_hosts
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:
-        port = f"-p {self.target.port} " if self.target.port != 22 else ""
-        raise ConnectError(
-            f"{self.where}: host key not in {self.known_hosts}; add it with ssh-keyscan {port}"
-            f"{self.target.host} >> {self.known_hosts} (after checking its fingerprint "
-            f"{_fingerprint(key)}) or pass --insecure-host-key")
-
-
-class _AcceptAny(paramiko.MissingHostKeyPolicy):
-    """The explicit opt-out: accept any key; remember it so the driver can warn."""
-
-    key: paramiko.PKey | None = None
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:
-        self.key = key
+        return cls(f"{where}: {what} failed: {reason(exc)}")
 
 
 # --- helpers --------------------------------------------------------------------------------
@@ -417,26 +350,6 @@ def _flag(value: object, name: str) -> bool:
     if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0", ""):
         return value.lower() in ("true", "yes", "1")
     raise ProfileError(f"options.{name} must be true or false, not {value!r}")
-
-
-def _fingerprint(key: paramiko.PKey) -> str:
-    return f"{key.get_name()} {key.fingerprint}"
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-def _timed_out(exc: BaseException | None) -> bool:
-    """True if exc, or what it was raised from, is a timeout (paramiko wraps some of them)."""
-    seen = 0
-    while exc is not None and seen < 5:
-        if isinstance(exc, (TimeoutError, socket.timeout)):
-            return True
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
-    return False
 
 
 class _MarkedStream:

@@ -5,6 +5,7 @@
     python scripts/build_arm64_root.py --root DIR      # somewhere else
     python scripts/build_arm64_root.py --print-prefix  # the prefix as JSON; 1 if not built
     python scripts/build_arm64_root.py --check         # 0 if built and current, else 1
+    python scripts/build_arm64_root.py --minimal       # the root with no Python (below)
 
 Neither --print-prefix nor --check ever builds. Exit codes: 0 ok, 1 not built (those two
 options), 2 not Linux, 3 the build failed (the message says which step), 130 interrupted.
@@ -35,6 +36,12 @@ The default root is $VERIFY_ARM64_ROOT, else ${XDG_CACHE_HOME:-~/.cache}/verify/
 a stamp file records what went in, and only a finished, smoke-tested tree is renamed to ROOT.
 A rerun with a current stamp returns at once without touching the network.
 Needs: apt-get, dpkg (Debian 12 sources), qemu-user-static, pip; stdlib only.
+
+`--minimal` builds a second root, by default beside the first as `arm64-root-minimal`, with
+no Python, numpy or onnxruntime: only libc, libgcc and libstdc++ (MINIMAL_DEBS), the ARM
+cpuinfo and the empty ld.so.cache — what a stock embedded Linux board offers. The native
+runner (scripts/build_native_runner.py) runs there; its prefix (`--minimal --print-prefix`) is
+`qemu-aarch64-static -L ROOT -cpu neoverse-n1`, and the program's path follows it.
 """
 
 from __future__ import annotations
@@ -73,6 +80,11 @@ PYTHON_FLAGS = ("-E", "-s", "-B")
 # numpy, onnxruntime nor the runner imports it, and hashlib falls back to its built-in hashes.
 DEBS = ("libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libexpat1", "libffi8",
         "libpython3.11-minimal", "python3.11-minimal", "libpython3.11-stdlib")
+
+# The root with no Python (--minimal): the C and C++ runtimes only.
+MINIMAL_DEBS = ("libc6", "libgcc-s1", "libstdc++6")
+MINIMAL_SUFFIX = "-minimal"
+GUEST_LOADER = "lib/ld-linux-aarch64.so.1"
 
 # Wheels unpacked into GUEST_SITE, with the version used when the host has none installed.
 # onnxruntime's declared deps (flatbuffers, packaging, protobuf) are not needed to import it
@@ -511,6 +523,109 @@ def _build_locked(root: Path, spec: dict[str, object], log: Log) -> None:
         f"{k} {v:.1f} s" for k, v in times.items())))
 
 
+def minimal_prefix(root: Path) -> list[str]:
+    """The argv words that run an aarch64 program in the minimal root; its path follows."""
+    return [QEMU, "-L", str(Path(os.path.abspath(root))), "-cpu", QEMU_CPU]
+
+
+def minimal_spec() -> dict[str, object]:
+    return {"format": STAMP_FORMAT, "flavour": "minimal", "debs": list(MINIMAL_DEBS),
+            "qemu_cpu": QEMU_CPU}
+
+
+def minimal_is_current(root: Path) -> bool:
+    stamp = read_stamp(root)
+    return (stamp is not None and (root / GUEST_LOADER).exists()
+            and all(stamp.get(k) == v for k, v in minimal_spec().items()))
+
+
+def build_minimal(root: Path, *, force: bool = False,
+                  log: Log = lambda msg: print(msg, file=sys.stderr, flush=True)) -> bool:
+    """Make `root` a current minimal root (no Python); False if it already was."""
+    root = Path(os.path.abspath(root))
+    if not force and minimal_is_current(root):
+        return False
+    check_tools()
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not force and minimal_is_current(root):
+            return False
+        started = time.monotonic()
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        with tempfile.TemporaryDirectory(prefix=root.name + ".work-", dir=root.parent) as wd:
+            work = Path(wd)
+            apt = PrivateApt(work / "apt", system_apt_sources())
+            log("apt-get update (arm64, private state)…")
+            apt.update()
+            log(f"apt-get download {' '.join(MINIMAL_DEBS)}…")
+            versions = {}
+            for deb in apt.download(MINIMAL_DEBS, work / "debs"):
+                run(["dpkg", "-x", str(deb), str(tmp)], what=f"dpkg -x {deb.name}")
+                versions[deb_field(deb, "Package")] = deb_field(deb, "Version")
+        missing = sorted(set(MINIMAL_DEBS) - set(versions))
+        if missing:
+            raise BuildError(f"apt-get download did not fetch {', '.join(missing)}")
+        for extra in ("usr/share", "usr/lib/aarch64-linux-gnu/gconv", "sbin", "usr/sbin",
+                      "usr/bin", "etc/ld.so.conf.d"):
+            shutil.rmtree(tmp / extra, ignore_errors=True)
+        write_cpuinfo(tmp)
+        (tmp / "etc").mkdir(exist_ok=True)
+        (tmp / "etc" / "ld.so.cache").write_bytes(b"")
+        for python in (tmp / "usr" / "bin").glob("python*"):
+            raise BuildError(f"{python} in a root meant to have no Python")
+        out = run([*minimal_prefix(tmp), str(tmp / GUEST_LOADER), "--version"],
+                  what="smoke test (aarch64 ld.so)", cwd=tmp)
+        if "GNU C Library" not in out and "GLIBC" not in out:
+            raise BuildError(f"smoke test in {tmp}: ld.so --version said {out.strip()!r}")
+        stamp = {**minimal_spec(), "deb_versions": versions,
+                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                 "build_seconds": round(time.monotonic() - started, 1)}
+        (tmp / STAMP_NAME).write_text(json.dumps(stamp, indent=2) + "\n", encoding="utf-8")
+        old = root.with_name(root.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        if root.exists():
+            os.rename(root, old)
+        os.rename(tmp, root)
+        shutil.rmtree(old, ignore_errors=True)
+        log(f"built {root} in {time.monotonic() - started:.1f} s")
+    return True
+
+
+def main_minimal(args: argparse.Namespace) -> int:
+    root = Path(os.path.abspath(args.root if args.root is not None else
+                                str(default_root()) + MINIMAL_SUFFIX))
+    if args.print_prefix:
+        if read_stamp(root) is None:
+            print(f"error: no minimal arm64 root at {root}; build it with: {sys.executable} "
+                  f"{Path(__file__).resolve()} --minimal --root {root}", file=sys.stderr)
+            return 1
+        print(json.dumps(minimal_prefix(root)))
+        return 0
+    if args.check:
+        current = minimal_is_current(root)
+        print(f"{root}: {'current' if current else 'missing or stale'}", file=sys.stderr)
+        return 0 if current else 1
+    if platform.system() != "Linux":
+        print("error: the arm64 root needs Linux (qemu-user)", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        built = build_minimal(root, force=args.force)
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print(f"interrupted; {root} is unchanged", file=sys.stderr)
+        return 130
+    if not built:
+        print(f"{root}: up to date", file=sys.stderr)
+    print(shlex.join(minimal_prefix(root)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Build the emulated aarch64 Python + numpy + onnxruntime root for qemu-user.")
@@ -523,10 +638,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="exit 0 if the root is built and current, 1 if not (never builds)")
     parser.add_argument("--force", action="store_true", help="rebuild even if current")
+    parser.add_argument("--minimal", action="store_true",
+                        help="the root with no Python: libc, libgcc, libstdc++ only (default "
+                             "ROOT: the default root's folder name + '-minimal')")
     for name in WHEELS:
         parser.add_argument(f"--{name}", metavar="VERSION", default=None,
                             help=f"{name} version (default: the host's, else {WHEELS[name]})")
     args = parser.parse_args(argv)
+    if args.minimal:
+        return main_minimal(args)
     root = Path(os.path.abspath(args.root if args.root is not None else default_root()))
 
     if args.print_prefix:

@@ -4,7 +4,8 @@
 #   scripts/setup.sh --test   also the test dependencies: openssh-server, adb,
 #                             qemu-user-static, chromium (headless, for the HTML report
 #                             test) and a font (apt), the test extras (pip), and the
-#                             emulated ARM64 userland (scripts/build_arm64_root.py, cached)
+#                             emulated ARM64 userlands (scripts/build_arm64_root.py: one with
+#                             Python, one --minimal without; cached)
 #                             and the real third-party models the tests use
 #                             (scripts/fetch_models.py, cached outside the repository),
 #                             and the native runner's toolchain (g++, g++-aarch64-linux-gnu,
@@ -45,6 +46,7 @@ if [ "$with_tests" = 1 ]; then
   fi
   "$PYTHON" -m pip install -q -e '.[test]'
   "$PYTHON" scripts/build_arm64_root.py
+  "$PYTHON" scripts/build_arm64_root.py --minimal >/dev/null
   # A CUDA build of onnxruntime, unpacked beside (not over) the CPU one: tests/test_cuda.py runs
   # it on this GPU-less machine, where onnxruntime silently falls back to the CPU.
   ortgpu_version=1.31.1

@@ -9,6 +9,7 @@ under this Python) and `native` (the linux-x86_64 bundle).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -18,6 +19,9 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "build_native_runner.py"
 PY_RUNNER = REPO / "verify" / "runner" / "runner.py"
 RUNNERS = ("python", "native")
+# The user's cache as it was when the tests started: fixtures that move $XDG_CACHE_HOME into a
+# test's temp dir must not make the bundles (and their npm tarballs) be built again there.
+_XDG_AT_START = os.environ.get("XDG_CACHE_HOME")
 
 
 @lru_cache(maxsize=None)
@@ -33,7 +37,19 @@ def build_script() -> ModuleType:
 @lru_cache(maxsize=None)
 def bundle(target: str = "linux-x86_64") -> Path:
     """The target's bundle folder, built if missing or stale (minutes on a cold cache)."""
-    return Path(build_script().build(target))
+    saved = os.environ.get("XDG_CACHE_HOME")
+    _set_xdg(_XDG_AT_START)
+    try:
+        return Path(build_script().build(target))
+    finally:
+        _set_xdg(saved)
+
+
+def _set_xdg(value: str | None) -> None:
+    if value is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = value
 
 
 def native_bin(target: str = "linux-x86_64") -> Path:
@@ -47,5 +63,5 @@ def runner_argv(kind: str) -> list[str]:
 
 
 def unit_test_bin() -> Path:
-    bundle("linux-x86_64")
-    return build_script().verify_cache() / "native" / "build" / "linux-x86_64" / "verify-runner-tests"
+    return bundle("linux-x86_64").parent.parent / "native" / "build" / "linux-x86_64" / \
+        "verify-runner-tests"

@@ -1,0 +1,169 @@
+"""verify's commands through the native runner (runner/native/) on every transport: this
+machine (the x86-64 bundle), the emulated ARM64 root with no Python (the shipped arm64-native
+profile, qemu-user), a real sshd on loopback and an adb server with a device end (both running
+the pushed aarch64 bundle under qemu in that root). `devices check`, run, dumps, diff against
+the Python runner's dump, localize and profile.
+
+The adb device end runs commands with /bin/sh on this x86-64 machine, which has no binfmt_misc
+entry for aarch64 (registering one needs the host kernel's privileges), so its profile names
+qemu in the runner argv, as tests of the Python arm64 root over adb do; the binary, the library
+and the minimal root are the ones a board would run.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from fixtures_devices import DeviceEnv, run_cli, run_json
+from fixtures_native import bundle, native_bin
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def minimal_root() -> Path:
+    from verify.devices import arm64_root
+
+    return Path(str(arm64_root()) + "-minimal")
+
+
+def qemu_prefix() -> list[str]:
+    return ["qemu-aarch64-static", "-L", str(minimal_root()), "-cpu", "neoverse-n1"]
+
+
+@pytest.fixture
+def arm64_native(device_env: DeviceEnv) -> str:
+    """The shipped devices/arm64-native.toml, its {cache} pointed at the built bundles."""
+    import shutil
+
+    if shutil.which("qemu-aarch64-static") is None or not (minimal_root() / "lib").is_dir():
+        pytest.skip("no minimal arm64 root or qemu: python scripts/build_arm64_root.py --minimal")
+    cache = device_env.cache / "verify"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "native-runner").symlink_to(bundle("linux-aarch64").parent)
+    return "arm64-native"
+
+
+def pushed_runner(target: str = "linux-aarch64") -> dict[str, Any]:
+    b = bundle(target)
+    return {"runner": [*qemu_prefix(), "{base_dir}/bin/verify-runner"],
+            "env": {"LD_LIBRARY_PATH": "{base_dir}/lib"},
+            "push": [{"src": str(b / "bin" / "verify-runner"), "dest": "bin/verify-runner"},
+                     {"src": str(b / "lib" / "libonnxruntime.so.1"),
+                      "dest": "lib/libonnxruntime.so.1"}]}
+
+
+def check_native(info: dict[str, Any], arch: str) -> None:
+    assert (info["arch"], info["python"], info["numpy"]) == (arch, None, None)
+    assert info["onnxruntime"] == "1.30.0" and "CPUExecutionProvider" in info["providers"]
+    assert info["runner"].startswith("verify-runner (native C++")
+
+
+def run_dump_and_diff(spec: str, vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                      opt: str = "all") -> dict[str, Any]:
+    """A run with --bin-io-dump on `spec` and on local (the Python runner); their diff."""
+    native, python = tmp_path / f"{spec.replace(':', '_')}-dump", tmp_path / "py-dump"
+    doc = run_json(["run", vtc, "--device", spec, "--iter", "1", "--opt-level", opt,
+                    "--bin-io-dump", native], capsys)
+    assert doc["passed"] is True
+    check = run_json(["run", vtc, "--device", "local", "--iter", "1", "--opt-level", opt,
+                      "--bin-io-dump", python], capsys)
+    assert check["passed"] is True
+    code, out, err = run_cli(["diff", native, python, "--json"], capsys)
+    assert code == 0, out + err
+    return json.loads(out)
+
+
+def test_local_native_runner_commands(device_env: DeviceEnv, small_vtc: Path, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("nat", {"transport": "local", "runner": [str(native_bin())]})
+    check_native(run_json(["devices", "check", "nat"], capsys), "x86_64")
+    doc = run_json(["run", small_vtc, "--device", "nat", "--iter", "3"], capsys)
+    assert doc["passed"] is True and doc["device"]["python"] is None
+    assert doc["transfers"]["files_put"] == 4  # model, 2 inputs, job: no runner.py
+    for opt in ("disable", "all"):
+        diff = run_dump_and_diff("nat", small_vtc, tmp_path / opt, capsys, opt)
+        assert diff["passed"] is True
+
+
+def test_native_dump_of_a_real_model_diffs_clean(device_env: DeviceEnv, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """YOLOv8n (a real third-party model): the native runner's per-layer dump against the
+    Python runner's, at the same opt level; its final outputs bit-identical to its plain run."""
+    from corpus import model_path
+
+    vtc = tmp_path / "yolo.vtc"
+    code, out, err = run_cli(["pack", model_path("yolov8n"), "--shape", "images:1x3x160x160",
+                              "-o", vtc], capsys)
+    assert code == 0, err
+    device_env.write_profile("nat", {"transport": "local", "runner": [str(native_bin())]})
+    diff = run_dump_and_diff("nat", vtc, tmp_path, capsys, "disable")
+    assert diff["passed"] is True
+    code, out, err = run_cli(["run", vtc, "--device", "nat", "--iter", "1", "--opt-level",
+                              "disable", "--keep", "--json"], capsys)
+    assert code == 0, err
+    kept = [p for p in device_env.local_jobs().iterdir() if (p / "result.json").exists()]
+    assert len(kept) == 1
+    result = json.loads((kept[0] / "result.json").read_text())
+    plain = np.load(kept[0] / result["cases"][0]["outputs"]["output0"])
+    dump = tmp_path / "nat-dump"
+    tensors = json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"]
+    (rec,) = [t for t in tensors if t["name"] == "output0"]
+    assert np.load(dump / rec["file"]).tobytes() == plain.tobytes()  # bit-identical
+
+
+@pytest.mark.arm64
+def test_arm64_root_without_python(arm64_native: str, small_vtc: Path, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert not list(minimal_root().rglob("python3*")) and not list(minimal_root().rglob("numpy"))
+    check_native(run_json(["devices", "check", arm64_native], capsys), "aarch64")
+    diff = run_dump_and_diff(arm64_native, small_vtc, tmp_path, capsys)
+    assert diff["passed"] is True
+    trace = tmp_path / "trace.json"
+    doc = run_json(["run", small_vtc, "--device", arm64_native, "--iter", "2", "--profile",
+                    trace], capsys)
+    assert doc["passed"] is True
+    prof = run_json(["profile", trace], capsys)
+    assert (prof["summary"]["runs"], prof["summary"]["skipped_runs"]) == (2, 1)
+
+
+@pytest.mark.arm64
+def test_localize_through_the_native_runner(arm64_native: str, residual_vtc: Path,
+                                            tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A healthy device: per-layer capture through the native runner under emulated aarch64
+    finds no faulty node (aarch64's last-bit noise is within the default tolerance)."""
+    code, out, err = run_cli(["localize", residual_vtc, "--device", arm64_native, "-o",
+                              tmp_path, "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["suspect"] is None and doc["device"]["python"] is None
+
+
+@pytest.mark.arm64
+def test_ssh_board_without_python(device_env: DeviceEnv, arm64_native: str, sshd_server,
+                                  small_vtc: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    base = tmp_path / "board"
+    spec = device_env.ssh_profile("nboard", sshd_server, base, **pushed_runner())
+    check_native(run_json(["devices", "check", spec], capsys), "aarch64")
+    diff = run_dump_and_diff(spec, small_vtc, tmp_path, capsys)
+    assert diff["passed"] is True
+    again = run_json(["run", small_vtc, "--device", spec, "--iter", "1"], capsys)
+    assert again["transfers"]["files_put"] == 1  # runner and library cached on the board
+
+
+@pytest.mark.arm64
+def test_adb_device_without_python(device_env: DeviceEnv, arm64_native: str, adb_server,
+                                   adb_device, small_vtc: Path, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    base = adb_device.sandbox / f"nat-{secrets.token_hex(4)}" / "verify"
+    spec = device_env.adb_profile("nphone", adb_server, adb_device, base, **pushed_runner())
+    check_native(run_json(["devices", "check", spec], capsys), "aarch64")
+    doc = run_json(["run", small_vtc, "--device", spec, "--iter", "2"], capsys)
+    assert doc["passed"] is True and doc["device"]["python"] is None

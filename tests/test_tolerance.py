@@ -57,3 +57,22 @@ def test_a_stored_record_that_does_not_parse_is_a_corrupt_archive() -> None:
     with pytest.raises(UsageError, match="'abc' is not a number") as info:
         tolerance_set(STORED, None, None, ["x:atol=abc"])  # the user's own option: usage
     assert not isinstance(info.value, ArchiveError)
+
+
+def test_inspect_describes_whichever_global_rule_the_archive_holds() -> None:
+    assert describe_record({}) == ("default (magnitude: max|x-r| <= 2^-14 * max(max|r|, F), "
+                                   "scaled by dtype)")
+    assert describe_record({"rtol": 1e-3}) == "allclose atol=0 rtol=0.001"  # rtol alone
+    assert describe_record({"atol": 1e-4}) == "allclose atol=0.0001 rtol=0"
+    assert describe_record({"atol": 0.0, "specs": ["p*:exact"]}) == \
+        "allclose atol=0.0 rtol=0; --tol p*:exact"
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1.0, None), "atol must be finite and >= 0, got -1"),
+    ((None, float("inf")), "rtol must be finite and >= 0, got inf"),
+    ((None, None, ["conv*:atol=1,k=2"]), "atol/rtol and k/floor cannot be mixed"),
+])
+def test_the_record_pack_stores_is_validated_when_made(args: tuple, message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("/", "/").replace("*", r"\*")):
+        tolerance_record(*args)

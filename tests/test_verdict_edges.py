@@ -236,3 +236,28 @@ def test_case_one_past_the_last_is_one_usage_error(capsys: pytest.CaptureFixture
     code, _, err = _run(capsys, two_cases, "--case", "-1")
     assert code == 2 and "--case -1 out of range" in only_line(err)
     assert _run(capsys, two_cases, "--case", "1")[0] == 0
+
+
+# --- check_outputs on its own: every output judged, by its own floor, with top-k -------------
+def test_check_outputs_judges_each_output_by_its_floor_and_refuses_a_missing_one() -> None:
+    from verify.check import check_outputs
+    from verify.compare import ToleranceSet
+    from verify.errors import RunnerError
+
+    ref = {"prob": np.full((1, 4), 1e-6, np.float32), "logits": np.arange(4, dtype=np.float32)}
+    act = {"prob": ref["prob"] + np.float32(2.0 ** -20), "logits": ref["logits"].copy()}
+    diffs = check_outputs(act, ref, ToleranceSet(), {"prob": SATURATION_FLOOR}, "phone")
+    assert [(d.name, d.passed) for d in diffs] == [("prob", True), ("logits", True)]
+    assert diffs[0].rule == "magnitude k=2^-14 floor=2^-4" and diffs[1].rule == "magnitude k=2^-14"
+    assert diffs[1].topk is not None and diffs[1].topk.top1 == 1.0
+    unfloored = check_outputs(act, ref, ToleranceSet(), {}, "phone")
+    assert [d.passed for d in unfloored] == [False, True]
+    with pytest.raises(RunnerError, match=r"^phone: the runner returned no value for output\(s\) "
+                                          r"'logits'$"):
+        check_outputs({"prob": act["prob"]}, ref, ToleranceSet(), {}, "phone")
+    with pytest.raises(RunnerError, match=r"^device: the runner returned no value"):
+        check_outputs({}, ref, ToleranceSet(), {})
+    # a --tol glob names one output: that output alone is judged by it
+    globbed = check_outputs(act, ref, ToleranceSet.from_specs(["prob:exact"]),
+                            {"prob": SATURATION_FLOOR})
+    assert [(d.rule, d.passed) for d in globbed] == [("exact", False), ("magnitude k=2^-14", True)]

@@ -113,7 +113,7 @@ def test_pack_several_cases_and_the_ground_truth_is_onnxruntime_cpu(
         assert len(f["cases"]) == 2
         for i, (a, b) in enumerate(((a0, b0), (a1, b1))):
             expected = sess.run(None, {"a": a, "b": b})
-            stored = {f[f"cases/{i}/outputs/{k}"].attrs["name"]: f[f"cases/{i}/outputs/{k}"][()]
+            stored = {f[f"cases/{i}/outputs/{k}"].attrs["name"].decode(): f[f"cases/{i}/outputs/{k}"][()]
                       for k in f[f"cases/{i}/outputs"]}
             for o, want in zip(sess.get_outputs(), expected):
                 np.testing.assert_array_equal(stored[o.name], want)
@@ -247,7 +247,7 @@ def test_archive_from_a_newer_format_version(capsys: pytest.CaptureFixture[str],
     code, _, err = verify(capsys, "run", newer)
     assert code == 2
     assert only_line(err) == (f"error: {newer}: written in archive format version 99 by verify "
-                              f"9.0.0; this verify {__version__} reads up to version 1: upgrade verify")
+                              f"9.0.0; this verify {__version__} reads up to version 2: upgrade verify")
 
 
 def test_unknown_input_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -380,14 +380,27 @@ def test_keep_says_where_the_work_directory_is(capsys: pytest.CaptureFixture[str
 
 def test_inspect_of_an_archive_whose_model_is_corrupt(capsys: pytest.CaptureFixture[str],
                                                       cnn_vtc: Path, tmp_path: Path) -> None:
-    bad = tmp_path / "bad.vtc"
-    bad.write_bytes(cnn_vtc.read_bytes())
-    with h5py.File(bad, "r+") as f:
-        del f["model"]
-        f["model"] = np.frombuffer(b"\x08\x07garbage" * 9, np.uint8)
+    import dataclasses
+
+    from verify.testcase import read_archive, write_archive
+
+    bad = tmp_path / "bad.vtc"  # packed with checksums around a model that is not ONNX
+    write_archive(bad, dataclasses.replace(read_archive(cnn_vtc),
+                                           model_bytes=b"\x08\x07garbage" * 9))
     code, _, err = verify(capsys, "inspect", bad)
     assert code == 2
     assert only_line(err).startswith(f"error: {bad}: the archive's model: not an ONNX model")
+    edited = tmp_path / "edited.vtc"  # the model replaced behind the archive's back
+    edited.write_bytes(cnn_vtc.read_bytes())
+    with h5py.File(edited, "r+") as f:
+        sha = f["model"].attrs["sha256"]
+        del f["model"]
+        f["model"] = np.frombuffer(b"\x08\x07garbage" * 9, np.uint8)
+        f["model"].attrs.create("sha256", sha)
+    code, _, err = verify(capsys, "inspect", edited)
+    assert code == 2
+    assert only_line(err) == (f"error: {edited}: corrupt archive: the model does not match its "
+                              "sha256 (re-pack it, or get an intact copy)")
 
 
 def test_iter_layers_reads_only_the_names_asked_for(capsys: pytest.CaptureFixture[str],

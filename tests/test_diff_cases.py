@@ -33,8 +33,8 @@ def test_cases_match_one_call_per_case_and_open_each_side_once(
     rules = ToleranceSet()
     singly = [diff.diff_captures(dump, archive, rules, case=c) for c in range(3)]
     reads, parses = [], []
-    read, parse = diff.read_archive, diff.parse_model
-    monkeypatch.setattr(diff, "read_archive", lambda p: reads.append(p) or read(p))
+    read, parse = diff.ArchiveReader, diff.parse_model
+    monkeypatch.setattr(diff, "ArchiveReader", lambda p: reads.append(p) or read(p))
     monkeypatch.setattr(diff, "parse_model", lambda b, w: parses.append(w) or parse(b, w))
     together = diff.diff_cases(dump, archive, rules, [0, 1, 2])
     assert (len(reads), len(parses)) == (1, 1)

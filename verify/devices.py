@@ -9,7 +9,8 @@ Python runner), runner (argv of a native runner following docs/runner-contract.m
 python), base_dir, env, providers, provider_options, [[push]] src/dest, [timeouts]
 connect/command, [options] (transport-specific). String values may use the placeholders
 {base_dir}, {profile_dir}, {cache} (the user's verify cache folder), {arm64_root} (the
-emulated ARM64 userland: $VERIFY_ARM64_ROOT, else {cache}/arm64-root) and {env:NAME}.
+emulated ARM64 userland: $VERIFY_ARM64_ROOT, else {cache}/arm64-root) and {env:NAME}; an
+unset variable or an unknown placeholder is an error naming the key, never an empty string.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ else:  # pragma: no cover
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 TRANSPORTS_BUILTIN = ("local", "cuda", "ssh", "adb")
-_PLACEHOLDER = re.compile(
-    r"\{(base_dir|profile_dir|cache|arm64_root|env:[A-Za-z_][A-Za-z0-9_]*)\}")
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?::[^{}]*)?)\}")
+_PLACEHOLDERS = ("base_dir", "profile_dir", "cache", "arm64_root", "env:NAME")
 ARM64_ROOT_ENV = "VERIFY_ARM64_ROOT"
 
 
@@ -140,7 +141,9 @@ def resolve(spec: str) -> Profile:
                                  f"{profile.transport!r}, not {transport!r}")
             # Reports name the device as typed (`ssh:board`, not the profile's `board`).
             return profile if name == spec else replace(profile, name=spec)
-    if transport == "local" and not target:
+    if transport == "local":
+        if target:
+            raise UsageError(f"device {spec!r}: local takes no target (cuda:N picks a GPU)")
         return Profile(name="local", transport="local")
     if transport == "cuda":
         index = int(target or 0)
@@ -196,45 +199,63 @@ def profile_from_dict(data: Mapping[str, Any], path: Path) -> Profile:
         raise ProfileError(f"{path}: 'transport' must be one of {', '.join(TRANSPORTS_BUILTIN)} "
                            "or a third-party driver's name")
     base_dir = _str(data, "base_dir", path)
-    values = {"base_dir": base_dir, "profile_dir": str(path.parent.resolve()),
+    values = {"profile_dir": str(path.parent.resolve()),
               "cache": str(verify_cache_dir()), "arm64_root": str(arm64_root())}
 
-    def expand(text: str) -> str:
+    def expand(text: str, key: str = "") -> str:
         def sub(m: re.Match[str]) -> str:
-            key = m.group(1)
-            if key.startswith("env:"):
-                return os.environ.get(key[4:], "")
-            return values[key]
+            word = m.group(1)
+            if word.startswith("env:"):
+                name = word[4:]
+                if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                    raise ProfileError(f"{path}: {key}: {{{word}}} is not a variable name")
+                if name not in os.environ:
+                    raise ProfileError(f"{path}: {key}: {{{word}}}: ${name} is not set")
+                return os.environ[name]
+            if word not in values:
+                raise ProfileError(f"{path}: {key}: unknown placeholder {{{word}}} (known: "
+                                   + ", ".join(f"{{{p}}}" for p in _PLACEHOLDERS) + ")")
+            return values[word]
         return _PLACEHOLDER.sub(sub, text)
 
+    base_dir = expand(base_dir, "base_dir")  # {base_dir} in other keys is the expanded one
+    values["base_dir"] = base_dir
     timeouts = data.get("timeouts", {})
     if not isinstance(timeouts, dict):
         raise ProfileError(f"{path}: [timeouts] must be a table with connect and command")
+    for key in timeouts:
+        value = timeouts[key]
+        if key not in ("connect", "command"):
+            raise ProfileError(f"{path}: timeouts.{key}: unknown key (connect, command)")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not 0 < value < float("inf"):
+            raise ProfileError(f"{path}: timeouts.{key} = {value!r}: expected a number of "
+                               "seconds > 0")
     push_items = []
     for i, item in enumerate(data.get("push", [])):
         if not isinstance(item, dict) or not isinstance(item.get("src"), str) \
                 or not isinstance(item.get("dest"), str):
             raise ProfileError(f"{path}: push[{i}] needs string keys src and dest")
-        src = Path(expand(item["src"]))
+        src = Path(expand(item["src"], f"push[{i}].src"))
         push_items.append(PushItem(src if src.is_absolute() else path.parent / src,
-                                   expand(item["dest"])))
+                                   expand(item["dest"], f"push[{i}].dest")))
     transport_name = "local" if transport == "cuda" else transport
     providers = tuple(_list(data, "providers", path)) or (
         (CUDA, CPU) if transport == "cuda" else (CPU,))
     return Profile(
         name=path.stem, transport=transport_name,
-        address=expand(_str(data, "address", path)),
+        address=expand(_str(data, "address", path), "address"),
         description=_str(data, "description", path),
-        python=tuple(expand(w) for w in _list(data, "python", path)),
-        runner=tuple(expand(w) for w in _list(data, "runner", path)),
-        base_dir=expand(base_dir),
-        env={str(k): expand(str(v)) for k, v in _table(data, "env", path).items()},
+        python=tuple(expand(w, "python") for w in _list(data, "python", path)),
+        runner=tuple(expand(w, "runner") for w in _list(data, "runner", path)),
+        base_dir=base_dir,
+        env={str(k): expand(str(v), f"env.{k}") for k, v in _table(data, "env", path).items()},
         providers=providers,
         provider_options={str(k): dict(v) for k, v in _table(data, "provider_options", path).items()},
         push=tuple(push_items),
         connect_timeout=float(timeouts.get("connect", 15.0)),
         command_timeout=float(timeouts.get("command", 600.0)),
-        options={k: expand(v) if isinstance(v, str) else v
+        options={k: expand(v, f"options.{k}") if isinstance(v, str) else v
                  for k, v in _table(data, "options", path).items()},
         source=path)
 

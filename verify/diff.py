@@ -27,7 +27,7 @@ from verify.compare import (TensorDiff, ToleranceSet, compare, expect_bytes, jso
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
-from verify.testcase import read_archive
+from verify.testcase import ArchiveReader
 from verify.tolerance import describe_record
 
 
@@ -283,39 +283,35 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
 
 def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                     status: Callable[[str], None] | None) -> _Source:
-    import h5py
-
     from verify import schema
 
-    tc = read_archive(path)
-    f = stack.enter_context(h5py.File(path, "r"))
-    needs_host = any(f.get(f"{schema.case_path(c)}/{schema.LAYERS}") is None
-                     for c in range(len(tc.cases)))
+    reader = stack.enter_context(ArchiveReader(path))
+    tc = reader.testcase()
+    needs_host = any(not c.get(schema.LAYERS) for c in reader.cases)
     model = (parse_model(tc.model_bytes, str(path)) if with_floors or needs_host else None)
     floors = saturation_floors(model) if with_floors and model is not None else {}
     scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
     def side(case: int) -> _Side:
         tc.case_indices(case)  # a case the archive does not hold: one UsageError line
-        group = f.get(f"{schema.case_path(case)}/{schema.LAYERS}")
-        if group is None or not len(group):
+        entries = reader.cases[case].get(schema.LAYERS)
+        if not entries:
             return _host_side(case)
-        keys = {str(group[k].attrs[schema.ATTR_NAME]): k for k in group.keys()}
-        order = [t for t in tc.tensor_order if t.name in keys]
+        datasets = {e.name: (e, reader.dataset(e)) for e in entries}
+        order = [t for t in tc.tensor_order if t.name in datasets]
 
         def load(name: str) -> np.ndarray:
-            ds = group[keys[name]]
-            if ds.dtype.hasobject or ds.shape is None or ds.size == 0:
-                return np.asarray(ds[()])
+            entry, ds = datasets[name]
+            if ds.size == 0:
+                return reader.read(entry)
             out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
-            ds.read_direct(out)
-            return out
+            return reader.read(entry, out)  # checked against its digest
 
         return _Side(label=str(path),
                      tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
                               for t in order],
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
-                     nbytes=sum(int(group[keys[t.name]].nbytes) for t in order))
+                     nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
 
     hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
 

@@ -279,9 +279,59 @@ def open_dump(path: Path) -> Dump:
     if not isinstance(cases, list) or not cases or not all(
             isinstance(c, dict) and isinstance(c.get("tensors"), list) for c in cases):
         raise DumpError(f"{path}: corrupt {MANIFEST} (no cases)")
+    problem = _manifest_problem(manifest)
+    if problem:
+        raise DumpError(f"{path}: corrupt {MANIFEST} ({problem})")
     if not any(c["tensors"] for c in cases):
         raise DumpError(f"{path}: empty dump (no tensors; was --dump-filter too narrow?)")
     return Dump(path, manifest)
+
+
+def _is_int(v: Any, low: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
+
+
+def _is_strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _manifest_problem(m: Mapping[str, Any]) -> str | None:
+    """What is wrong with a manifest's fields (every one a reader uses, by type and range),
+    or None. A manifest is a file anyone can edit: nothing is trusted before this."""
+    optional: dict[str, Any] = {"options": dict, "outputs": _is_strs, "optimized_only": _is_strs,
+                                "fused_away": list, "fused_into": dict, "model_sha256": str,
+                                "graph": str, "filtered_out": _is_int}
+    for key, kind in optional.items():
+        if key in m and m[key] is not None and not (
+                kind(m[key]) if callable(kind) and not isinstance(kind, type)
+                else isinstance(m[key], kind)):
+            return f"field {key!r} has the wrong type"
+    if not all(isinstance(f, dict) and isinstance(f.get("name", ""), str)
+               for f in m.get("fused_away") or []):
+        return "fused_away entries are not records with a name"
+    if not all(isinstance(k, str) and _is_strs(v) for k, v in (m.get("fused_into") or {}).items()):
+        return "fused_into does not map names to name lists"
+    seen = set()
+    for i, case in enumerate(m["cases"]):
+        number = case.get("case", i)
+        if not _is_int(number) or number in seen:
+            return f"case number {number!r} is not a new integer >= 0"
+        seen.add(number)
+        for t in case["tensors"]:
+            if not isinstance(t, dict):
+                return "a tensor entry is not a record"
+            ok = (_is_int(t.get("index")) and isinstance(t.get("name"), str)
+                  and isinstance(t.get("dtype"), str)
+                  and isinstance(t.get("shape"), list) and len(t["shape"]) <= 64
+                  and all(_is_int(d) for d in t["shape"])
+                  and (t.get("file") is None or isinstance(t.get("file"), str))
+                  and all(isinstance(t.get(k, ""), str) for k in ("node", "op", "origin"))
+                  and isinstance(t.get("stats", {}), dict)
+                  and isinstance(t.get("floor", 0.0), (int, float))
+                  and not isinstance(t.get("floor", 0.0), bool))
+            if not ok:
+                return f"tensor entry {str(t.get('name'))[:60]!r} is malformed"
+    return None
 
 
 # --- the text form -----------------------------------------------------------------------------
@@ -298,6 +348,14 @@ def _num(value: Any) -> str:
     return f"{value:.7g}"
 
 
+def escape(name: str) -> str:
+    """A name on one line: backslashes doubled, newlines and other unprintable characters as
+    Python escapes (\\n, \\x00); printable unicode is kept as is."""
+    return "".join(c if c.isprintable() and c != "\\" else
+                   "\\\\" if c == "\\" else c.encode("unicode_escape").decode("ascii")
+                   for c in name)
+
+
 def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
                  ) -> str:
     """load_and_run's --io-dump: one block per tensor in order, stable formatting (7
@@ -308,8 +366,9 @@ def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapp
     for case, records in cases:
         lines.append(f"=== case {case}: {len(records)} tensors")
         for t in records:
-            lines.append(f"[{int(t['index']):05d}] {t['name']}")
-            lines.append(f"  node {t.get('node') or '-'}  op {t.get('op') or '-'}")
+            lines.append(f"[{int(t['index']):05d}] {escape(str(t['name']))}")
+            lines.append(f"  node {escape(str(t.get('node') or '-'))}  "
+                         f"op {escape(str(t.get('op') or '-'))}")
             lines.append(f"  shape {_shape(t.get('shape', ()))}  dtype {t.get('dtype')}")
             lines.append("  first " + " ".join(_num(v) for v in t.get("first") or []))
             lines.append(f"  min {_num(t.get('min'))}  max {_num(t.get('max'))}  "

@@ -45,6 +45,15 @@ class DumpError(UsageError):
     """A dump directory is incomplete, corrupt, or does not match another one."""
 
 
+class OutputError(UsageError):
+    """A file or folder verify was asked to write cannot be written (read-only, full, a folder
+    where a file belongs): the user's side, exit 2."""
+
+
+class ArchiveWarning(UserWarning):
+    """An archive that can be read but not verified (format 1: no checksums)."""
+
+
 class ProfileError(UsageError):
     """A device profile, suite file or profile trace is malformed."""
 

@@ -10,6 +10,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from verify import devices
+from verify.archive_check import check_cases
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet, json_safe
@@ -23,6 +24,7 @@ from verify.dump import (
 )
 from verify.errors import UsageError
 from verify.files import (
+    made_dirs,
     save_npy_atomic,
     write_json_atomic,
     write_text_atomic,
@@ -118,6 +120,7 @@ def prepare(request: ArchiveRequest) -> Prepared:
     """The set-up every command that runs an archive does first (bad input fails here, before
     any device time is spent)."""
     tc = read_archive(request.archive)
+    check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model"))
     tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
     return Prepared(tc, tolerances, tc.case_indices(request.case_index),
                     resolve_profile(request.device, request.insecure_host_key))
@@ -273,13 +276,22 @@ def write_out_dump(folder: Path, indices: Sequence[int], device_run: DeviceRun) 
     Files are named by index (`case0-out0.npy`), never by tensor name; `outputs.json` maps
     them back to names and is written last.
     """
-    folder.mkdir(parents=True, exist_ok=True)
     index: list[dict[str, Any]] = []
-    for pos, ci in enumerate(indices):
-        for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
-            file = f"case{ci}-out{k}.npy"
-            save_npy_atomic(folder / file, value)
-            index.append({"case": ci, "output": name, "file": file,
-                          "dtype": str(value.dtype), "shape": list(value.shape)})
-    write_json_atomic(folder / "outputs.json", {"device": device_run.device, "outputs": index})
+    written: list[Path] = []
+    with made_dirs(folder):  # on failure: the files written here go, then the folder if made
+        try:
+            for pos, ci in enumerate(indices):
+                for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
+                    file = f"case{ci}-out{k}.npy"
+                    written.append(folder / file)
+                    save_npy_atomic(folder / file, value)
+                    index.append({"case": ci, "output": name, "file": file,
+                                  "dtype": str(value.dtype), "shape": list(value.shape)})
+            written.append(folder / "outputs.json")
+            write_json_atomic(folder / "outputs.json",
+                              {"device": device_run.device, "outputs": index})
+        except BaseException:
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
     return folder

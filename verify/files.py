@@ -4,12 +4,18 @@ A write goes to a temporary name beside the target (so the final rename stays on
 system), is flushed to disk, gets the permissions the user's umask gives a new file (the
 temporary file is created 0600), and is renamed over the target. On any failure, Ctrl-C
 included, the temporary file is removed and the target is left as it was.
+
+This is also the one place an OSError met while writing becomes a one-line error naming the
+path and the reason (`output_errors`, `os_reason`): a read-only folder, a full disk, a folder
+where a file belongs are the user's side (OutputError, exit 2); folders made for an output
+that failed are removed again (`made_dirs`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +24,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from verify.errors import VerifyError
+from verify.errors import OutputError, VerifyError
 
 
 def read_user_file(path: Path, error: type[VerifyError], expected: str,
@@ -37,6 +43,75 @@ def read_user_file(path: Path, error: type[VerifyError], expected: str,
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
+def os_reason(exc: OSError) -> str:
+    """The reason of an OSError in a few words ('No space left on device'), also for h5py's
+    multi-line messages that carry the errno only in their text."""
+    if exc.errno:
+        return os.strerror(exc.errno)
+    text = str(exc)
+    match = re.search(r"errno = (\d+)", text)
+    if match:
+        return os.strerror(int(match.group(1)))
+    return (exc.strerror or text or type(exc).__name__).splitlines()[0][:200]
+
+
+@contextmanager
+def output_errors(path: Path | str, error: type[VerifyError] = OutputError) -> Iterator[None]:
+    """An OSError raised inside becomes one `error` line: '<path>: cannot write: <reason>'."""
+    try:
+        yield
+    except OSError as exc:
+        raise error(f"{path}: cannot write: {os_reason(exc)}") from None
+
+
+@contextmanager
+def made_dirs(path: Path | str) -> Iterator[Path]:
+    """Create folder `path` (and missing parents) for an output; when the block fails, remove
+    the folders made here that are empty again. OSErrors are one OutputError line."""
+    path = Path(path)
+    made = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        made.append(probe)
+        probe = probe.parent
+    try:
+        with output_errors(path):
+            if path.exists() and not path.is_dir():
+                raise OutputError(f"{path}: exists and is not a folder")
+            path.mkdir(parents=True, exist_ok=True)
+        yield path
+    except BaseException:
+        remove_empty_dirs(made)
+        raise
+
+
+def remove_empty_dirs(dirs: list[Path]) -> None:
+    """Remove each folder of `dirs` (deepest first, as `made_dirs` lists them) if empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+SPACE_MARGIN = 256 << 10  # bytes kept free beyond a write's own size (metadata, the rename)
+
+
+def ensure_space(path: Path, nbytes: int) -> None:
+    """Refuse, as one OutputError line, to write `nbytes` more into `path`'s folder when its
+    file system has less free. For writers whose library does not survive a failed write:
+    the HDF5 library, after ENOSPC, fails its own close and then crashes the process."""
+    try:
+        st = os.statvfs(Path(path).parent if str(Path(path).parent) else ".")
+    except (OSError, AttributeError):  # no statvfs (Windows) or no folder: the write says
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes + SPACE_MARGIN:
+        raise OutputError(f"{path}: cannot write: No space left on device (needs about "
+                          f"{(nbytes + SPACE_MARGIN) / 2**20:.1f} MB, {free / 2**20:.1f} MB "
+                          "free)")
+
+
 def umask() -> int:
     """The process's umask (reading it means setting it: restore at once)."""
     mask = os.umask(0)
@@ -51,13 +126,18 @@ def atomic_path(path: Path) -> Iterator[Path]:
     For writers that want a file name (h5py); `atomic_write` is simpler for the rest.
     """
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    os.close(fd)
+    with output_errors(path):
+        if path.is_dir():
+            raise OutputError(f"{path}: is a folder; give a file name")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part",
+                                        dir=path.parent if str(path.parent) else ".")
+        os.close(fd)
     tmp = Path(tmp_name)
     try:
-        yield tmp
-        os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
+        with output_errors(path):
+            yield tmp
+            os.chmod(tmp, 0o666 & ~umask())
+            os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -79,8 +159,8 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write UTF-8 text atomically, creating the parent folder if needed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, text.encode("utf-8"))
+    with made_dirs(path.parent):
+        write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:

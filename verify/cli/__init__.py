@@ -3,28 +3,37 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from verify import DISTRIBUTION, __version__
-from verify.files import json_value
+from verify.files import json_value, os_reason
 from verify.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
+    UsageError,
     VerifyError,
 )
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
+    warnings.showwarning = _show_warning  # one line, not Python's file:line form
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="verify",
                         standalone_mode=False)
@@ -40,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerifyError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
+    except OSError as exc:  # one the code did not convert where it happened: still one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {where}{os_reason(exc)}", err=True)
+        code = EXIT_USAGE
     except Exception:  # a bug: show everything
         click.echo(traceback.format_exc(), err=True)
         click.echo("error: internal error (a bug in verify; please report it with the trace above)",
@@ -50,9 +63,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def _max_tensor_mb(ctx: click.Context, param: click.Parameter, value: float | None) -> None:
+    if value is None:
+        return
+    if not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"--max-tensor-mb {value:g}: expected a number of MB > 0")
+    from verify.schema import MAX_TENSOR_MB_ENV
+
+    os.environ[MAX_TENSOR_MB_ENV] = repr(value)  # read where archives are opened
+
+
 @click.group(context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="verify",
                       message=f"%(prog)s %(version)s (distribution {DISTRIBUTION})")
+@click.option("--max-tensor-mb", type=float, default=None, expose_value=False, is_eager=True,
+              callback=_max_tensor_mb, metavar="MB",
+              help="Refuse an archive dataset declaring more than MB (default 2048, or "
+                   "$VERIFY_MAX_TENSOR_MB); checked before anything is read.")
 def cli() -> None:
     """Check that an ONNX model computes the same thing on a device as on your reference.
 
@@ -104,9 +131,16 @@ def insecure_host_key_option(f: Callable[..., Any]) -> Callable[..., Any]:
                         help="ssh: accept an unknown or changed host key (not recommended).")(f)
 
 
+def _positive_seconds(ctx: click.Context, param: click.Parameter,
+                      value: float | None) -> float | None:
+    if value is not None and not (value > 0 and math.isfinite(value)):
+        raise UsageError(f"--timeout {value:g}: expected a number of seconds > 0")
+    return value
+
+
 def timeout_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """--timeout SECONDS; `what` says which work it bounds."""
-    return click.option("--timeout", type=float, default=None,
+    """--timeout SECONDS (> 0, finite); `what` says which work it bounds."""
+    return click.option("--timeout", type=float, default=None, callback=_positive_seconds,
                         help=f"Seconds {what} may take on the device (default: the profile's).")
 
 

@@ -9,7 +9,7 @@ import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option
 from verify.errors import EXIT_OK, UsageError
-from verify.files import write_bytes_atomic
+from verify.files import made_dirs, remove_empty_dirs, write_bytes_atomic
 
 if TYPE_CHECKING:
     from verify.testcase import Testcase
@@ -58,12 +58,20 @@ def _write_test_data(tc: "Testcase", folder: Path) -> Path:
     """onnx_test_runner's layout: test_data_set_N/{input,output}_K.pb (TensorProto)."""
     from onnx import numpy_helper
 
-    folder.mkdir(parents=True, exist_ok=True)
-    for i, case in enumerate(tc.cases):
-        case_dir = folder / f"test_data_set_{i}"
-        case_dir.mkdir(exist_ok=True)
-        for kind, values in (("input", case.inputs), ("output", case.outputs)):
-            for k, (name, value) in enumerate(values.items()):
-                proto = numpy_helper.from_array(value, name)
-                write_bytes_atomic(case_dir / f"{kind}_{k}.pb", proto.SerializeToString())
+    written: list[Path] = []
+    # all of it or nothing: on failure the files written so far go, then the folders made here
+    with made_dirs(folder):
+        for i, case in enumerate(tc.cases):
+            with made_dirs(folder / f"test_data_set_{i}") as case_dir:
+                try:
+                    for kind, values in (("input", case.inputs), ("output", case.outputs)):
+                        for k, (name, value) in enumerate(values.items()):
+                            proto = numpy_helper.from_array(value, name)
+                            written.append(case_dir / f"{kind}_{k}.pb")
+                            write_bytes_atomic(written[-1], proto.SerializeToString())
+                except BaseException:
+                    for path in written:
+                        path.unlink(missing_ok=True)
+                    remove_empty_dirs(sorted({p.parent for p in written} - {case_dir}))
+                    raise
     return folder

@@ -17,13 +17,35 @@ from verify.errors import EXIT_OK
 def inspect(archive: Path, as_json: bool) -> int:
     """Show what a .vtc archive holds: model, inputs/outputs, cases, tolerances, provenance.
 
+    Checks all of it first, as `verify run` would: every tensor and the model against their
+    checksums (per-layer references included), the cases against the model's inputs and
+    outputs (names, dtypes, shapes). Anything wrong is one line and exit 2.
+
     \b
       verify inspect cnn.vtc
       verify inspect cnn.vtc --json | jq .provenance
     """
-    from verify.testcase import read_archive
+    from verify.archive_check import check_cases
+    from verify.graph import parse_model
+    from verify.schema import LAYERS
+    from verify.testcase import ArchiveReader
+    from verify.tolerance import tolerance_set
 
-    summary = render.inspect_summary(read_archive(archive))
+    with ArchiveReader(archive) as reader:
+        tc = reader.testcase()
+        layers = 0
+        for case in reader.cases:  # one at a time: read, checked, dropped
+            for entry in case.get(LAYERS, ()):
+                reader.read(entry)
+                layers += 1
+    check_cases(tc, parse_model(tc.model_bytes, f"{archive}: the archive's model"))
+    tolerance_set(tc.tolerances, None, None, ())  # a record run would refuse: refused here
+    summary = render.inspect_summary(tc)
+    tensors = sum(len(c.inputs) + len(c.outputs) for c in tc.cases) + layers
+    summary["integrity"] = (f"verified: the model and {tensors} tensor(s) match their checksums"
+                            if tc.checked else
+                            f"not verified: archive format {tc.format_version} has no checksums "
+                            "(re-pack it)")
     if as_json:
         emit_json(summary)
     else:

@@ -152,6 +152,8 @@ def print_inspect(s: Mapping[str, Any]) -> None:
     con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
               f"({s['tensors']} tensors in graph order)")
     con.print(f"tolerances: {s['tolerance_rule']}")
+    if "integrity" in s:
+        con.print(f"integrity: {s['integrity']}")
     p = s["provenance"]
     con.print(f"provenance: {p.get('reference', '')}; onnxruntime {p.get('onnxruntime')}, "
               f"onnx {p.get('onnx')}, numpy {p.get('numpy')}, verify {p.get('verify')}; "

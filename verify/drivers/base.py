@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from verify.errors import RemoteCommandFailed
-from verify.files import atomic_path
+from verify.files import atomic_path, made_dirs
 
 Progress = Callable[[int], None]
 """Called with the number of bytes moved since the last call."""
@@ -179,8 +179,7 @@ class Driver(ABC):
         """Copy a device file to the host atomically: a partial file never appears at `local`.
         With `move` the device no longer needs the file, and a transport that can hand it over
         without copying (the local one, on one file system) does so."""
-        local.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(local) as tmp:
+        with made_dirs(local.parent), atomic_path(local) as tmp:
             (self._move_impl if move else self._get_impl)(remote, tmp, progress)
         self.stats.bytes_got += local.stat().st_size
         self.stats.files_got += 1

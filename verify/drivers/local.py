@@ -64,7 +64,7 @@ class LocalDriver(Driver):
         _copy(local, remote, f"copying {local}", progress)
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        _copy(remote, local, f"fetching {remote}", progress)
+        _copy(remote, local, f"fetching {remote}", progress, host_side=True)
 
     def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
         """A rename where the work directory and `local` share a file system (123 files,
@@ -97,11 +97,23 @@ class LocalDriver(Driver):
         return os.path.exists(path)
 
 
-def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None) -> None:
+def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None,
+          host_side: bool = False) -> None:
+    """Copy a file; a failure is the device's (TransferError), except writing `dst` when it
+    is on the host (`host_side`: a full or read-only disk of the user's), which stays an
+    OSError for the host's writer to report (files.output_errors: exit 2)."""
     try:
-        shutil.copyfile(src, dst)
+        source = open(src, "rb")
     except OSError as exc:
         raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
+    with source:
+        try:
+            with open(dst, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+        except OSError as exc:
+            if host_side:
+                raise
+            raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
     if progress:
         progress(os.path.getsize(dst))
 

@@ -110,32 +110,32 @@ def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
     assert d.manifest["options"]["budget_bytes"] == 1 << 19
 
 
-# verify's own runner, with its chunk planner recording each plan (the tensors' estimated
-# sizes per chunk, and the budget it was given) in the file named by its first argument.
+# verify's own runner, with its segment planner recording each segment it cuts (the node span
+# and the budget it was given) in the file named by its first argument.
 _PLAN_RECORDING_RUNNER = """
 import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location("device_runner", {runner!r})
 rt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rt)
 log = sys.argv.pop(1)
-plan = rt.plan_chunks
+plan = rt.next_segment
 
-def plan_chunks(names, sizes, budget):
-    chunks = plan(names, sizes, budget)
-    size = dict(zip(names, sizes))
+def next_segment(nodes, first, sizes, captured, last_read, budget, held):
+    last = plan(nodes, first, sizes, captured, last_read, budget, held)
     with open(log, "a") as fh:
-        fh.write(json.dumps({{"budget": budget,
-                              "chunks": [[size[n] for n in c] for c in chunks]}}) + "\\n")
-    return chunks
+        fh.write(json.dumps({{"budget": budget, "first": first, "last": last,
+                              "nodes": [n.name for n in nodes]}}) + "\\n")
+    return last
 
-rt.plan_chunks = plan_chunks
+rt.next_segment = next_segment
 sys.exit(rt.main(sys.argv))
 """
 
 
-def test_dump_budget_is_recorded_and_bounds_the_chunks(cnn_vtc: Path, tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
     import sys
 
     from verify.pipeline import RUNNER_SOURCE
@@ -147,7 +147,8 @@ def test_dump_budget_is_recorded_and_bounds_the_chunks(cnn_vtc: Path, tmp_path: 
         f'transport = "local"\nrunner = {json.dumps([sys.executable, str(wrapper), str(log)])}\n')
     monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "profiles"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    chunks, dumps = {}, {}
+    model = onnx.load(CNN)
+    segments, dumps = {}, {}
     for mb in ("0.5", "64"):
         log.unlink(missing_ok=True)
         dumps[mb] = tmp_path / f"d{mb}"
@@ -157,15 +158,28 @@ def test_dump_budget_is_recorded_and_bounds_the_chunks(cnn_vtc: Path, tmp_path: 
         assert code == 0, err
         budget = int(float(mb) * (1 << 20))
         assert open_dump(dumps[mb]).manifest["options"]["budget_bytes"] == budget
-        [plan] = [json.loads(line) for line in log.read_text().splitlines()]
-        assert plan["budget"] == budget
-        # every chunk fits the budget, but for a lone tensor larger than the budget by itself
-        assert all(len(c) == 1 or sum(c) <= budget for c in plan["chunks"]), plan
-        chunks[mb] = plan["chunks"]
-    total = sum(sum(c) for c in chunks["64"])
-    assert len(chunks["64"]) == 1 and total > 4 << 19
-    assert len(chunks["0.5"]) >= -(-total // (1 << 19))  # at least total / budget chunks
-    # the chunking changes how the values were fetched, never the values
+        plans = [json.loads(line) for line in log.read_text().splitlines()]
+        assert {p["budget"] for p in plans} == {budget}
+        spans = [(p["first"], p["last"]) for p in plans]
+        nodes = plans[0]["nodes"]
+        assert nodes == [n.name for n in model.graph.node]
+        # the segments cover every node once, in order
+        assert [i for a, b in spans for i in range(a, b)] == list(range(len(nodes)))
+        # live bytes, recomputed here from the graph and the sizes the dump really has: the
+        # boundary tensors held when a segment starts plus every tensor it computes
+        d = open_dump(dumps[mb])
+        real = {e.name: int(np.prod(e.shape)) * np.dtype(e.dtype).itemsize for e in d.entries(0)}
+        made = {o: i for i, n in enumerate(model.graph.node) for o in n.output}
+        last_read = {i: k for k, n in enumerate(model.graph.node) for i in n.input}
+        for a, b in spans:
+            held = [t for t, k in made.items() if k < a and last_read.get(t, -1) >= a]
+            marked = [o for n in model.graph.node[a:b] for o in n.output]
+            live = sum(real[t] for t in held + marked)
+            assert b - a == 1 or live <= budget, (a, b, live)
+        segments[mb] = spans
+    assert len(segments["64"]) == 1
+    assert len(segments["0.5"]) > 2
+    # the segmenting changes how the values were fetched, never the values
     small, large = open_dump(dumps["0.5"]), open_dump(dumps["64"])
     assert [e.name for e in small.entries(0)] == [e.name for e in large.entries(0)]
     for a, b in zip(small.entries(0), large.entries(0), strict=True):

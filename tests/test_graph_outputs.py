@@ -1,4 +1,4 @@
-"""graph.with_outputs / inferred_types / fused_away, and the runner's wire-level marking."""
+"""graph.with_outputs / inferred_types / fused_away, and the runner's wire-level segments."""
 
 from __future__ import annotations
 
@@ -91,22 +91,40 @@ def test_fused_away_groups_what_onnxruntime_fused(tmp_path: Path) -> None:
     assert "block3/se/sigmoid:0" in groups
 
 
-@pytest.mark.parametrize("names", [["stem/relu:0"], ["stem/conv:0", "prob", "block3/relu:0"], []])
-def test_runner_wire_level_marking_equals_onnx_marking(names: list[str]) -> None:
-    data = CNN.read_bytes()
-    spliced = b"".join(bytes(p) for p in rt.model_with_outputs(data, names))
-    parsed = onnx.ModelProto()
-    parsed.ParseFromString(spliced)
-    expected = ["prob"] + [n for n in names if n != "prob"]
-    assert [o.name for o in parsed.graph.output][:1] == ["prob"]
-    assert [o.name for o in parsed.graph.output][1:] == names  # appended as given
-    s = session(spliced)
-    assert {o.name for o in s.get_outputs()} == set(expected)
+@pytest.mark.parametrize("span", [(0, 3), (3, 9), (9, None)])
+def test_runner_wire_level_segment_computes_what_the_whole_graph_does(span: tuple) -> None:
+    """A segment model built from the bytes (no onnx package on the device) holds exactly its
+    nodes, reads the boundary tensors as inputs, and computes the whole graph's values."""
+    model = onnx.load(CNN)
+    wire = rt.WireModel(memoryview(CNN.read_bytes()))
+    assert [n.name for n in wire.nodes] == [n.name for n in model.graph.node]
+    first, last = span[0], span[1] or len(wire.nodes)
+    nodes = model.graph.node[first:last]
+    made = {o for n in model.graph.node[:first] for o in n.output}
+    boundary = sorted({i for n in nodes for i in n.input if i in made})
+    outputs = [o for n in nodes for o in n.output]
+    data = b"".join(bytes(p) for p in wire.segment_pieces(
+        first, last, {b: TensorProto.FLOAT for b in boundary}, outputs))
+    seg = onnx.load_from_string(data)
+    assert [n.name for n in seg.graph.node] == [n.name for n in nodes]
+    assert [o.name for o in seg.graph.output] == outputs
+    inits = {i.name for i in model.graph.initializer}
+    assert {i.name for i in seg.graph.initializer} == {i for n in nodes for i in n.input
+                                                       if i in inits}
+    full, _ = with_outputs(model, [o for n in model.graph.node for o in n.output])
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224), dtype=np.float32)
+    whole = dict(zip([o.name for o in full.graph.output], session(full).run(None, {"data": x})))
+    feeds = {b: whole[b] for b in boundary}
+    if first == 0:
+        feeds["data"] = x
+    got = session(data).run(outputs, feeds)
+    for name, value in zip(outputs, got):
+        assert np.array_equal(value, whole[name]), name
 
 
 def test_runner_refuses_bytes_that_are_not_a_model() -> None:
     with pytest.raises(rt.JobError, match="not an ONNX model"):
-        rt.model_with_outputs(b"\x08\x07\x12", ["x"])
+        rt.WireModel(b"\x08\x07\x12")
 
 
 def test_plan_chunks_respects_the_budget() -> None:

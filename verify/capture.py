@@ -1,10 +1,11 @@
 """Capturing intermediate tensors in bounded memory, on the host and (planned here) on devices.
 
 A tensor is visible only as a graph output, and marking every tensor at once keeps every
-activation alive until the run ends (ResNet-50: peak memory 333 -> 718 MB). So tensors are
-captured in chunks: consecutive slices of the topological order whose sizes fit a budget, one
-session per chunk with just that slice marked, each value handed on as soon as it arrives.
-The chunking and the model rewrite are the device runner's own functions
+activation alive until the run ends (ResNet-50: peak memory 333 -> 718 MB). So the graph is cut
+into consecutive segments whose live tensors fit a budget, each run once on the boundary values
+the previous one left, each value handed on as soon as it arrives; the sizes come from shape
+inference with the case's concrete input shapes (`verify.shapes`), and what that cannot derive
+is measured on the device. The segmenting is the device runner's own code
 (`verify/runner/runner.py`), so the host and every device capture the same way.
 """
 
@@ -24,6 +25,7 @@ from verify.graph import (TensorInfo, fused_away, output_names, parse_model,
                           saturation_floors, tensor_order)
 from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
+from verify.shapes import tensor_sizes
 
 # The host reference: plain CPU kernels, as for ground truth (reference.py).
 _HOST_JOB = {"opt_level": "disable", "providers": ["CPUExecutionProvider"]}
@@ -44,7 +46,8 @@ class HostCapture:
         model = model if model is not None else parse_model(model_bytes, "model")
         self._order = [t.name for t in tensor_order(model)]
         self._outputs = output_names(model)
-        del model
+        self._model = model
+        self._sizes: dict[tuple[tuple[str, tuple[int, ...]], ...], dict[str, int | None]] = {}
         self._budget = budget_bytes or int(_rt.default_budget(len(model_bytes)))
         self._scratch = tempfile.TemporaryDirectory(prefix="verify-capture-")
         self._path = Path(self._scratch.name) / "model.onnx"
@@ -62,7 +65,7 @@ class HostCapture:
     def layers(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None
                ) -> Iterator[tuple[str, np.ndarray]]:
         """Reference values of `names` (default: every tensor of `graph.tensor_order`, graph
-        inputs included) for one case, yielded in topological order, computed in chunks of
+        inputs included) for one case, yielded in topological order, computed in segments of
         at most the budget of marked activations. Names not in the graph are a UsageError.
         Drop each value once used to keep memory bounded."""
         wanted = self._order
@@ -75,10 +78,13 @@ class HostCapture:
             chosen = set(names)
             wanted = [n for n in self._order if n in chosen]
         feeds = {k: np.asarray(v) for k, v in feeds.items()}
-        chunks = _rt.capture_chunks(np, _ort(), str(self._path), wanted, self._outputs, [feeds],
-                                    self._budget,
-                                    {**_HOST_JOB, "ort_log_severity": ort_log_severity()},
-                                    self._scratch.name)
+        key = tuple(sorted((k, tuple(v.shape)) for k, v in feeds.items()))
+        if key not in self._sizes:
+            self._sizes[key] = tensor_sizes(self._model, [dict(key)])
+        chunks = _rt.capture_segments(np, _ort(), str(self._path), wanted, [feeds],
+                                      self._budget,
+                                      {**_HOST_JOB, "ort_log_severity": ort_log_severity()},
+                                      self._scratch.name, sizes=self._sizes[key])
         try:
             for _case, name, value in _host_errors(chunks):
                 yield name, np.asarray(value)
@@ -132,6 +138,8 @@ class DumpPlan:
     fused_into: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     filtered_out: int = 0
     model_floors: Mapping[str, float] = field(default_factory=dict)  # the original model's, all
+    sizes: Mapping[str, int | None] = field(default_factory=dict)  # bytes of every node output
+    subgraph_tensors: int = 0  # computed inside If/Loop/Scan bodies: onnxruntime cannot mark them
 
 
 def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
@@ -145,11 +153,13 @@ def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
 
 
 def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
-              dump_filter: str | None = None) -> DumpPlan:
+              dump_filter: str | None = None,
+              input_shapes: Sequence[Mapping[str, Sequence[int]]] = ()) -> DumpPlan:
     """The tensors to dump: those of the original model, or with `captured_bytes` (the
     optimized model onnxruntime wrote on the device) those of the optimized graph, with the
     original tensors it fused away and the tensors it alone has. `dump_filter` is a regular
-    expression searched in each tensor's and producing node's name."""
+    expression searched in each tensor's and producing node's name. `input_shapes` (per case,
+    input name -> shape) sizes every tensor of the graph that runs (`DumpPlan.sizes`)."""
     pattern = compile_dump_filter(dump_filter)
     original = parse_model(original_bytes, "model")
     captured = original if captured_bytes is None else parse_model(
@@ -158,10 +168,13 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
     kept = [t for t in order if pattern is None or pattern.search(t.name) or
             pattern.search(t.node)]
     floors = saturation_floors(captured)
+    sizes = tensor_sizes(captured, input_shapes) if input_shapes else {}
+    inside = subgraph_tensor_count(captured)
     if captured_bytes is None:
         return DumpPlan("model", tuple(_reindex(kept)), tuple(output_names(captured)),
                         {t.name: floors.get(t.name, 0.0) for t in kept},
-                        fused_into={}, filtered_out=len(order) - len(kept), model_floors=floors)
+                        fused_into={}, filtered_out=len(order) - len(kept), model_floors=floors,
+                        sizes=sizes, subgraph_tensors=inside)
     original_order = tensor_order(original)
     names = {t.name for t in order}
     original_names = {t.name for t in original_order}
@@ -173,7 +186,23 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
         optimized_only=tuple(t.name for t in order if t.name not in original_names),
         fused_away=tuple(t for t in original_order if t.name not in names),
         fused_into={k: tuple(v) for k, v in groups.items()},
-        filtered_out=len(order) - len(kept), model_floors=original_floors)
+        filtered_out=len(order) - len(kept), model_floors=original_floors, sizes=sizes,
+        subgraph_tensors=inside)
+
+
+def subgraph_tensor_count(model: onnx.ModelProto) -> int:
+    """How many tensors the nodes inside If/Loop/Scan bodies compute (nested bodies included):
+    onnxruntime can mark only the top-level graph's tensors as outputs, so a dump cannot
+    capture these; reports say how many there are."""
+    def count(graph: onnx.GraphProto) -> int:
+        n = 0
+        for node in graph.node:
+            for attr in node.attribute:
+                for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                    n += sum(1 for b in body.node for o in b.output if o) + count(body)
+        return n
+
+    return count(model.graph)
 
 
 def _reindex(infos: Sequence[TensorInfo]) -> list[TensorInfo]:

@@ -263,6 +263,10 @@ def _dump_side(dump: Dump, case: int) -> _Side:
     tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     fused = dump.manifest.get("fused_away") or []
+    inside = dump.manifest.get("subgraph_tensors") or 0
+    note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
+            "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
+            "compared by their outputs" if isinstance(inside, int) and inside > 0 else "")
     return _Side(
         label=str(dump.path), tensors=tensors,
         load=lambda name: dump.load(entries[name]),
@@ -271,7 +275,7 @@ def _dump_side(dump: Dump, case: int) -> _Side:
                     for k, v in (dump.manifest.get("fused_into") or {}).items()},
         model_sha256=str(dump.manifest.get("model_sha256", "")),
         graph=str(dump.manifest.get("graph", "model")),
-        nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()))
+        nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
 
 
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:

@@ -65,7 +65,7 @@ class RunRequest:
     tol_specs: Sequence[str] = ()
     bin_io_dump: Path | None = None       # a dump directory of every layer (dump.py)
     io_dump: Path | None = None           # the text form, one block per tensor
-    dump_budget_mb: float | None = None   # marked activations per chunk (default: sized to it)
+    dump_budget_mb: float | None = None   # live tensors per dump segment (default: sized to it)
     dump_filter: str | None = None        # regex on tensor or node names
     dump_stats_only: bool = False         # stats computed on the device, no tensor transferred
     control_probe: bool = False           # time the runner's control probe per iteration (ci)
@@ -195,8 +195,15 @@ def _dump_note(capture: DumpCapture) -> str:
                  f"{len(plan.optimized_only)} only in the optimized graph)")
     if plan.filtered_out:
         note += f", {plan.filtered_out} left out by --dump-filter"
-    return note + (f"; chunks of at most {capture.budget_bytes / 2**20:.0f} MB, captured in "
-                   f"{capture.seconds:.2f} s")
+    if plan.subgraph_tensors:
+        note += (f"; {plan.subgraph_tensors} tensors inside If/Loop/Scan bodies not captured "
+                 "(onnxruntime can mark only the top-level graph's tensors)")
+    pieces = f"{capture.segments} segment(s)" if capture.segments else "segments"
+    measured = (f", {capture.measured} node output size(s) measured on the device"
+                if capture.measured else "")
+    return note + (f"; each node run once, in {pieces} of at most "
+                   f"{capture.budget_bytes / 2**20:.3g} MB of live tensors{measured}, captured "
+                   f"in {capture.seconds:.2f} s")
 
 
 def _dump_spec(request: RunRequest) -> DumpSpec | None:
@@ -257,7 +264,9 @@ def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
                     "fused_away": [{"name": t.name, "node": t.node, "op": t.op}
                                    for t in plan.fused_away],
                     "fused_into": {k: list(v) for k, v in plan.fused_into.items()},
-                    "filtered_out": plan.filtered_out}
+                    "filtered_out": plan.filtered_out,
+                    "subgraph_tensors": plan.subgraph_tensors,
+                    "segments": capture.segments}
         write_json_atomic(Path(request.bin_io_dump) / MANIFEST, json_safe(manifest))
         written["bin_io_dump"] = str(request.bin_io_dump)
     if request.io_dump is not None:

@@ -93,6 +93,8 @@ class DumpCapture:
     records: tuple[tuple[Mapping[str, Any], ...], ...]
     seconds: float = 0.0
     peak_rss_bytes: int | None = None     # the dump runner's
+    segments: int = 0                     # how many pieces the graph was cut into (0: unknown)
+    measured: int = 0                     # nodes whose output sizes the runner measured
 
 
 @dataclass(frozen=True)
@@ -248,7 +250,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 if dump is not None and options.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
                 elif dump is not None:  # the model itself: the timed runner dumps it first
-                    plan = plan_dump(model_bytes, None, dump.dump_filter)
+                    plan = plan_dump(model_bytes, None, dump.dump_filter, _shapes(cases))
                     job["dump_first"] = {**_dump_entry(plan, dump), "result": _DUMP_RESULT}
                 job_file = tmp / "job.json"
                 job_file.write_text(json.dumps(job, indent=1))
@@ -280,7 +282,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                     capture = _run_dump(driver, profile, runner_argv(profile, runner_path),
                                         workdir, tmp, job, model_bytes, dump, say,
                                         options.timeout, plan, result.get("dump_result"),
-                                        keep=options.keep)
+                                        keep=options.keep, input_shapes=_shapes(cases))
             finally:
                 if not options.keep:  # quiet while failing: a dead link must not hide why
                     driver.remove(workdir, quiet=sys.exc_info()[1] is not None)
@@ -303,14 +305,20 @@ def _dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     if not plan.tensors:
         raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
     return {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
-            "budget_bytes": dump.budget_bytes, "dir": "dump", "save": dump.dest is not None}
+            "budget_bytes": dump.budget_bytes, "dir": "dump", "save": dump.dest is not None,
+            "sizes": dict(plan.sizes)}
+
+
+def _shapes(cases: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, tuple[int, ...]]]:
+    return [{k: tuple(np.shape(v)) for k, v in case.items()} for case in cases]
 
 
 def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, tmp: Path,
               job: Mapping[str, Any], model_bytes: bytes, dump: DumpSpec, say: Status,
               timeout: float | None, plan: DumpPlan | None = None,
-              forked: str | None = None, keep: bool = False) -> DumpCapture:
-    """The dump, captured on the device in chunks in a runner process of its own (bounded
+              forked: str | None = None, keep: bool = False,
+              input_shapes: Sequence[Mapping[str, Sequence[int]]] = ()) -> DumpCapture:
+    """The dump, captured on the device in segments in a runner process of its own (bounded
     memory), then each tensor file pulled into `dump.dest`. At opt-level disable it captures
     the model itself: planned before the timed run (`plan`), and done by the timed runner in
     a child forked before its session (`forked` names that child's result file; None when
@@ -330,7 +338,7 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
                               "use verify's own runner.py, or --opt-level disable")
         driver.get(f"{workdir}/{_OPTIMIZED}", local)
         model_ref, optimized = _OPTIMIZED, local.read_bytes()
-    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter)
+    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter, input_shapes)
     dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
                 "optimized_model_path": None, "result": _DUMP_RESULT,
                 "dump": _dump_entry(plan, dump)}
@@ -370,8 +378,11 @@ def _pull_dump(driver: Driver, profile: Profile, workdir: str, dump: DumpSpec, p
                 rec["file"] = name
             kept.append(rec)
         records.append(tuple(kept))
+    segments = info.get("segments")
     return DumpCapture(plan, int(info.get("budget_bytes", 0)), tuple(records),
-                       float(info.get("ms", 0.0)) / 1000.0, result.get("peak_rss_bytes"))
+                       float(info.get("ms", 0.0)) / 1000.0, result.get("peak_rss_bytes"),
+                       segments=len(segments) if isinstance(segments, list) else 0,
+                       measured=int(info.get("measured") or 0))
 
 
 def _fetch_result(driver: Driver, workdir: str, tmp: Path, status: int, stderr: str,

@@ -36,14 +36,15 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
               help="Write the final outputs as .npy files into this folder.")
 @click.option("--bin-io-dump", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Capture every layer's output into DIR (manifest.json + one .npy per "
-                   "tensor), in memory-bounded chunks, after the timed run; compare two with "
-                   "`verify diff`.")
+                   "tensor) after the timed run, each node run once, in segments whose live "
+                   "tensors fit the budget; compare two with `verify diff`.")
 @click.option("--io-dump", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Write every layer's summary as text (shape, first values, min, max, mean, "
                    "std, NaN/Inf), one block per tensor; diffable with diff/vimdiff.")
 @click.option("--dump-budget-mb", type=float, default=None, metavar="MB",
-              help="Marked activations kept alive per chunk (default: 1.5x the model's "
-                   "size, at least 16, at most 1/16 of the device's memory).")
+              help="Live tensors per dump segment (default: 1.5x the model's size, at "
+                   "least 16, at most 1/16 of the device's memory); a node larger than it "
+                   "runs alone.")
 @click.option("--dump-filter", default=None, metavar="REGEX",
               help="Dump only tensors whose name or producing node's name matches REGEX.")
 @click.option("--dump-stats-only", is_flag=True,

@@ -12,15 +12,17 @@ replace it.
                                    also try to create a session with each provider P and
                                    report, under "probe", null (it works) or why it does not
 
-A job with a "dump" entry captures intermediate tensors instead of timing: the model is
-rewritten here (graph outputs appended at the protobuf wire level, no onnx package needed)
-once per chunk of tensors whose sizes fit the memory budget, so no more than one chunk of
-activations is alive at a time; each tensor is streamed to an .npy file named by index.
+A job with a "dump" entry captures intermediate tensors instead of timing: the graph is cut
+into consecutive segments whose live tensors fit the memory budget, each built here as a model
+of its own at the protobuf wire level (no onnx package needed) and run on the boundary values
+the previous segment left, so every node runs once; each tensor is streamed to an .npy file
+named by index (see capture_segments and docs/runner-contract.md, "Segments").
 A timed job with a "dump_first" entry (a dump entry plus its result file's name) first runs
 that dump in a forked child, then times as usual (see forked_dump).
 """
 
 import base64
+import collections
 import json
 import mmap
 import os
@@ -437,37 +439,6 @@ def _graph_span(buf):
     raise JobError("model", "not an ONNX model (no graph)")
 
 
-def model_with_outputs(buf, names):
-    """The pieces (bytes-like, in order) of `buf`, a serialized ModelProto, with graph outputs
-    `names` appended (by name only). Join them, or write them one by one to avoid a copy."""
-    start, vstart, vend = _graph_span(buf)
-    extra = bytearray()
-    for name in names:
-        raw = name.encode("utf-8")
-        vi = _NAME_TAG + _varint(len(raw)) + raw
-        extra += _OUTPUT_TAG + _varint(len(vi)) + vi
-    head = _varint((_GRAPH_FIELD << 3) | 2) + _varint(vend - vstart + len(extra))
-    view = memoryview(buf)
-    return [view[:start], head, view[vstart:vend], bytes(extra), view[vend:]]
-
-
-def write_model_with_outputs(src, dst, names):
-    with open(src, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-        buf = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
-        try:
-            pieces = model_with_outputs(buf, names)
-            with open(dst, "wb") as out:
-                for piece in pieces:
-                    out.write(piece)
-            for piece in pieces:
-                if isinstance(piece, memoryview):
-                    piece.release()
-        finally:
-            if size:
-                buf.close()
-
-
 def total_memory():
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -476,7 +447,7 @@ def total_memory():
 
 
 def default_budget(model_bytes, memory=None):
-    """Bytes of marked activations one chunk may hold: 1.5x the model's size, at least
+    """Bytes of live tensors one dump segment may hold: 1.5x the model's size, at least
     16 MiB, at most 1/16 of the machine's memory. A plain run holds the model twice while its
     session is made (the file's bytes and the weights); a dump session loads from the file and
     keeps no copy, so a model's worth of room is free, and half a model more is within 1.3x of
@@ -488,22 +459,6 @@ def default_budget(model_bytes, memory=None):
     if memory:
         budget = min(budget, max(memory // 16, _MIB))
     return int(budget)
-
-
-def output_nbytes(ort_type, shape, symbols):
-    """Estimated bytes of an output from onnxruntime's type and shape; None when unknown."""
-    kind = ort_type[len("tensor("):-1] if ort_type.startswith("tensor(") else None
-    if kind not in ITEMSIZE or shape is None:
-        return None
-    n = ITEMSIZE[kind]
-    for dim in shape:
-        if isinstance(dim, int) and dim >= 0:
-            n *= dim
-        elif isinstance(dim, str) and dim in symbols:
-            n *= symbols[dim]
-        else:
-            return None
-    return n
 
 
 def plan_chunks(names, sizes, budget):
@@ -571,94 +526,434 @@ def tensor_stats(np, value, first=STAT_FIRST):
     return stats
 
 
-def _fed_symbols(sess, feeds):
-    symbols = {}
-    for inp in sess.get_inputs():
-        value = feeds.get(inp.name)
-        for dim, actual in zip(inp.shape, getattr(value, "shape", ())):
-            if isinstance(dim, str):
-                symbols[dim] = int(actual)
-    return symbols
-
-
 _NP_TYPES = {"float": "float32", "float16": "float16", "double": "float64", "int8": "int8",
              "uint8": "uint8", "int16": "int16", "uint16": "uint16", "int32": "int32",
              "uint32": "uint32", "int64": "int64", "uint64": "uint64", "bool": "bool"}
 
 
-def _fetch_views(np, ort, sess, feeds, fetch):
-    """Run, returning arrays that view onnxruntime's own output buffers (no copy), and the
-    OrtValues owning them: keep those alive while the arrays are in use."""
+# --- segmented capture: each node runs once ------------------------------------------------------
+# The graph is cut into consecutive segments of nodes (in the model's order, which ONNX requires
+# to be topological). Each segment becomes a model of its own, built here at the protobuf wire
+# level: the original ModelProto with its graph's nodes restricted to the segment, the
+# initializers those nodes use, the graph inputs they read, every tensor that an earlier segment
+# produced and they read ("boundary" tensors, typed by element type only), and as outputs the
+# tensors to capture plus those a later segment reads. Segment k runs on the values segment k-1
+# left, so every node runs exactly once. See docs/runner-contract.md, "Segments".
+_GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
+_GRAPH_VALUE_INFO, _GRAPH_SPARSE_INIT = 13, 15
+_NODE_INPUT, _NODE_OUTPUT, _NODE_NAME, _NODE_OP, _NODE_ATTR, _NODE_DOMAIN = 1, 2, 3, 4, 5, 7
+_ATTR_G, _ATTR_GRAPHS = 6, 11
+# TensorProto.DataType of numpy dtypes (a boundary tensor's graph-input type)
+ELEM_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6,
+              "int64": 7, "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
+CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
+
+
+def _wire_fields(buf, start, end):
+    """(field, wire type, value start, value end, record start) of each field in buf[start:end];
+    for a varint field the value span covers the varint's bytes."""
+    pos = start
+    while pos < end:
+        rec = pos
+        key, pos = _read_varint(buf, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            vstart = pos
+            _, pos = _read_varint(buf, pos)
+            yield field, wire, vstart, pos, rec
+        elif wire == 1:
+            yield field, wire, pos, pos + 8, rec
+            pos += 8
+        elif wire == 5:
+            yield field, wire, pos, pos + 4, rec
+            pos += 4
+        elif wire == 2:
+            length, pos = _read_varint(buf, pos)
+            yield field, wire, pos, pos + length, rec
+            pos += length
+        else:
+            raise JobError("model", "not an ONNX model (protobuf wire type %d)" % wire)
+    if pos != end:
+        raise JobError("model", "not an ONNX model (truncated protobuf)")
+
+
+def _string(buf, start, end):
+    return bytes(buf[start:end]).decode("utf-8")
+
+
+def _first_string(buf, start, end, field):
+    for f, w, s, e, _ in _wire_fields(buf, start, end):
+        if f == field and w == 2:
+            return _string(buf, s, e)
+    return ""
+
+
+class WireNode(object):
+    """One NodeProto of the top-level graph: its record's byte span, names, and the tensors it
+    reads, its subgraphs' reads from the enclosing scope included (If/Loop/Scan bodies)."""
+
+    __slots__ = ("span", "inputs", "outputs", "name", "op", "domain", "reads", "subgraph_tensors")
+
+    def __init__(self, buf, rec, vstart, vend):
+        self.span = (rec, vend)
+        self.inputs, self.outputs, self.name, self.op, self.domain = [], [], "", "", ""
+        self.subgraph_tensors = 0
+        outer = set()
+        for f, w, s, e, _ in _wire_fields(buf, vstart, vend):
+            if w != 2:
+                continue
+            if f == _NODE_INPUT:
+                self.inputs.append(_string(buf, s, e))
+            elif f == _NODE_OUTPUT:
+                self.outputs.append(_string(buf, s, e))
+            elif f == _NODE_NAME:
+                self.name = _string(buf, s, e)
+            elif f == _NODE_OP:
+                self.op = _string(buf, s, e)
+            elif f == _NODE_DOMAIN:
+                self.domain = _string(buf, s, e)
+            elif f == _NODE_ATTR:
+                for af, aw, a_s, a_e, _ in _wire_fields(buf, s, e):
+                    if aw == 2 and af in (_ATTR_G, _ATTR_GRAPHS):
+                        reads, count = _subgraph_reads(buf, a_s, a_e)
+                        outer.update(reads)
+                        self.subgraph_tensors += count
+        self.reads = [n for n in self.inputs if n] + sorted(outer - set(self.inputs))
+
+
+def _subgraph_reads(buf, start, end):
+    """(names a GraphProto in buf[start:end] reads from enclosing scopes, how many tensors its
+    nodes compute, nested bodies included)."""
+    defined, read, count = set(), set(), 0
+    for f, w, s, e, rec in _wire_fields(buf, start, end):
+        if w != 2:
+            continue
+        if f in (_GRAPH_INPUT, _GRAPH_INIT):
+            defined.add(_first_string(buf, s, e, 1 if f == _GRAPH_INPUT else 8))
+        elif f == _GRAPH_SPARSE_INIT:
+            for sf, sw, ss, se, _ in _wire_fields(buf, s, e):
+                if sf == 1 and sw == 2:
+                    defined.add(_first_string(buf, ss, se, 8))
+        elif f == _GRAPH_OUTPUT:
+            read.add(_first_string(buf, s, e, 1))
+        elif f == _GRAPH_NODE:
+            node = WireNode(buf, rec, s, e)
+            read.update(node.reads)
+            defined.update(node.outputs)
+            count += len([o for o in node.outputs if o]) + node.subgraph_tensors
+    read.discard("")
+    return read - defined, count
+
+
+class WireModel(object):
+    """A serialized ModelProto split into what segment models are built from."""
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.head, gstart, gend = _graph_span(buf)
+        self.gstart, self.gend = gstart, gend
+        self.nodes, self.inits, self.inputs, self.outputs, self.other = [], {}, {}, [], []
+        for f, w, s, e, rec in _wire_fields(buf, gstart, gend):
+            if f == _GRAPH_NODE and w == 2:
+                self.nodes.append(WireNode(buf, rec, s, e))
+            elif f == _GRAPH_INIT and w == 2:
+                self.inits[_first_string(buf, s, e, 8)] = (rec, e)
+            elif f == _GRAPH_SPARSE_INIT and w == 2:
+                for sf, sw, ss, se, _ in _wire_fields(buf, s, e):
+                    if sf == 1 and sw == 2:
+                        self.inits[_first_string(buf, ss, se, 8)] = (rec, e)
+            elif f == _GRAPH_INPUT and w == 2:
+                self.inputs[_first_string(buf, s, e, 1)] = (rec, e)
+            elif f == _GRAPH_OUTPUT and w == 2:
+                self.outputs.append(_first_string(buf, s, e, 1))
+            elif f != _GRAPH_VALUE_INFO:
+                self.other.append((rec, e))
+        self.nodes = _topological(self.nodes, set(self.inits) | set(self.inputs))
+
+    def segment_pieces(self, first, last, boundary_types, outputs):
+        """The pieces of a model of nodes[first:last]: inputs are the graph inputs they read and
+        `boundary_types` (name -> TensorProto element type), outputs are `outputs` (by name)."""
+        buf = self.buf
+        nodes = self.nodes[first:last]
+        reads = set(n for node in nodes for n in node.reads)
+        graph = []
+        for rec, end in self.other:
+            graph.append(buf[rec:end])
+        for node in nodes:
+            graph.append(buf[node.span[0]:node.span[1]])
+        for name in sorted(reads):
+            if name in self.inits:
+                graph.append(buf[self.inits[name][0]:self.inits[name][1]])
+            elif name in self.inputs and name not in boundary_types:
+                graph.append(buf[self.inputs[name][0]:self.inputs[name][1]])
+        for name, elem in boundary_types.items():
+            tensor = b"\x08" + _varint(elem)                       # TypeProto.Tensor.elem_type
+            tp = b"\x0a" + _varint(len(tensor)) + tensor           # TypeProto.tensor_type
+            raw = name.encode("utf-8")
+            vi = _NAME_TAG + _varint(len(raw)) + raw + b"\x12" + _varint(len(tp)) + tp
+            graph.append(b"\x5a" + _varint(len(vi)) + vi)         # GraphProto.input (11)
+        for name in outputs:
+            raw = name.encode("utf-8")
+            vi = _NAME_TAG + _varint(len(raw)) + raw
+            graph.append(_OUTPUT_TAG + _varint(len(vi)) + vi)
+        length = sum(len(p) for p in graph)
+        head = _varint((_GRAPH_FIELD << 3) | 2) + _varint(length)
+        return [buf[:self.head], head] + graph + [buf[self.gend:]]
+
+
+def _topological(nodes, available):
+    """`nodes` in the file's order where that is topological (ONNX requires it; onnxruntime's
+    saved models keep it), else stably reordered so each node follows what it reads."""
+    available = set(available) | {""}
+    produced = set(o for node in nodes for o in node.outputs)
+    ordered, pending = [], list(nodes)
+    while pending:
+        later = []
+        for node in pending:
+            if all(n in available or n not in produced for n in node.reads):
+                ordered.append(node)
+                available.update(node.outputs)
+            else:
+                later.append(node)
+        if len(later) == len(pending):
+            raise JobError("model", "the graph has a cycle (node %r)" % later[0].name)
+        pending = later
+    return ordered
+
+
+def segment_reads(nodes, keep=()):
+    """name -> index of the last node reading it (len(nodes) for names in `keep`)."""
+    last_read = {}
+    for i, node in enumerate(nodes):
+        for name in node.reads:
+            last_read[name] = i
+    for name in keep:
+        last_read[name] = len(nodes)
+    return last_read
+
+
+def next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes):
+    """The end of the segment starting at nodes[first].
+
+    Its live bytes are `held_bytes` (the boundary tensors alive when it starts: made earlier,
+    read by it or later) plus what it marks as outputs (tensors in `captured`, or read after
+    it); `sizes` maps a name to its bytes (None or absent: unknown). The segment grows while
+    they fit `budget`; a node alone is always a segment. A node with an output of unknown size
+    runs alone, so its size is measured, never guessed."""
+    end = len(nodes)
+    counted = {}  # marked tensors of the segment so far -> bytes
+    total = 0
+    last = first
+    while last < end:
+        node = nodes[last]
+        if last > first and _alone(node, sizes):
+            break
+        change = 0
+        for name in node.reads:  # read for the last time here: no longer needs marking
+            if name in counted and last_read.get(name) == last and name not in captured:
+                change -= counted[name]
+        add = {}
+        for out in node.outputs:
+            if out and (out in captured or last_read.get(out, -1) > last):
+                add[out] = sizes.get(out) or 0
+        change += sum(add.values())
+        if last > first and held_bytes + total + change > budget:
+            break
+        for name in node.reads:
+            if name in counted and last_read.get(name) == last and name not in captured:
+                del counted[name]
+        counted.update(add)
+        total += change
+        last += 1
+        if _alone(node, sizes):
+            break
+    return last
+
+
+def _alone(node, sizes):
+    return any(o and sizes.get(o) is None for o in node.outputs)
+
+
+def plan_segments(nodes, sizes, captured, budget):
+    """Every segment [(first, last), ...] that `capture_segments` runs when `sizes` are exact."""
+    last_read = segment_reads(nodes)
+    made = {}
+    for i, node in enumerate(nodes):
+        for out in node.outputs:
+            made[out] = i
+    segments, first = [], 0
+    while first < len(nodes):
+        held = sum(sizes.get(n) or 0 for n, k in made.items()
+                   if k < first and last_read.get(n, -1) >= first)
+        last = next_segment(nodes, first, sizes, captured, last_read, budget, held)
+        segments.append((first, last))
+        first = last
+    return segments
+
+def capture_segments(np, ort, model, tensors, cases, budget, session_job, scratch, sizes=None,
+                     copy=True, stats=None):
+    """Yield (case index, name, value) for every name in `tensors` that the graph computes or is
+    fed, case by case, segment by segment in graph order. `model` is a file; `sizes` maps
+    tensor names to bytes (the host's plan; unknown ones are measured by running their node
+    alone). Each segment is a session on its own model (see WireModel), run with optimizations
+    as in `session_job`, on the case's inputs and the boundary values earlier segments left:
+    every node runs once per case. With `copy` false, values view onnxruntime's buffers and are
+    valid only until the next item. `stats` (a dict), when given, receives "segments" (the
+    [first, last) node spans run for the first case), "nodes" and "subgraph_tensors"."""
+    with open(model, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        buf = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
+    try:
+        wire = WireModel(memoryview(buf))
+        wire.path = model
+        for item in _capture(np, ort, wire, tensors, cases, budget, session_job, scratch,
+                             dict(sizes or {}), copy, stats):
+            yield item
+    finally:
+        wire = None
+        if size:
+            try:
+                buf.close()
+            except BufferError:  # a view still alive (an interrupted generator): the GC closes it
+                pass
+
+
+def measure_sizes(np, ort, model, cases, session_job, scratch):
+    """Bytes of every named node's outputs, measured: one run per case of `model` (a file) with
+    nothing marked (so memory as in a plain run) and onnxruntime's profiler on, whose node
+    events record each output's type and shape. Largest over the cases."""
+    job = dict(session_job, profile=os.path.join(scratch, "_measure"))
+    sess = make_session(ort, model, job)
+    names = [o.name for o in sess.get_outputs()]
+    for feeds in cases:
+        run_once(sess, dict((k, v) for k, v in feeds.items()), names)
+    trace = sess.end_profiling()
+    sess = None
+    try:
+        with open(trace) as fh:
+            events = json.load(fh)
+    finally:
+        os.remove(trace)
+    by_node = {}
+    for ev in events:
+        args = ev.get("args") or {}
+        name = ev.get("name", "")
+        if ev.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        sizes = []
+        for entry in args.get("output_type_shape", []):
+            (kind, shape), = entry.items()
+            n = ITEMSIZE.get(kind)
+            for d in shape:
+                n = None if n is None else n * int(d)
+            sizes.append(n)
+        node = name[:-len("_kernel_time")]
+        old = by_node.get(node)
+        by_node[node] = sizes if old is None else [
+            None if a is None or b is None else max(a, b) for a, b in zip(old, sizes)]
+    return by_node
+
+
+def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes, copy, stats):
+    nodes = wire.nodes
+    unknown = [n for n in nodes if _alone(n, sizes)]
+    if len(unknown) > 1:  # measure them (one plain profiled run) rather than isolate each
+        names = collections.Counter(n.name for n in nodes)
+        measured = measure_sizes(np, ort, wire.path, cases, session_job, scratch)
+        for node in unknown:
+            got = measured.get(node.name) if node.name and names[node.name] == 1 else None
+            for out, size in zip(node.outputs, got or []):
+                if out and sizes.get(out) is None and size is not None:
+                    sizes[out] = size
+    captured = set(tensors)
+    last_read = segment_reads(nodes)
+    path = os.path.join(scratch, "_segment.onnx")
+    sessions = {}  # segment span -> session, kept across cases only when there are several
+    if stats is not None:
+        stats.update(nodes=len(nodes), segments=[], measured=len(unknown),
+                     subgraph_tensors=sum(n.subgraph_tensors for n in nodes))
+    for ci, feeds in enumerate(cases):
+        for name in tensors:
+            if name in feeds:
+                yield ci, name, feeds[name]
+        held = {}  # name -> (array, owner): values later segments read
+        first = 0
+        while first < len(nodes):
+            held_bytes = sum(int(v.nbytes) for v, _ in held.values())
+            last = next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes)
+            if stats is not None and ci == 0:
+                stats["segments"].append([first, last])
+            fetch = [o for node in nodes[first:last] for o in node.outputs
+                     if o and (o in captured or last_read.get(o, -1) >= last)]
+            if fetch:
+                reads = [n for node in nodes[first:last] for n in node.reads]
+                boundary = dict((n, held[n]) for n in reads if n in held)
+                sess = sessions.get((first, last))
+                if sess is None:
+                    types = {}
+                    for n, (value, _) in boundary.items():
+                        if str(value.dtype) not in ELEM_TYPES:
+                            raise JobError("runtime", "tensor %r (%s) cannot cross a segment "
+                                           "boundary" % (n, value.dtype))
+                        types[n] = ELEM_TYPES[str(value.dtype)]
+                    with open(path, "wb") as out:
+                        for piece in wire.segment_pieces(first, last, types, fetch):
+                            out.write(piece)
+                    sess = make_session(ort, path, session_job)
+                    os.remove(path)
+                    if len(cases) > 1:
+                        sessions[(first, last)] = sess
+                fed = dict((n, (feeds[n], None)) for n in reads if n in feeds and n not in boundary)
+                fed.update(boundary)
+                values = dict(zip(fetch, _run_segment(np, ort, sess, fed, fetch, copy)))
+                sess = fed = boundary = None
+                for name in fetch:
+                    value, owner = values.pop(name)
+                    sizes[name] = max(sizes.get(name) or 0, int(value.nbytes))
+                    if last_read.get(name, -1) >= last:
+                        held[name] = (value, owner)
+                    if name in captured:
+                        yield ci, name, value
+                    value = owner = None
+            for name in [n for n in held if last_read.get(n, -1) < last]:
+                del held[name]
+            first = last
+        held = None
+
+
+def _run_segment(np, ort, sess, fed, fetch, copy):
+    """Run `sess` on `fed` (name -> (array, OrtValue or None)) and return (array, owner) per
+    name in `fetch`. Where onnxruntime allows, values cross segments as OrtValues and come back
+    as arrays viewing its own buffers (no copy; the owner keeps the buffer alive); with `copy`
+    they are copied and the owner is None."""
     import ctypes
 
     if not hasattr(sess, "run_with_ort_values"):
-        return run_once(sess, feeds, fetch), None
+        got = run_once(sess, dict((k, v) for k, (v, _) in fed.items()), fetch)
+        return [(np.asarray(v), None) for v in got]
     try:
-        ort_feeds = {k: ort.OrtValue.ortvalue_from_numpy(np.asarray(v, order="C"))
-                     for k, v in feeds.items()}
+        ort_feeds = dict((k, o[0] if o is not None else ort.OrtValue.ortvalue_from_numpy(
+            np.asarray(v, order="C"))) for k, (v, o) in fed.items())
         owners = sess.run_with_ort_values(fetch, ort_feeds)
     except Exception as exc:
         raise _run_error(exc)
-    arrays = []
-    for v in owners:
+    out = []
+    for i in range(len(fetch)):
+        v = owners[i]
         kind = v.data_type()
         dtype = _NP_TYPES.get(kind[len("tensor("):-1]) if kind.startswith("tensor(") else None
         if dtype is None or v.device_name().lower() != "cpu":
-            arrays.append(v.numpy())
+            out.append((v.numpy(), None))
             continue
         shape = tuple(int(d) for d in v.shape())
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         if nbytes == 0:
-            arrays.append(np.zeros(shape, dtype))
-            continue
-        buf = (ctypes.c_char * nbytes).from_address(v.data_ptr())
-        arrays.append(np.frombuffer(buf, dtype=dtype).reshape(shape))
-    return arrays, owners
-
-
-def capture_chunks(np, ort, model, tensors, outputs, cases, budget, session_job, scratch,
-                   copy=True):
-    """Yield (case index, name, value) for every name in `tensors` (in order, chunk by chunk;
-    within a chunk case by case). Graph inputs come from the feeds; the other tensors are
-    fetched from a session on `model` (a file) with that chunk's tensors appended as outputs,
-    so at most about `budget` bytes of marked activations are alive at a time. With `copy`
-    false, values view onnxruntime's buffers and are valid only until the next item."""
-    outputs = set(outputs)
-    fed = set()
-    for feeds in cases:
-        fed.update(feeds)
-    marked = [n for n in tensors if n not in fed and n not in outputs]
-    path = os.path.join(scratch, "_marked.onnx")
-    write_model_with_outputs(model, path, marked)
-    sess = make_session(ort, path, session_job)  # everything marked: types and shapes
-    os.remove(path)
-    symbols = _fed_symbols(sess, cases[0] if cases else {})
-    sizes = {o.name: output_nbytes(o.type, o.shape, symbols) for o in sess.get_outputs()}
-    chunks = plan_chunks(tensors, [0 if n in fed else sizes.get(n) for n in tensors], budget)
-    if len(chunks) > 1:
-        sess = None
-    for chunk in chunks:
-        fetch = [n for n in chunk if n not in fed]
-        if fetch and sess is None:
-            write_model_with_outputs(model, path, [n for n in fetch if n not in outputs])
-            sess = make_session(ort, path, session_job)
-            os.remove(path)
-        for ci, feeds in enumerate(cases):
-            owners = None
-            if not fetch:
-                got = []
-            elif copy:
-                got = run_once(sess, feeds, fetch)
-            else:
-                got, owners = _fetch_views(np, ort, sess, feeds, fetch)
-            values = dict(zip(fetch, got))
-            del got
-            for name in chunk:
-                value = feeds[name] if name in fed else values.pop(name)
-                yield ci, name, value
-                del value
-            del values, owners
-        sess = None
+            array = np.zeros(shape, dtype)
+        else:
+            array = np.frombuffer((ctypes.c_char * nbytes).from_address(v.data_ptr()),
+                                  dtype=dtype).reshape(shape)
+        out.append((array.copy(), None) if copy else (array, (v, owners)))
+    return out
 
 
 def _return_freed_memory():
@@ -682,10 +977,13 @@ def run_dump(np, ort, job, workdir, result):
 
     job["dump"]: {"tensors": [names in topological order], "outputs": [the model's own
     outputs], "budget_bytes": int or null (default_budget), "dir": "dump", "save": bool
-    (false: stats only), "first": how many leading values the stats keep}. The session runs
+    (false: stats only), "first": how many leading values the stats keep, "sizes": {node
+    output name: bytes or null} (optional: what is missing is measured)}. Every segment runs
     at opt-level disable on job["model"]. result["dump"]: {"budget_bytes", "ms", "cases":
     per case, per tensor in order, {"name", "file" (relative to the job's directory, or
-    null), "dtype", "shape", "size", "min", "max", "mean", "std", "nan", "inf", "first"}}.
+    null), "dtype", "shape", "size", "min", "max", "mean", "std", "nan", "inf", "first"},
+    "segments": [[first, last], ...] (node spans, in the order nodes ran), "nodes",
+    "measured", "subgraph_tensors"}.
 
     Run it in a process of its own, not after a timed session in the same one: what that
     session freed stays in the heap and adds to the dump's peak (1.7x instead of 1.2x a plain
@@ -708,8 +1006,10 @@ def run_dump(np, ort, job, workdir, result):
     budget = int(spec.get("budget_bytes") or default_budget(os.path.getsize(model)))
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
-    for ci, name, value in capture_chunks(np, ort, model, tensors, spec.get("outputs", []),
-                                          cases, budget, session_job, out_dir, copy=False):
+    stats = {}
+    for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget, session_job,
+                                            out_dir, sizes=spec.get("sizes"), copy=False,
+                                            stats=stats):
         rec = tensor_stats(np, value, first)
         rec["name"] = name
         rec["file"] = None
@@ -717,7 +1017,10 @@ def run_dump(np, ort, job, workdir, result):
             rec["file"] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
             np.save(os.path.join(workdir, rec["file"]), np.asarray(value), allow_pickle=False)
         records[ci][index[name]] = rec
-    result["dump"] = {"budget_bytes": budget, "ms": _now_ms(t0), "cases": records}
+    result["dump"] = {"budget_bytes": budget, "ms": _now_ms(t0), "cases": records,
+                      "segments": stats.get("segments", []), "nodes": stats.get("nodes", 0),
+                      "measured": stats.get("measured", 0),
+                      "subgraph_tensors": stats.get("subgraph_tensors", 0)}
 
 
 def peak_rss_bytes():

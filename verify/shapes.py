@@ -1,0 +1,217 @@
+"""The true byte size of every tensor a graph computes, for the case's concrete input shapes.
+
+A dump is cut into segments whose live tensors fit a memory budget, so it must know how large
+each tensor will be before it runs. Declared shapes cannot say (exported models leave most dims
+symbolic), so the graph's inputs are pinned to the case's actual shapes and shape inference runs
+with data propagation; onnxruntime's optimized graphs add ops onnx does not know (the NCHWc
+layout ops, fused convolutions), whose shapes follow from their attributes and weights here. A
+tensor whose size still cannot be derived is None: the runner then measures it (runs its node
+alone) instead of guessing it small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import onnx
+from onnx import TensorProto, helper
+
+Shape = tuple[int, ...]
+
+
+def tensor_sizes(model: onnx.ModelProto, cases: Iterable[Mapping[str, Sequence[int]]]
+                 ) -> dict[str, int | None]:
+    """Bytes of every node output of `model`'s top-level graph: the largest over `cases` (each
+    maps input names to the concrete shape fed), None where it cannot be derived."""
+    sizes: dict[str, int | None] = {}
+    for shapes in cases:
+        for name, size in case_sizes(model, shapes).items():
+            old = sizes.get(name, 0)
+            sizes[name] = None if size is None or (name in sizes and old is None) else \
+                max(old or 0, size)
+    return sizes
+
+
+def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+               ) -> dict[str, int | None]:
+    """`tensor_sizes` for one case."""
+    types = _infer(model, shapes)
+    inits = {i.name: i for i in model.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for i in node.input:
+            readers.setdefault(i, []).append(node)
+    for node in model.graph.node:  # ops onnx cannot infer, in graph order
+        if all(o in types for o in node.output if o):
+            continue
+        for out, tp in _node_types(node, types, inits, model.opset_import, readers).items():
+            types.setdefault(out, tp)
+    sizes: dict[str, int | None] = {}
+    for node in model.graph.node:
+        for out in node.output:
+            if out:
+                sizes[out] = _nbytes(types.get(out))
+    return sizes
+
+
+def _infer(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+           ) -> dict[str, onnx.TypeProto]:
+    pinned = onnx.ModelProto()
+    pinned.CopyFrom(model)
+    for inp in pinned.graph.input:
+        if inp.name in shapes and inp.type.HasField("tensor_type"):
+            shape = inp.type.tensor_type.shape
+            shape.ClearField("dim")
+            for d in shapes[inp.name]:
+                shape.dim.add().dim_value = int(d)
+    del pinned.graph.value_info[:]  # onnxruntime's symbolic guesses would only get in the way
+    types: dict[str, onnx.TypeProto] = {i.name: _tensor(i.data_type, i.dims)
+                                        for i in pinned.graph.initializer}
+    types.update((i.name, i.type) for i in pinned.graph.input)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - onnx raises assorted errors on graphs it cannot follow
+        return types
+    for vi in (*inferred.graph.value_info, *inferred.graph.output):
+        if _nbytes(vi.type) is not None:
+            types[vi.name] = vi.type
+    return types
+
+
+def _nbytes(tp: onnx.TypeProto | None) -> int | None:
+    if tp is None or tp.WhichOneof("value") != "tensor_type":
+        return None
+    tt = tp.tensor_type
+    if tt.elem_type in (TensorProto.UNDEFINED, TensorProto.STRING) or not tt.HasField("shape"):
+        return None
+    n = helper.tensor_dtype_to_np_dtype(tt.elem_type).itemsize
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value") or d.dim_value < 0:
+            return None
+        n *= d.dim_value
+    return n
+
+
+def _shape(tp: onnx.TypeProto | None) -> Shape | None:
+    if _nbytes(tp) is None:
+        return None
+    assert tp is not None
+    return tuple(d.dim_value for d in tp.tensor_type.shape.dim)
+
+
+def _tensor(elem: int, shape: Sequence[int]) -> onnx.TypeProto:
+    return helper.make_tensor_type_proto(elem, [int(d) for d in shape])
+
+
+def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
+                inits: Mapping[str, TensorProto],
+                opsets: Sequence[onnx.OperatorSetIdProto],
+                readers: Mapping[str, list[onnx.NodeProto]]) -> dict[str, onnx.TypeProto]:
+    """Output types of one node whose outputs onnx's whole-graph pass left unknown."""
+    ins = [types.get(i) if i else None for i in node.input]
+    if not ins or ins[0] is None or _shape(ins[0]) is None:
+        return {}
+    x = _shape(ins[0])
+    assert x is not None
+    elem = ins[0].tensor_type.elem_type  # type: ignore[union-attr]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    out: Shape | None = None
+    if node.domain == "com.microsoft.nchwc":
+        out = _nchwc(node, x, attrs, inits, readers)
+    elif node.domain == "com.microsoft" and node.op_type in _ELEMENTWISE:
+        out = x
+    elif node.domain == "com.microsoft" and node.op_type in ("FusedConv", "NhwcFusedConv"):
+        w = inits.get(node.input[1])
+        out = _conv(x, tuple(w.dims), attrs) if w is not None else None
+    elif node.domain in ("", "ai.onnx") and all(
+            t is not None for t, i in zip(ins, node.input) if i):
+        try:
+            schema = onnx.defs.get_schema(node.op_type, _opset(opsets), node.domain)
+            data = {i: inits[i] for i in node.input if i in inits}
+            got = onnx.shape_inference.infer_node_outputs(
+                schema, node, {i: t for i, t in zip(node.input, ins) if i and t is not None},
+                data, opset_imports=list(opsets))
+        except Exception:  # noqa: BLE001 - unknown op or an inference it cannot do
+            return {}
+        return {k: v for k, v in got.items() if _nbytes(v) is not None}
+    if out is None or not node.output or not node.output[0]:
+        return {}
+    return {node.output[0]: _tensor(elem, out)}
+
+
+# onnxruntime's fused element-wise ops: the output has input 0's shape
+_ELEMENTWISE = frozenset({"QuickGelu", "Gelu", "FastGelu", "BiasGelu", "BiasSoftmax",
+                          "BiasDropout", "Dropout", "SkipLayerNormalization"})
+
+
+def _opset(opsets: Sequence[onnx.OperatorSetIdProto]) -> int:
+    return next((o.version for o in opsets if o.domain in ("", "ai.onnx")), 1)
+
+
+def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
+           inits: Mapping[str, TensorProto], readers: Mapping[str, list[onnx.NodeProto]]
+           ) -> Shape | None:
+    """onnxruntime's NCHWc ops (contrib_ops/cpu/nchwc_ops.cc): blocked channels, padded."""
+    op = node.op_type
+    if op == "ReorderInput":
+        # channels padded to the device's block size: read back from an NCHWc Conv reading it
+        # (its weights hold input channels / group); with none, unknown (measured)
+        for reader in readers.get(node.output[0], []):
+            w = inits.get(reader.input[1]) if len(reader.input) > 1 else None
+            if reader.domain == node.domain and reader.op_type == "Conv" and w is not None \
+                    and reader.input[0] == node.output[0]:
+                group = next((a.i for a in reader.attribute if a.name == "group"), 1) or 1
+                c = w.dims[1] * group
+                return (x[0], *x[1:-1], c) if attrs.get("channels_last") else (x[0], c, *x[2:])
+        return None
+    if op == "ReorderOutput":
+        c = int(attrs.get("channels", 0))  # type: ignore[call-overload]
+        if not c:
+            return None
+        return (x[0], *x[2:], c) if attrs.get("channels_last") else (x[0], c, *x[2:])
+    if op == "Conv":
+        w = inits.get(node.input[1])
+        return _conv(x, tuple(w.dims), attrs) if w is not None else None
+    if op in ("GlobalAveragePool", "GlobalMaxPool"):
+        return (x[0], x[1], *[1] * (len(x) - 2))
+    if op in ("MaxPool", "AveragePool"):
+        return _pool(x, attrs)
+    if op == "Upsample":
+        scales = list(attrs.get("scales", []))  # type: ignore[call-overload]
+        return tuple(d * s for d, s in zip(x, scales)) if len(scales) == len(x) else None
+    return None
+
+
+def _conv(x: Shape, w: Shape, attrs: Mapping[str, object]) -> Shape | None:
+    spatial = _window(x, tuple(w[2:]), attrs)
+    return None if spatial is None else (x[0], w[0], *spatial)
+
+
+def _pool(x: Shape, attrs: Mapping[str, object]) -> Shape | None:
+    kernel = tuple(attrs.get("kernel_shape", ()))  # type: ignore[call-overload]
+    spatial = _window(x, kernel, attrs)
+    return None if spatial is None else (x[0], x[1], *spatial)
+
+
+def _window(x: Shape, kernel: Shape, attrs: Mapping[str, object]) -> list[int] | None:
+    """Spatial output dims of a convolution or pooling window (onnx's formula)."""
+    n = len(x) - 2
+    if len(kernel) != n:
+        return None
+    strides = list(attrs.get("strides", [1] * n))  # type: ignore[call-overload]
+    dil = list(attrs.get("dilations", [1] * n))  # type: ignore[call-overload]
+    pads = list(attrs.get("pads", [0] * 2 * n))  # type: ignore[call-overload]
+    auto = attrs.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else str(auto)
+    ceil = bool(attrs.get("ceil_mode", 0))
+    dims = []
+    for i in range(n):
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            dims.append(-(-x[2 + i] // strides[i]))
+            continue
+        span = dil[i] * (kernel[i] - 1) + 1
+        if auto == "VALID":
+            pads[i] = pads[i + n] = 0
+        total = x[2 + i] + pads[i] + pads[i + n] - span
+        dims.append((-(-total // strides[i]) if ceil else total // strides[i]) + 1)
+    return dims

@@ -127,27 +127,66 @@ def count_ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
+# Ops whose output stays within the range of their data input's values (a mean or an extreme
+# of them): a saturating op's output seen through them keeps its floor.
+_RANGE_KEEPING_OPS = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "AveragePool",
+                                "GlobalAveragePool", "MaxPool", "GlobalMaxPool"})
+
+
 def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
-    """The magnitude floor of every computed tensor (see `compare.saturating_floor`).
+    """The magnitude floor of every computed tensor of the top-level graph (see
+    `compare.saturating_floor`).
 
-    A tensor gets the floor when its producer is a saturating op, or a shape-only op whose
-    data input (input 0) has it.
+    A tensor gets the floor when its producer is a saturating op, or an op that only moves
+    values (shape-only) or keeps them within their range (a mean, a max) whose data input
+    (input 0) has it. An If output has it when the matching output of both branches has it
+    (followed inside the bodies, nested Ifs included), so a Sigmoid behind an If and an
+    Identity (silero VAD's output) keeps its floor.
     """
-    from verify.compare import saturating_floor
-
-    producer: dict[str, onnx.NodeProto] = {}
+    floors: dict[str, float] = {}
+    scope = _Scope(model.graph, None)
     for node in model.graph.node:
         for out in node.output:
-            producer[out] = node
-    floors: dict[str, float] = {}
-    for name, node in producer.items():
-        chain: list[str] = []
-        current = node
-        while current.input and current.input[0] in producer and len(chain) < 64:
-            current = producer[current.input[0]]
-            chain.append(current.op_type)
-        floors[name] = saturating_floor(node.op_type, chain)
+            if out:
+                floors[out] = scope.floor(out)
     return floors
+
+
+class _Scope:
+    """One graph's producers, with the enclosing graph's for names defined outside it."""
+
+    def __init__(self, graph: onnx.GraphProto, parent: _Scope | None) -> None:
+        self.parent = parent
+        self.producer: dict[str, onnx.NodeProto] = {}
+        for node in graph.node:
+            for out in node.output:
+                if out:
+                    self.producer[out] = node
+        self._memo: dict[str, float] = {}
+
+    def floor(self, name: str, depth: int = 0) -> float:
+        from verify.compare import SATURATING_OPS, SATURATION_FLOOR, SHAPE_ONLY_OPS
+
+        if name in self._memo:
+            return self._memo[name]
+        node = self.producer.get(name)
+        if node is None:
+            return self.parent.floor(name, depth) if self.parent is not None else 0.0
+        value = 0.0
+        if depth < 256:
+            if node.op_type in SATURATING_OPS:
+                value = SATURATION_FLOOR
+            elif node.op_type in SHAPE_ONLY_OPS or node.op_type in _RANGE_KEEPING_OPS:
+                value = self.floor(node.input[0], depth + 1) if node.input else 0.0
+            elif node.op_type == "If":
+                k = list(node.output).index(name)
+                branches = [a.g for a in node.attribute if a.name in ("then_branch",
+                                                                        "else_branch")]
+                values = [_Scope(g, self).floor(g.output[k].name, depth + 1)
+                          for g in branches if k < len(g.output)]
+                value = min(values) if len(values) == 2 else 0.0
+        self._memo[name] = value
+        return value
 
 
 def inferred_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

@@ -203,8 +203,12 @@ def _unique(names: Iterable[str]) -> list[str]:
 
 
 def _value_info(name: str, value: np.ndarray) -> onnx.ValueInfoProto:
+    """Typed by element type and rank, every dimension left open: with the reference's concrete
+    shape, onnxruntime's shape inference would also check the branch of an If that does not run
+    for it (silero VAD's 8 kHz branch fails 'LSTM: first input must have rank 3' on 16 kHz
+    shapes) and refuse the model."""
     elem = helper.np_dtype_to_tensor_dtype(np.asarray(value).dtype)
-    return helper.make_tensor_value_info(name, elem, list(np.shape(value)))
+    return helper.make_tensor_value_info(name, elem, [None] * np.ndim(value))
 
 
 def build_batch(ng: NodeGraph, segments: Sequence[Segment],

@@ -31,6 +31,7 @@ from verify.localize.search import (DeviceRounds, References, Round, bisect, iso
                                     path_to, rank_candidates, worst)
 from verify.pipeline import RunOptions, Status
 from verify.runner import runner as _rt
+from verify.shapes import tensor_sizes
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
 from verify.testcase import Testcase
 from verify.tolerance import layered_record
@@ -154,14 +155,21 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
 
     case_index, whole, notes = _choose_case(tc, req.case_index, device, check, len(ng))
     case = tc.cases[case_index]
-    types = inferred_types(model)  # shape inference once: sizing here, marking in by_dump
-    fits = _activation_bytes(types, tc) <= req.budget_bytes
+    types = inferred_types(model)  # shape inference once: marking in by_dump
+    need, unknown = _activation_bytes(model, tc, case_index)
+    fits = need <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
                       case_index, req.budget_bytes, fetch_all=fits, model=model)
     with refs:  # its host capture's scratch copy of the model goes when done
         mode = req.mode
         if mode == "auto":
             mode = "dump" if fits else "bisect"
+            if not fits:
+                notes = (*notes, f"bisection, not a per-layer run: case {case_index}'s "
+                         f"per-layer references need {need / 2**20:.0f} MB"
+                         + (f" ({unknown} tensor size(s) not derivable from its input shapes, "
+                            "each counted as its largest input)" if unknown else "")
+                         + f", over --budget-mb {req.budget_bytes / 2**20:g}")
         search = _Search(ng, refs, device, judge, check, req)
         if mode == "dump":
             outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
@@ -233,24 +241,15 @@ def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, check: A
     return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
 
 
-def _activation_bytes(types: Mapping[str, Any], tc: Any) -> int:
-    """What a per-layer reference of one case holds in memory: the computed tensors' sizes from
-    shape inference (a dimension it cannot tell counts as the largest input's size)."""
-    import onnx
-
-    fallback = max((int(np.asarray(v).size) for v in tc.cases[0].inputs.values()), default=1)
-    total = 0
-    for info in tc.tensor_order:
-        tp = types.get(info.name)
-        if info.op == INPUT_OP or tp is None or tp.WhichOneof("value") != "tensor_type":
-            continue
-        elem = tp.tensor_type.elem_type
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize \
-            if elem != onnx.TensorProto.STRING else 8
-        dims = [d.dim_value if d.HasField("dim_value") else fallback
-                for d in tp.tensor_type.shape.dim]
-        total += int(np.prod(dims, dtype=np.int64)) * itemsize
-    return total
+def _activation_bytes(model: Any, tc: Any, case_index: int) -> tuple[int, int]:
+    """What a per-layer reference of one case holds in memory, and how many tensor sizes were
+    not derivable: sizes from shape inference with the case's concrete input shapes
+    (`shapes.tensor_sizes`); one it cannot derive counts as the case's largest input."""
+    inputs = tc.cases[case_index].inputs
+    sizes = tensor_sizes(model, [{k: np.shape(v) for k, v in inputs.items()}])
+    fallback = max((int(np.asarray(v).nbytes) for v in inputs.values()), default=1)
+    unknown = sum(1 for v in sizes.values() if v is None)
+    return sum(fallback if v is None else v for v in sizes.values()), unknown
 
 
 def _finding(ng: NodeGraph, index: int, own: tuple[TensorDiff, ...],

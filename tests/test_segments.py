@@ -1,0 +1,215 @@
+"""Segmented capture on real dynamic-shape models: sizes planned from the case's concrete shapes
+equal the sizes the run produces, every node runs once, a budget smaller than the largest
+tensor still completes, and control flow (If/Loop/Scan bodies) is counted and reported."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from corpus import model_path
+from verify.capture import plan_dump, subgraph_tensor_count
+from verify.graph import saturation_floors, tensor_order
+from verify.runner import runner as rt
+from verify.shapes import tensor_sizes
+
+LEVELS = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+          "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+_JOB = {"opt_level": "disable", "providers": ["CPUExecutionProvider"], "no_cpu_arena": True}
+
+
+def graph_that_runs(model: Path, level: str, tmp_path: Path) -> Path:
+    """The model at disable; above it, the optimized model onnxruntime writes (as a dump
+    captures it)."""
+    if level == "disable":
+        return model
+    so = ort.SessionOptions()
+    so.graph_optimization_level = LEVELS[level]
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    return tmp_path / "optimized.onnx"
+
+
+class CountingOrt:
+    """onnxruntime itself, with every session's nodes counted each time it runs."""
+
+    def __init__(self) -> None:
+        self.runs: collections.Counter[str] = collections.Counter()
+        self.sessions = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(ort, name)
+
+    def InferenceSession(self, model: str, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
+        nodes = [n.name for n in onnx.load(model).graph.node]
+        real = ort.InferenceSession(model, *args, **kwargs)
+        counter = self
+        counter.sessions += 1
+
+        class Session:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def run(self, *a: Any, **k: Any) -> Any:
+                counter.runs.update(nodes)
+                return real.run(*a, **k)
+
+            def run_with_ort_values(self, *a: Any, **k: Any) -> Any:
+                counter.runs.update(nodes)
+                return real.run_with_ort_values(*a, **k)
+
+        return Session()
+
+
+def _det_input(h: int = 320, w: int = 480) -> np.ndarray:
+    return np.random.default_rng(0).random((1, 3, h, w), dtype=np.float32)
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_planned_sizes_equal_the_real_sizes_on_pp_ocr_det(level: str, tmp_path: Path) -> None:
+    """PP-OCRv4 det declares [N,3,H,W]: every size comes from the case's concrete 320x480, on
+    the graph that runs (above disable: onnxruntime's NCHWc graph)."""
+    path = graph_that_runs(model_path("ppocr_det"), level, tmp_path)
+    model = onnx.load(path)
+    x = _det_input()
+    planned = tensor_sizes(model, [{"x": x.shape}])
+    assert len(planned) == sum(len([o for o in n.output if o]) for n in model.graph.node)
+    real = {name: int(value.nbytes) for _, name, value in rt.capture_segments(
+        np, ort, str(path), list(planned), [{"x": x}], 1 << 30, _JOB, str(tmp_path), sizes={})}
+    assert planned == real
+
+
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_each_node_runs_once_and_outputs_are_bit_identical(level: str, tmp_path: Path) -> None:
+    """A budget of 4 MB cuts det 320x480 into many segments; counted in onnxruntime's own
+    sessions, every node of the graph that runs runs exactly once, and the final output equals
+    a plain (unmarked) run's at that optimization level bit for bit."""
+    source = model_path("ppocr_det")
+    path = graph_that_runs(source, level, tmp_path)
+    model = onnx.load(path)
+    x = _det_input()
+    counting = CountingOrt()
+    names = [t.name for t in tensor_order(model)]
+    stats: dict[str, Any] = {}
+    got = {name: np.array(value) for _, name, value in rt.capture_segments(
+        np, counting, str(path), names, [{"x": x}], 4 << 20, _JOB, str(tmp_path),
+        sizes=tensor_sizes(model, [{"x": x.shape}]), stats=stats)}
+    assert len(stats["segments"]) > 5
+    assert counting.sessions == len(stats["segments"])
+    assert counting.runs == collections.Counter(n.name for n in model.graph.node)
+    assert set(got) == set(names)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = LEVELS[level]
+    plain = ort.InferenceSession(str(source), so, providers=["CPUExecutionProvider"])
+    [out] = plain.run(None, {"x": x})
+    assert np.array_equal(got[model.graph.output[0].name], out)
+
+
+def test_a_budget_below_the_largest_tensor_completes_and_stays_bounded(tmp_path: Path) -> None:
+    """One byte of budget: every node is a segment of its own, and what is alive at once is
+    the boundary tensors still to be read plus one node's outputs."""
+    path = model_path("ppocr_det")
+    model = onnx.load(path)
+    x = _det_input()
+    sizes = tensor_sizes(model, [{"x": x.shape}])
+    stats: dict[str, Any] = {}
+    live: list[int] = []
+    held: dict[str, int] = {}
+    last_read = {i: k for k, n in enumerate(model.graph.node) for i in n.input}
+    index = {o: k for k, n in enumerate(model.graph.node) for o in n.output}
+    count = 0
+    for _, name, value in rt.capture_segments(np, ort, str(path), list(sizes), [{"x": x}], 1,
+                                              _JOB, str(tmp_path), sizes=sizes, stats=stats):
+        count += 1
+        k = index[name]
+        held = {t: b for t, b in held.items() if last_read.get(t, -1) >= k}
+        held[name] = int(value.nbytes)
+        live.append(sum(held.values()))
+    assert count == len(sizes)
+    assert len(stats["segments"]) == len(model.graph.node)
+    largest = max(sizes.values())
+    assert largest > 1
+    # never more alive than the largest set of tensors a plain run must hold at once (the
+    # boundary of a one-node cut), measured here with the real sizes
+    assert max(live) <= 4 * largest
+
+
+def test_plan_dump_sizes_and_counts_if_bodies() -> None:
+    """silero VAD computes 689 of its tensors inside If bodies: the plan counts them."""
+    model = onnx.load(model_path("silero_vad"))
+    inside = subgraph_tensor_count(model)
+    assert inside > 600
+    plan = plan_dump(model.SerializeToString(), None, None,
+                     [{"input": (1, 576), "state": (2, 1, 128), "sr": ()}])
+    assert plan.subgraph_tensors == inside
+    assert set(plan.sizes) == {o for n in model.graph.node for o in n.output if o}
+
+
+def test_saturation_floor_follows_if_and_identity_outputs() -> None:
+    """silero VAD's output is a Sigmoid's, seen through a ReduceMean, an If (both branches) and
+    an Identity: it keeps the saturating floor; its state output does not get one."""
+    floors = saturation_floors(onnx.load(model_path("silero_vad")))
+    assert floors["output"] == 1 / 16
+    assert floors["stateN"] == 0.0
+    half = onnx.load(model_path("silero_vad_half"))
+    assert saturation_floors(half)[half.graph.output[0].name] == 1 / 16
+
+
+@pytest.fixture(scope="module")
+def vad_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from verify.cli import main
+
+    folder = tmp_path_factory.mktemp("vad")
+    rng = np.random.default_rng(0)
+    np.save(folder / "input.npy", (rng.standard_normal((1, 576)) * 0.1).astype(np.float32))
+    np.save(folder / "state.npy", np.zeros((2, 1, 128), np.float32))
+    np.save(folder / "sr.npy", np.array(16000, np.int64))
+    out = folder / "vad.vtc"
+    assert main(["pack", str(model_path("silero_vad")), "-d", f"input:{folder / 'input.npy'}",
+                 "-d", f"state:{folder / 'state.npy'}", "-d", f"sr:{folder / 'sr.npy'}",
+                 "-o", str(out)]) == 0
+    return out
+
+
+def test_if_bodies_are_counted_and_reported_by_run_and_diff(
+        vad_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fixtures_devices import run_cli
+    from verify.dump import open_dump
+
+    inside = subgraph_tensor_count(onnx.load(model_path("silero_vad")))
+    dump = tmp_path / "d"
+    code, out, err = run_cli(["run", vad_vtc, "--iter", "1", "--warmup", "0", "--opt-level",
+                              "disable", "--bin-io-dump", dump], capsys)
+    assert code == 0, err
+    said = f"{inside} tensors inside If/Loop/Scan bodies not captured"
+    assert said in out + err
+    assert open_dump(dump).manifest["subgraph_tensors"] == inside
+    code, out, err = run_cli(["diff", dump, vad_vtc], capsys)
+    assert code == 0, err
+    assert f"{dump}: {inside} tensors inside If/Loop/Scan bodies were not captured" in out
+
+
+def test_localize_on_silero_vad_names_the_injected_if_node(
+        vad_vtc: Path, faulty_profile: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An If whose bodies hold LSTMs is one opaque node to localize: its fault is named, in the
+    per-layer mode (the references fit), and the repro fails there and passes here."""
+    import json
+
+    from fixtures_devices import run_cli
+
+    spec = faulty_profile("dev", "scale", "If_0", 1.01)
+    code, out, err = run_cli(["localize", vad_vtc, "--device", spec, "--json", "-o", tmp_path],
+                             capsys)
+    assert code == 1, err
+    doc = json.loads(out)
+    assert (doc["verdict"], doc["subgraph"], doc["mode"]) == ("faulty here", ["If_0"], "dump")
+    assert run_cli(["run", doc["repro"], "--device", spec, "--iter", "1"], capsys)[0] == 1
+    assert run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)[0] == 0

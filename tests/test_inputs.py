@@ -114,7 +114,7 @@ def test_missing_file_directory_and_unknown_type(tmp_path):
     (tmp_path / "a.txt").write_text("1 2")
     assert error(build_cases, ins, ["a.txt"], base_dir=tmp_path) == (
         "a.txt: unsupported file type '.txt'; use .npy, .npz, .json, .pb or an image "
-        "(.png .jpg .jpeg .bmp .ppm .pgm)")
+        "(.png .jpg .jpeg .bmp .ppm .pgm, or any other format Pillow reads)")
 
 
 # --- .npz ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ these (`pack -d`, `run --input`); `load_array_file` reads one array as stored, u
 
 from __future__ import annotations
 
+import functools
 import json
 import zipfile
 from pathlib import Path
@@ -16,8 +17,23 @@ import onnx
 from verify.errors import InputError
 from verify.files import read_user_file
 
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")  # named in messages
 ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
+
+
+@functools.lru_cache(maxsize=1)
+def _pillow_suffixes() -> frozenset[str]:
+    from PIL import Image
+
+    return frozenset(Image.registered_extensions())
+
+
+def is_image(suffix: str) -> bool:
+    """Whether a file suffix is an image format the installed Pillow decodes (.webp, .tif,
+    .gif, ... besides IMAGE_SUFFIXES)."""
+    suffix = suffix.lower()
+    return suffix in IMAGE_SUFFIXES or (suffix not in ARRAY_SUFFIXES
+                                        and suffix in _pillow_suffixes())
 
 
 def load_array_file(path: Path, name: str) -> np.ndarray:
@@ -29,7 +45,7 @@ def load_array_file(path: Path, name: str) -> np.ndarray:
     label = str(path)
     check_file(path, label)
     suffix = path.suffix.lower()
-    if suffix in IMAGE_SUFFIXES:
+    if is_image(suffix):
         img = open_image(path, label)
         gray = img.mode in ("1", "L", "I", "I;16", "I;16B", "I;16L", "F")
         return np.asarray(img.convert("L" if gray else "RGB"))
@@ -46,9 +62,10 @@ def check_file(path: Path, label: str) -> None:
         where = "" if str(path) == label else f" (looked for {path})"
         raise InputError(f"{label}: no such file{where}")
     suffix = path.suffix.lower()
-    if suffix not in ARRAY_SUFFIXES + IMAGE_SUFFIXES:
+    if suffix not in ARRAY_SUFFIXES and not is_image(suffix):
         raise InputError(f"{label}: unsupported file type '{suffix or path.name}'; use .npy, .npz, "
-                         f".json, .pb or an image ({' '.join(IMAGE_SUFFIXES)})")
+                         f".json, .pb or an image ({' '.join(IMAGE_SUFFIXES)}, or any other "
+                         "format Pillow reads)")
 
 
 def load_data_file(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:

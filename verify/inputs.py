@@ -51,7 +51,7 @@ from types import MappingProxyType
 import numpy as np
 import onnx
 
-from verify.datafiles import (IMAGE_SUFFIXES, check_file, fmt_names, load_data_file,
+from verify.datafiles import (check_file, is_image, fmt_names, load_data_file,
                               mapping_arrays, open_image, pick, to_array)
 from verify.errors import InputError
 
@@ -157,15 +157,19 @@ def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
 def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
                 shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES, seed: int = 0,
                 pre: Preprocess = Preprocess(), base_dir: Path | None = None,
-                probe: Probe | None = None) -> list[dict[str, np.ndarray]]:
+                probe: Probe | None = None,
+                given: Sequence[Mapping[str, np.ndarray]] = ()) -> list[dict[str, np.ndarray]]:
     """Parse the `-d` specs (grammar in the module docstring) into complete cases: one dict
     per case, every model input present, keys in the model's input order.
 
     Random data for an input with dims nothing fixed is a `MissingShapeError`. With `probe`
     (a callable that runs the model on a case and says whether it ran) the error's hint is a
-    `--shape` set the model was seen to run with, tried from a few common sizes."""
+    `--shape` set the model was seen to run with, tried from a few common sizes.
+
+    `given`: whole cases read elsewhere (another tool's files), by input name; each array is
+    checked and cast as a `-d` file's would be, and inputs a case lacks are random."""
     try:
-        return _build(inputs, data, shapes, seed, pre, base_dir)
+        return _build(inputs, data, shapes, seed, pre, base_dir, given)
     except MissingShapeError as exc:
         if probe is None:
             raise
@@ -174,9 +178,14 @@ def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
 
 def _build(inputs: Sequence[InputInfo], data: Sequence[str],
            shapes: Mapping[str, tuple[int, ...]], seed: int, pre: Preprocess,
-           base_dir: Path | None) -> list[dict[str, np.ndarray]]:
+           base_dir: Path | None, given: Sequence[Mapping[str, np.ndarray]] = (),
+           ) -> list[dict[str, np.ndarray]]:
     ctx = _Context(inputs, _effective_shapes(inputs, shapes), pre,
                    Path(base_dir) if base_dir is not None else Path.cwd())
+    if given:
+        return [ctx.complete({n: ctx.conform(np.asarray(a), n, f"case {i} input '{n}'")
+                              for n, a in case.items()}, i, seed)
+                for i, case in enumerate(given)]
     cases: list[dict[str, np.ndarray | _Random]] = []
     current: dict[str, np.ndarray | _Random] = {}
     for raw in data:
@@ -299,7 +308,7 @@ class _Context:
             raise InputError(f"-d {item!r}: no input named '{prefix}' and no file '{value}'; "
                              f"the model's inputs are {self.listing()}")
         check_file(path, value)
-        if path.suffix.lower() in IMAGE_SUFFIXES:
+        if is_image(path.suffix):
             target = name or self._single(item)
             return {target: self.conform(self._image(path, value, target), target, value)}
         return self._assign(load_data_file(path, value), name, value, item)

@@ -15,6 +15,7 @@ from verify import __version__
 from verify.capture import HostCapture
 from verify.graph import load_model, sha256_bytes, tensor_order
 from verify.errors import InputError
+from verify.expected import check_expected, read_case_sources, read_expected
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import reference_session, run_reference
 from verify.testcase import Case, Testcase, write_archive
@@ -28,6 +29,7 @@ class PackOptions:
     pre: Preprocess = Preprocess()
     tolerances: Mapping[str, object] = field(default_factory=dict)
     layers: bool = False
+    expected: Sequence[str] = ()  # ground truth computed elsewhere (see verify/expected.py)
 
 
 def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
@@ -62,18 +64,32 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     model, model_bytes = load_model(model_path)
     infos: list[InputInfo] = model_inputs(model)
     session = reference_session(model_bytes, str(model_path))
-    cases_inputs = build_cases(infos, options.data, shapes=options.shapes, seed=options.seed,
-                               pre=options.pre, probe=lambda feeds: _runs(session, feeds))
+    foreign = read_case_sources(options.data)
+    cases_inputs = build_cases(infos, [] if foreign is not None else options.data,
+                               shapes=options.shapes, seed=options.seed, pre=options.pre,
+                               probe=lambda feeds: _runs(session, feeds),
+                               given=foreign.inputs(infos) if foreign is not None else ())
+    output_names = [o.name for o in session.get_outputs()]
+    given = read_expected(options.expected, output_names, foreign)
+    if given and len(given) != len(cases_inputs):
+        raise InputError(f"the expected outputs hold {len(given)} case(s) but the inputs "
+                         f"{len(cases_inputs)}; give one set of outputs per case")
     cases = []
     for i, feeds in enumerate(cases_inputs):
         outputs = run_reference(session, feeds, f"{model_path} case {i}",
                                 _random_int_hint(infos, options.data))
+        if given:
+            outputs = check_expected(given[i], outputs, i)
         cases.append(Case(inputs=feeds, outputs=outputs, source=_case_source(options.data, i)))
+    reference = ({"reference": "given: " + "; ".join(
+        [*(foreign.labels if foreign is not None and foreign.has_outputs else []),
+         *options.expected]) + " (checked for names, shapes and dtypes against onnxruntime "
+        "on this host)"} if given else {})
     tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
                   tensor_order=tuple(tensor_order(model)),
                   tolerances=dict(options.tolerances),
-                  provenance={**provenance(model_bytes, model_path), "seed": options.seed,
-                              "data": list(options.data)},
+                  provenance={**provenance(model_bytes, model_path), **reference,
+                              "seed": options.seed, "data": list(options.data)},
                   has_layers=options.layers)
     del session
     if not options.layers:

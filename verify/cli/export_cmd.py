@@ -21,8 +21,10 @@ if TYPE_CHECKING:
               help="Where to write the model (default: ARCHIVE with the suffix .onnx).")
 @click.option("--data", "data_dir", type=click.Path(path_type=Path, file_okay=False),
               default=None,
-              help="Also write each case's inputs and outputs as onnx_test_runner's "
-                   "test_data_set_N/input_K.pb and output_K.pb in this folder.")
+              help="Also write each case's inputs and outputs in this folder as "
+                   "onnx_test_runner's test_data_set_N/input_K.pb and output_K.pb, and as "
+                   "Polygraphy's polygraphy_inputs.json and polygraphy_outputs.json "
+                   "(polygraphy run --load-inputs / --load-outputs).")
 @json_option
 def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: bool) -> int:
     """Write the ONNX model held in ARCHIVE to a file (open it in Netron, or any ONNX tool).
@@ -55,8 +57,10 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
 
 
 def _write_test_data(tc: "Testcase", folder: Path) -> Path:
-    """onnx_test_runner's layout: test_data_set_N/{input,output}_K.pb (TensorProto)."""
+    """onnx_test_runner's layout (test_data_set_N/{input,output}_K.pb) and Polygraphy's JSON."""
     from onnx import numpy_helper
+
+    from verify.foreign import polygraphy_inputs, polygraphy_outputs
 
     written: list[Path] = []
     # all of it or nothing: on failure the files written so far go, then the folders made here
@@ -74,4 +78,9 @@ def _write_test_data(tc: "Testcase", folder: Path) -> Path:
                         path.unlink(missing_ok=True)
                     remove_empty_dirs(sorted({p.parent for p in written} - {case_dir}))
                     raise
+    write_bytes_atomic(folder / "polygraphy_inputs.json",
+                       polygraphy_inputs([case.inputs for case in tc.cases]).encode())
+    write_bytes_atomic(folder / "polygraphy_outputs.json",
+                       polygraphy_outputs([case.outputs for case in tc.cases],
+                                          "verify-ground-truth").encode())
     return folder

@@ -16,6 +16,8 @@ from verify.errors import EXIT_OK
 @json_option
 def inspect(archive: Path, as_json: bool) -> int:
     """Show what a .vtc archive holds: model, inputs/outputs, cases, tolerances, provenance.
+    Given a plain .onnx model, show the model part (ops, inputs and outputs with their
+    dynamic dims).
 
     Checks all of it first, as `verify run` would: every tensor and the model against their
     checksums (per-layer references included), the cases against the model's inputs and
@@ -24,7 +26,17 @@ def inspect(archive: Path, as_json: bool) -> int:
     \b
       verify inspect cnn.vtc
       verify inspect cnn.vtc --json | jq .provenance
+      verify inspect model.onnx
     """
+    if archive.suffix.lower() == ".onnx":
+        from verify.graph import load_model_bytes
+
+        summary = render.model_summary(archive, load_model_bytes(archive))
+        if as_json:
+            emit_json(summary)
+        else:
+            render.print_model(summary)
+        return EXIT_OK
     from verify.archive_check import check_cases
     from verify.graph import parse_model
     from verify.schema import LAYERS

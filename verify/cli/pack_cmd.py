@@ -14,9 +14,12 @@ from verify.errors import EXIT_OK, UsageError
 @cli.command(context_settings=CONTEXT)
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-d", "--data", multiple=True, metavar="SPEC",
-              help="Input data: FILE or NAME:FILE (.npy .npz .json .png .jpg .ppm .pgm), a "
-                   "literal NAME:[[1,2]], or NAME:rand. Repeat for more inputs; a repeated "
-                   "input name starts a new case. Omitted inputs get seeded random data.")
+              help="Input data: FILE or NAME:FILE (.npy .npz .json .pb, or any image Pillow "
+                   "reads), a literal NAME:[[1,2]], or NAME:rand. Repeat for more inputs; a "
+                   "repeated input name starts a new case. Omitted inputs get seeded random "
+                   "data. Whole cases from another tool: an onnx_test_runner folder "
+                   "(test_data_set_N/input_K.pb; its output_K.pb become the ground truth) or a "
+                   "Polygraphy --save-inputs JSON file.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Archive to write (default: MODEL with .vtc).")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
@@ -28,13 +31,18 @@ from verify.errors import EXIT_OK, UsageError
 @click.option("--bgr", is_flag=True, help="Image preprocessing: channels in BGR order.")
 @click.option("--layout", type=click.Choice(["nchw", "nhwc"]), default=None,
               help="Image layout (default: inferred from the input's shape).")
+@click.option("--expected", multiple=True, metavar="[NAME:]FILE",
+              help="Ground truth computed elsewhere, stored instead of this host's: a "
+                   "Polygraphy --save-outputs JSON, an onnx_test_runner folder, a .npz by "
+                   "output name, or NAME:FILE per output (a repeated NAME starts the next "
+                   "case). Checked against this host's run for names, shapes and dtypes.")
 @click.option("--layers", is_flag=True,
               help="Also store the reference value of every intermediate tensor.")
 @tolerance_options
 @json_option
 def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[str, ...],
          seed: int, mean: str | None, std: str | None, scale: float, bgr: bool,
-         layout: str | None, layers: bool, atol: float | None, rtol: float | None,
+         layout: str | None, expected: tuple[str, ...], layers: bool, atol: float | None, rtol: float | None,
          tol_specs: tuple[str, ...], as_json: bool) -> int:
     """Pack MODEL, its inputs and ground-truth outputs into one .vtc testcase archive.
 
@@ -44,6 +52,8 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     \b
       verify pack goldens/models/cnn.onnx -d goldens/images/sample.png --scale 0.00392 -o cnn.vtc
       verify pack two_io.onnx -d a:a.npy -d b:b.npy -d a:a2.npy -d b:b2.npy   (2 cases)
+      verify pack model.onnx -d model_dir/            (onnx_test_runner's test_data_set_N)
+      verify pack model.onnx -d inputs.json --expected outputs.json   (Polygraphy's files)
     """
     from verify import pack as packing
     from verify.inputs import Preprocess, parse_shape_option
@@ -54,7 +64,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(
         data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
-        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers)
+        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers, expected=expected)
     tc = packing.pack(model, out, options)
     summary = render.pack_summary(tc, out)
     if as_json:

@@ -66,8 +66,8 @@ def _model_info(model_bytes: bytes, where: str) -> dict[str, Any]:
             if v.name in inits:
                 continue
             t = v.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                    for d in t.shape.dim]
+            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
+                    else (d.dim_param or "?") for d in t.shape.dim]
             out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
                 t.elem_type).name if t.elem_type else "?", "shape": dims})
         return out
@@ -107,6 +107,18 @@ def inspect_summary(tc: "Testcase") -> dict[str, Any]:
     }
 
 
+def model_summary(path: Path, model_bytes: bytes) -> dict[str, Any]:
+    """`inspect` of a plain .onnx file: the model part of an archive's summary."""
+    return {"model_file": str(path), "model": _model_info(model_bytes, str(path))}
+
+
+def print_model(s: Mapping[str, Any]) -> None:
+    con = console()
+    con.print(f"[bold]{s['model_file']}[/bold]  (an ONNX model, not an archive: "
+              "verify pack it to add inputs and ground truth)")
+    _print_model_part(con, s["model"])
+
+
 def pack_summary(tc: "Testcase", out: Path) -> dict[str, Any]:
     return {**inspect_summary(tc), "archive": str(out), "archive_bytes": out.stat().st_size}
 
@@ -120,17 +132,15 @@ def pack_text(s: Mapping[str, Any]) -> str:
         for name, o in case["outputs"].items():
             rng = f" range [{o['min']:.4g}, {o['max']:.4g}]" if "min" in o else ""
             lines.append(f"  case {case['index']}: {name} {o['dtype']}{fmt_shape(o['shape'])}{rng}")
-    lines.append(f"ground truth: {s['provenance'].get('reference', '')} "
-                 f"(onnxruntime {s['provenance'].get('onnxruntime', '?')})")
+    ref = str(s['provenance'].get('reference', ''))
+    lines.append(f"ground truth: {ref}" + ("" if ref.startswith("given") else
+                 f" (onnxruntime {s['provenance'].get('onnxruntime', '?')})"))
     return "\n".join(lines)
 
 
-def print_inspect(s: Mapping[str, Any]) -> None:
+def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:
     from rich.table import Table
 
-    con = console()
-    m = s["model"]
-    con.print(f"[bold]{s['archive']}[/bold]  (archive format v{s['format_version']})")
     con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
               f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
               f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
@@ -143,6 +153,15 @@ def print_inspect(s: Mapping[str, Any]) -> None:
         for item in items:
             table.add_row(kind, item["name"], item["dtype"], fmt_shape(item["shape"]))
     con.print(table)
+
+
+def print_inspect(s: Mapping[str, Any]) -> None:
+    from rich.table import Table
+
+    con = console()
+    m = s["model"]
+    con.print(f"[bold]{s['archive']}[/bold]  (archive format v{s['format_version']})")
+    _print_model_part(con, m)
     for case in s["cases"]:
         con.print(f"case {case['index']}: {case['source'] or ''}")
         for role in ("inputs", "outputs"):

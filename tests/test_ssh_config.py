@@ -190,7 +190,7 @@ def test_cli_devices_check_and_run_through_the_alias(home: Path, jump_and_board,
            jump, board)
     code, out, err = verify(capsys, "devices", "check", "ssh:myboard")
     assert code == 0, err
-    assert re.search(r"transfers\s+sftp \(uploads\), cat over exec \(downloads\)", out), out
+    assert re.search(r"transfers\s+sftp \(large downloads: cat over exec\)", out), out
     code, out, err = verify(capsys, "run", REPO / "goldens" / "testcases" / "cnn.vtc",
                             "--device", "ssh:myboard", "--iter", "2")
     assert code == 0, err

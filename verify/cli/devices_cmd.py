@@ -87,8 +87,8 @@ def devices_check(profile: Profile, as_json: bool) -> int:
       verify devices check ssh:me@192.0.2.10:2222
       verify devices check ssh:myboard     # a Host alias of ~/.ssh/config, ProxyJump too
 
-    Over ssh it also says how files travel: SFTP uploads, or `cat` over exec when the server
-    has no sftp subsystem (downloads always stream through `cat`).
+    Over ssh it also says how files travel: SFTP, or `cat` over exec when the server has no
+    sftp subsystem (large downloads always stream through `cat`).
     """
     from verify.errors import ProviderUnavailable
     from verify.pipeline import describe_device, provider_problems

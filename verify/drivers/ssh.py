@@ -19,10 +19,12 @@ the first, and raises DeviceTimeout: nothing lingers, except processes that left
 purpose (daemons calling setsid). Output a noisy shell rc file prints before the marker is
 dropped. A process killed by a signal has no exit status in SSH (paramiko reports -1).
 
-Files: uploads, renames, stat and mkdir go over one SFTP session when the server has the
-subsystem, else over exec (`cat > path`, `mv`, `test -e`, `mkdir -p`); downloads always stream
-through `cat` on an exec channel (ssh_files.py); both directions check size and sha256. A single
-SFTP reply or a transfer stalled longer than the command timeout fails the transfer. Every
+Files: uploads, small downloads (up to 256 KiB), renames, stat and mkdir go over one SFTP
+session when the server has the subsystem, else over exec (`cat > path`, `cat path`, `mv`,
+`test -e`, `mkdir -p`; ssh_files.py, size and sha256 checked); larger downloads always stream
+through `cat`. No SFTP prefetch: its helper thread dies with an uncaught exception when the
+link drops. A single SFTP reply or a transfer stalled longer than the command timeout fails
+the transfer. Every
 paramiko and socket exception is converted here into verify's errors; a dropped link says
 "connection lost while <what>".
 """
@@ -58,6 +60,9 @@ _CHUNK = 1 << 16
 _KILL_TIMEOUT = 10.0  # bound on killing a timed-out command; a dead link must not hang it
 _POLL = 0.05          # longest wait for output before looking again (see _pump)
 SFTP, EXEC = "sftp", "exec"
+# Downloads up to this size use sequential SFTP reads (32 KiB each, one round trip apiece);
+# larger ones stream through `cat` (see _get_impl and benchmarks/bench_ssh_transfers.py).
+_SFTP_GET_MAX = 256 << 10
 
 
 class SshDriver(Driver):
@@ -113,7 +118,7 @@ class SshDriver(Driver):
     def transfer_method(self) -> str:
         """How files travel to this device, in words (asks the server for sftp once)."""
         self._sftp_client("checking for an sftp subsystem")
-        return "sftp (uploads), cat over exec (downloads)" if self._files == SFTP else \
+        return "sftp (large downloads: cat over exec)" if self._files == SFTP else \
             "cat over exec (the server has no sftp subsystem)"
 
     def _close_impl(self) -> None:
@@ -284,8 +289,21 @@ class SshDriver(Driver):
             raise self._lost(what, exc, TransferError) from exc
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        # Over exec even with SFTP: paramiko's SFTP get needs a helper thread (ssh_files.py).
-        self._exec_transfer(f"fetching {remote}", remote,
+        what = f"fetching {remote}"
+        sftp = self._sftp_client(what)
+        if sftp is not None:
+            try:
+                size = sftp.stat(remote).st_size
+                if size is not None and size <= _SFTP_GET_MAX:
+                    # Plain SFTP reads in this thread: a few round trips, no process started on
+                    # the device (a layer dump fetches hundreds of small files). No prefetch:
+                    # paramiko's prefetch thread dies noisily when the link drops.
+                    sftp.get(remote, str(local), callback=_adapt(progress), prefetch=False)
+                    return
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise self._lost(what, exc, TransferError) from exc
+        # Large files, or no SFTP: one stream through `cat`, size and sha256 checked.
+        self._exec_transfer(what, remote,
                             lambda chan: ssh_files.get(chan, remote, local, progress))
 
     def _rename_impl(self, src: str, dst: str) -> None:

@@ -1,5 +1,5 @@
-"""File transfers over an ssh exec channel: every download, and uploads to a server that has no
-SFTP subsystem.
+"""File transfers over an ssh exec channel: large downloads, and every transfer with a server
+that has no SFTP subsystem.
 
 A download runs `wc -c < PATH; sha256sum < PATH; cat PATH` in one command and checks the bytes
 it received against that size and digest; an upload sends the file to `cat > PATH`, then checks
@@ -8,9 +8,10 @@ reaches the shell. A device without sha256sum (nor `shasum -a 256`) is checked o
 Output that the login shell's rc files print before the command is skipped: the command
 starts with a random marker line.
 
-The SFTP download (paramiko's `get`) is not used: it queues its read requests from a helper
-thread that dies with an uncaught exception when the link drops, and silencing that took a
-process-wide `threading.excepthook`. A stream over one channel needs no helper thread.
+Why not SFTP for large downloads: paramiko pipelines SFTP reads only from a prefetch helper
+thread, which dies with an uncaught exception when the link drops (silencing it took a
+process-wide `threading.excepthook`); unpipelined reads cost a round trip per 32 KiB. A stream
+over one channel needs neither.
 """
 
 from __future__ import annotations

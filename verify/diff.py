@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from verify.capture import HostCapture
 from verify.compare import (TensorDiff, ToleranceSet, compare, expect_bytes, json_safe,
                             tol_rank)
 from verify.dump import Dump, Scratch, open_dump
@@ -359,6 +358,8 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
                      nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
 
+    from verify.capture import HostCapture  # onnx and onnxruntime only where a side needs them
+
     hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
 
     def _host_side(case: int) -> _Side:
@@ -383,7 +384,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
     return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances))
 
 
-def _streamed(host: HostCapture, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
+def _streamed(host: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
     """A loader over one host capture pass, in topological order: asked in that order (the
     walk does, on whichever side computes here) it costs one pass, holding one chunk at a
     time; a name asked for after the pass went by it is computed on its own."""

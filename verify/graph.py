@@ -7,11 +7,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import onnx
-from google.protobuf.message import DecodeError
+from typing import TYPE_CHECKING
 
 from verify.errors import ModelError
 from verify.files import read_user_file
+
+if TYPE_CHECKING:  # onnx is imported where a function needs it: `verify --help` and a diff of
+    import onnx    # two dumps never load it
 
 INPUT_OP = "<input>"
 
@@ -41,6 +43,9 @@ def load_model_bytes(path: Path) -> bytes:
 
 def parse_model(data: bytes, where: str) -> onnx.ModelProto:
     """Parse and sanity-check ONNX bytes; every failure is one ModelError line."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -193,6 +198,8 @@ def inferred_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
     """The type of every tensor onnx knows or can infer: the graph's inputs, outputs and
     value_info, then shape inference (which may fail on ops it does not know: those tensors
     simply stay unknown)."""
+    import onnx
+
     types: dict[str, onnx.TypeProto] = {}
 
     def take(infos: Iterable[onnx.ValueInfoProto]) -> None:
@@ -215,6 +222,8 @@ def inferred_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
 
 
 def _known_elem_type(tp: onnx.TypeProto) -> bool:
+    import onnx
+
     kind = tp.WhichOneof("value")
     if kind == "tensor_type":
         return tp.tensor_type.elem_type != onnx.TensorProto.UNDEFINED
@@ -229,6 +238,8 @@ def with_outputs(model: onnx.ModelProto, names: Sequence[str], *,
     inferred. Names that are already outputs are kept once. Pass `types`
     (`inferred_types(model)`) to mark several sets without re-running inference."""
     types = inferred_types(model) if types is None else types
+    import onnx
+
     marked = onnx.ModelProto()
     marked.CopyFrom(model)
     present = {o.name for o in marked.graph.output}

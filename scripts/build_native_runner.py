@@ -15,6 +15,7 @@ A bundle is a folder, by default `${XDG_CACHE_HOME:-~/.cache}/verify/native-runn
     manifest.json              target, runner and contract versions, ONNX Runtime's version and
                                API level, the packages used (version, sha512, licence), compiler
     LICENSES.txt               the licences of what the bundle contains
+    contract.schema.json       the runner contract it follows, as JSON Schema
 
 Everything comes from packages, pinned here, nothing from a project site:
 - Debian: g++ (x86-64), g++-aarch64-linux-gnu, cmake, nlohmann-json3-dev (scripts/setup.sh
@@ -58,6 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 SOURCES = REPO / "runner" / "native"
 MANIFEST_FORMAT = 1
 JSON_HEADER = Path("/usr/include/nlohmann/json.hpp")
+SCHEMA = REPO / "verify" / "runner" / "contract.schema.json"  # shipped in the bundle
 
 # npm packages: version, the registry's sha512 integrity (checked on every use), licence.
 PACKAGES = {
@@ -241,6 +243,7 @@ def source_digest() -> str:
         if path.is_file() and "build" not in path.relative_to(SOURCES).parts:
             h.update(str(path.relative_to(SOURCES)).encode() + b"\0" + path.read_bytes())
     h.update(Path(__file__).read_bytes())
+    h.update(SCHEMA.read_bytes())
     return h.hexdigest()
 
 
@@ -321,6 +324,11 @@ def build(target_name: str, *, out: Path | None = None, ndk: Path | None = None,
             log(f"{out}: up to date")
             return out
         build_dir = cache / "build" / target_name
+        if target_name.startswith("android-"):
+            # CMake keeps the first toolchain file a build folder saw: one folder per NDK.
+            tc = next(a for a in args if a.startswith("-DCMAKE_TOOLCHAIN_FILE="))
+            build_dir = build_dir.with_name(
+                f"{target_name}-{hashlib.sha256(tc.encode()).hexdigest()[:10]}")
         build_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         log(f"cmake configure ({target_name})…")
@@ -395,6 +403,7 @@ def _assemble(out: Path, runner: Path, library: Path, target: Target,
     (tmp / "lib").mkdir()
     shutil.copy2(runner, tmp / "bin" / "verify-runner")
     shutil.copy2(library, tmp / "lib" / target.lib_name)
+    shutil.copy2(SCHEMA, tmp / "contract.schema.json")
     (tmp / "LICENSES.txt").write_text(LICENSES.format(
         target=target.name, lib=target.lib_name, ort=target.ort_version, package=target.package,
         version=PACKAGES[target.package]["version"]), encoding="utf-8")

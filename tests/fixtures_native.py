@@ -18,7 +18,12 @@ from types import ModuleType
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "build_native_runner.py"
 PY_RUNNER = REPO / "verify" / "runner" / "runner.py"
-RUNNERS = ("python", "native")
+RUNNERS: tuple[str, ...] = ("python", "native")
+# A third party's runner, checked by the same contract tests (docs/native-runner.md,
+# "Checking another runner"): VERIFY_CONFORMANCE_RUNNER="ARGV..." adds it as `third`.
+THIRD = os.environ.get("VERIFY_CONFORMANCE_RUNNER", "").strip()
+if THIRD:
+    RUNNERS += ("third",)
 # The user's cache as it was when the tests started: fixtures that move $XDG_CACHE_HOME into a
 # test's temp dir must not make the bundles (and their npm tarballs) be built again there.
 _XDG_AT_START = os.environ.get("XDG_CACHE_HOME")
@@ -56,9 +61,28 @@ def native_bin(target: str = "linux-x86_64") -> Path:
     return bundle(target) / "bin" / "verify-runner"
 
 
+SCHEMA = REPO / "verify" / "runner" / "contract.schema.json"
+
+
+def validate(doc: object, kind: str) -> None:
+    """Check doc against the contract's JSON Schema: kind is job, result, describe or
+    dump_manifest (a $defs entry of verify/runner/contract.schema.json)."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.validate(doc, {**schema, "$ref": f"#/$defs/{kind}"},
+                        cls=jsonschema.Draft202012Validator)
+
+
 def runner_argv(kind: str) -> list[str]:
     if kind == "python":
         return [sys.executable, str(PY_RUNNER)]
+    if kind == "third":
+        import shlex
+
+        return shlex.split(THIRD)
     return [str(native_bin())]
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from fixtures_devices import DeviceEnv, run_cli, run_json
-from fixtures_native import bundle, native_bin
+from fixtures_native import bundle, native_bin, validate
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -89,6 +89,18 @@ def test_local_native_runner_commands(device_env: DeviceEnv, small_vtc: Path, tm
     for opt in ("disable", "all"):
         diff = run_dump_and_diff("nat", small_vtc, tmp_path / opt, capsys, opt)
         assert diff["passed"] is True
+        validate(json.loads((tmp_path / opt / "nat-dump" / "manifest.json").read_text()),
+                 "dump_manifest")
+    # What the host writes and reads, against the contract's schema: a kept work folder.
+    code, out, err = run_cli(["run", small_vtc, "--device", "nat", "--iter", "1", "--keep",
+                              "--bin-io-dump", tmp_path / "kept-dump"], capsys)
+    assert code == 0, err
+    jobs = [json.loads(p.read_text()) for p in device_env.local_jobs().rglob("*.json")
+            if json.loads(p.read_text()).get("contract") == "verify-runner"]
+    kinds = {"job" if "model" in d else "result" for d in jobs}
+    assert kinds == {"job", "result"} and any("dump" in d for d in jobs)
+    for doc in jobs:
+        validate(doc, "job" if "model" in doc else "result")
 
 
 def test_native_dump_of_a_real_model_diffs_clean(device_env: DeviceEnv, tmp_path: Path,

@@ -16,13 +16,15 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from fixtures_native import RUNNERS, runner_argv
+from fixtures_native import RUNNERS, runner_argv, validate
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "goldens" / "models"
 
 
-def job_dir(tmp_path: Path, model: Path, feeds: dict[str, np.ndarray], **job: Any) -> Path:
+def job_dir(tmp_path: Path, model: Path, feeds: dict[str, np.ndarray], valid: bool = True,
+            **job: Any) -> Path:
+    """A job folder; the job is checked against the schema unless it is meant to be bad."""
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(model, work / "model.onnx")
@@ -35,6 +37,8 @@ def job_dir(tmp_path: Path, model: Path, feeds: dict[str, np.ndarray], **job: An
            "provider_options": {}, "opt_level": "disable", "threads": 1, "session_config": {},
            "warmup": 1, "iterations": 2, "outputs_dir": "out", "result": "result.json",
            "profile": None, **job}
+    if valid:
+        validate(doc, "job")
     (work / "job.json").write_text(json.dumps(doc))
     return work
 
@@ -43,7 +47,10 @@ def run_job(kind: str, work: Path) -> tuple[subprocess.CompletedProcess[str], di
     proc = subprocess.run([*runner_argv(kind), str(work / "job.json")], cwd=work, text=True,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=300)
     path = work / "result.json"
-    return proc, (json.loads(path.read_text()) if path.exists() else None)
+    result = json.loads(path.read_text()) if path.exists() else None
+    if result is not None:
+        validate(result, "result")  # every result, ok or error, against the contract's schema
+    return proc, result
 
 
 def two_io_feeds() -> dict[str, np.ndarray]:
@@ -67,6 +74,7 @@ def test_describe(kind: str, tmp_path: Path) -> None:
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
+    validate(info, "describe")
     for key in ("arch", "os", "python", "numpy", "onnxruntime", "providers", "cpu_count",
                 "free_disk_bytes"):
         assert key in info
@@ -167,8 +175,8 @@ def test_dump_final_outputs_are_bit_identical_to_the_plain_run(kind: str, tmp_pa
     assert records_by_budget[0] == records_by_budget[1]
 
 
-def test_native_and_python_dumps_agree(tmp_path: Path) -> None:
-    """The same dump job, both runners: the same records (stats to float tolerance)."""
+def test_dumps_agree_across_runners(tmp_path: Path) -> None:
+    """The same dump job, every runner: the Python runner's records (stats to float tolerance)."""
     model = MODELS / "cnn.onnx"
     import onnx
 
@@ -188,12 +196,14 @@ def test_native_and_python_dumps_agree(tmp_path: Path) -> None:
         assert result is not None and result["status"] == "ok", proc.stderr
         assert not (work / "dump").exists() or not any((work / "dump").iterdir())
         got[kind] = result["dump"]["cases"][0]
-    for a, b in zip(got["python"], got["native"]):
-        assert (a["name"], a["file"], a["dtype"], a["shape"], a["nan"], a["inf"]) == \
-               (b["name"], b["file"], b["dtype"], b["shape"], b["nan"], b["inf"])
-        for key in ("min", "max", "mean", "std"):
-            assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6)
-        np.testing.assert_allclose(b["first"], a["first"], rtol=1e-5, atol=1e-6)
+    for other in RUNNERS[1:]:
+        assert len(got[other]) == len(got["python"])
+        for a, b in zip(got["python"], got[other]):
+            assert (a["name"], a["file"], a["dtype"], a["shape"], a["nan"], a["inf"]) == \
+                   (b["name"], b["file"], b["dtype"], b["shape"], b["nan"], b["inf"])
+            for key in ("min", "max", "mean", "std"):
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-6)
+            np.testing.assert_allclose(b["first"], a["first"], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", RUNNERS)
@@ -250,7 +260,7 @@ def test_error_kinds(kind: str, tmp_path: Path) -> None:
 
     (tmp_path / "e").mkdir()
     err = error_of(kind, job_dir(tmp_path / "e", MODELS / "two_io.onnx", feeds,
-                                 opt_level="fastest"))
+                                 opt_level="fastest", valid=False))
     assert (err["kind"], err["message"]) == ("input", "unknown opt_level 'fastest'")
 
     (tmp_path / "f").mkdir()
@@ -261,7 +271,7 @@ def test_error_kinds(kind: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", RUNNERS)
 def test_bad_jobs_exit_2_without_a_result(kind: str, tmp_path: Path) -> None:
-    work = job_dir(tmp_path, MODELS / "two_io.onnx", two_io_feeds(), version=2)
+    work = job_dir(tmp_path, MODELS / "two_io.onnx", two_io_feeds(), version=2, valid=False)
     proc, result = run_job(kind, work)
     assert (proc.returncode, result) == (2, None)
     assert "runner speaks verify-runner version 1" in proc.stderr
@@ -314,3 +324,42 @@ def test_native_npy_against_numpy(tmp_path: Path) -> None:
     proc = subprocess.run([tool, "read", str(fortran)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Fortran" in proc.stderr
     assert os.path.getsize(fortran) > 0
+
+
+def describe(kind: str, *extra: str) -> dict[str, Any]:
+    proc = subprocess.run([*runner_argv(kind), "--describe", *extra], text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    validate(info, "describe")
+    return info
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_describe_probe(kind: str) -> None:
+    info = describe(kind, "--probe", "CPUExecutionProvider,QNNExecutionProvider")
+    assert info["probe"]["CPUExecutionProvider"] is None
+    assert info["probe"]["QNNExecutionProvider"].startswith(
+        "QNNExecutionProvider is not available on this device")
+
+
+def test_both_runners_give_one_machine_fingerprint() -> None:
+    """verify ci keys baselines by hostname, cpu and machine_id: the same machine must get the
+    same fingerprint whichever runner describes it."""
+    a, b = describe("python"), describe("native")
+    assert (a["hostname"], a["cpu"], a["machine_id"]) == (b["hostname"], b["cpu"], b["machine_id"])
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_control_probe(kind: str, tmp_path: Path) -> None:
+    feeds = two_io_feeds()
+    (tmp_path / "on").mkdir()
+    work = job_dir(tmp_path / "on", MODELS / "two_io.onnx", feeds, iterations=3,
+                   control_probe=True)
+    proc, result = run_job(kind, work)
+    assert result is not None and result["status"] == "ok", proc.stderr
+    control = result["cases"][0]["control_ms"]
+    assert len(control) == 3 and all(t > 0 for t in control)
+    (tmp_path / "off").mkdir()
+    proc, result = run_job(kind, job_dir(tmp_path / "off", MODELS / "two_io.onnx", feeds))
+    assert result is not None and "control_ms" not in result["cases"][0]

@@ -129,8 +129,8 @@ std::vector<std::string> available_providers() {
   return out;
 }
 
-Ort::Env& env() {
-  static Ort::Env e(ORT_LOGGING_LEVEL_WARNING, "verify-runner");
+Ort::Env& env(int log_severity) {
+  static Ort::Env e(static_cast<OrtLoggingLevel>(log_severity), "verify-runner");
   return e;
 }
 
@@ -191,8 +191,19 @@ void make_dirs(const std::string& path) {
   }
 }
 
+int log_severity(const json& job) {
+  // onnxruntime's own log goes to stderr; verify shows errors from the result file, so by
+  // default only errors are logged ("ort_log_severity" 0-4, as runner.py)
+  if (job.contains("ort_log_severity") && job["ort_log_severity"].is_number_integer()) {
+    int s = job["ort_log_severity"].get<int>();
+    if (s >= 0 && s <= 4) return s;
+  }
+  return 3;
+}
+
 Ort::SessionOptions session_options(const json& job) {
   Ort::SessionOptions so;
+  so.SetLogSeverityLevel(log_severity(job));
   std::string level = job.value("opt_level", std::string("disable"));
   auto it = kOptLevels.find(level);
   if (it == kOptLevels.end()) throw JobError("input", "unknown opt_level '" + level + "'");
@@ -283,7 +294,7 @@ JobError session_error(const Ort::Exception& e) {
 Ort::Session make_session(const json& job, const void* data, size_t size) {
   Ort::SessionOptions so = session_options(job);
   try {
-    return Ort::Session(env(), data, size, so);
+    return Ort::Session(env(log_severity(job)), data, size, so);
   } catch (const Ort::Exception& e) {
     throw session_error(e);
   }
@@ -292,7 +303,7 @@ Ort::Session make_session(const json& job, const void* data, size_t size) {
 Ort::Session make_session_file(const json& job, const std::string& path) {
   Ort::SessionOptions so = session_options(job);
   try {
-    return Ort::Session(env(), path.c_str(), so);
+    return Ort::Session(env(log_severity(job)), path.c_str(), so);
   } catch (const Ort::Exception& e) {
     throw session_error(e);
   }
@@ -380,6 +391,8 @@ json describe(const Runtime& rt) {
     info["arch"] = u.machine;
     info["os"] = std::string(u.sysname) + " " + u.release;
     info["hostname"] = u.nodename;
+    info["cpu"] = cpu_model();
+    info["machine_id"] = machine_id();
   } else {
     info["arch"] = nullptr;
     info["os"] = nullptr;

@@ -39,7 +39,8 @@ struct Runtime {
 // Load libonnxruntime beside the executable (../lib, then its own folder), else by name on
 // the loader's path (LD_LIBRARY_PATH); initialise the C++ API. argv0 locates the executable.
 const Runtime& load_runtime(const char* argv0);
-Ort::Env& env();
+// The process's onnxruntime environment; its log level is fixed by the first call.
+Ort::Env& env(int log_severity = 3);
 // The providers whose code is present (plug-in providers need their .so beside the library).
 std::vector<std::string> available_providers();
 
@@ -67,6 +68,13 @@ std::map<std::string, npy::Array> load_inputs(const json& job_case, const std::s
 void save_value(const std::string& path, const std::string& name, const Ort::Value& v);
 
 json describe(const Runtime& rt);
+// device.cpp: the CPU's model name (or ""), a hash of the OS's machine id (or ""), the hash
+// itself (for tests), --probe's answers, and the control probe (fixed single-threaded work).
+std::string cpu_model();
+std::string machine_id();
+std::string machine_id_hash(const std::string& raw_id);
+json probe_providers(const std::vector<std::string>& providers);
+uint64_t control_probe();
 long long peak_rss_bytes();
 
 }  // namespace vr

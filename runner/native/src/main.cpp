@@ -3,6 +3,8 @@
 //
 //   verify-runner JOB.json      run the job; write the result file the job names; exit 0
 //   verify-runner --describe    print this device's description as JSON; exit 0
+//   verify-runner --describe --probe P[,P...]   the same, plus "probe": per provider, null if
+//                               a session can be made with it, else why
 //   verify-runner --version     print the runner's and onnxruntime's versions
 //
 // Exit 2 (no result file): usage, an unreadable job file, a job of another contract or a
@@ -12,6 +14,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 
 #include "common.hpp"
 #include "dump.hpp"
@@ -68,6 +71,7 @@ json run_timed(json job, const std::string& workdir) {
   make_dirs(join_path(workdir, out_rel));
   int warmup = job.value("warmup", 1);
   int iterations = std::max(1, job.value("iterations", 1));
+  bool control = job.contains("control_probe") && job["control_probe"] == true;
   size_t ci = 0;
   for (const json& c : job.at("cases")) {
     std::map<std::string, npy::Array> feeds = load_inputs(c, workdir);
@@ -85,7 +89,7 @@ json run_timed(json job, const std::string& workdir) {
         throw run_error(e);
       }
     };
-    json warm_ms = json::array(), iter_ms = json::array();
+    json warm_ms = json::array(), iter_ms = json::array(), control_ms = json::array();
     for (int k = 0; k < warmup; ++k) {
       auto t = Clock::now();
       run();
@@ -93,6 +97,11 @@ json run_timed(json job, const std::string& workdir) {
     }
     std::vector<Ort::Value> outputs;
     for (int k = 0; k < iterations; ++k) {
+      if (control) {
+        auto t = Clock::now();
+        control_probe();
+        control_ms.push_back(ms_since(t));
+      }
       auto t = Clock::now();
       outputs = run();
       iter_ms.push_back(ms_since(t));
@@ -103,7 +112,9 @@ json run_timed(json job, const std::string& workdir) {
       save_value(join_path(workdir, rel), output_names[k], outputs[k]);
       files[output_names[k]] = rel;
     }
-    result["cases"].push_back({{"warmup_ms", warm_ms}, {"iter_ms", iter_ms}, {"outputs", files}});
+    json record = {{"warmup_ms", warm_ms}, {"iter_ms", iter_ms}, {"outputs", files}};
+    if (control) record["control_ms"] = control_ms;
+    result["cases"].push_back(record);
     ++ci;
   }
   if (job.contains("profile") && job["profile"].is_string())
@@ -179,9 +190,18 @@ std::string dirname_of(const std::string& path) {
 int main(int argc, char** argv) {
   using namespace vr;
   load_runtime(argv[0]);
-  std::string arg = argc == 2 ? argv[1] : "";
-  if (arg == "--describe") {
-    std::cout << describe(load_runtime(argv[0])).dump() << "\n";
+  std::string arg = argc >= 2 ? argv[1] : "";
+  if (arg == "--describe" && (argc == 2 || (argc == 4 && std::string(argv[2]) == "--probe"))) {
+    json info = describe(load_runtime(argv[0]));
+    if (argc == 4) {
+      std::vector<std::string> names;
+      std::stringstream list(argv[3]);
+      std::string p;
+      while (std::getline(list, p, ','))
+        if (!p.empty()) names.push_back(p);
+      info["probe"] = load_runtime(argv[0]).loaded ? probe_providers(names) : json(nullptr);
+    }
+    std::cout << info.dump() << "\n";
     return 0;
   }
   if (arg == "--version") {
@@ -192,7 +212,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc != 2 || arg.empty() || arg[0] == '-') {
-    std::cerr << "usage: verify-runner JOB.json | --describe | --version\n";
+    std::cerr << "usage: verify-runner JOB.json | --describe [--probe P[,P...]] | --version\n";
     return 2;
   }
   std::string job_path = absolute(arg);

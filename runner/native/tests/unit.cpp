@@ -142,6 +142,12 @@ void test_stats() {
         "merged std across blocks");
 }
 
+void test_machine_id_hash() {
+  // The values Python's hashlib gives (runner.py's _machine_id): one block, then two.
+  check(vr::machine_id_hash("abc") == "ffd6e75b87b5e90d", "sha256 prefix, one block");
+  check(vr::machine_id_hash(std::string(100, 'x')) == "e245298a6213920e", "sha256 prefix, two blocks");
+}
+
 int write_files(const std::string& dir) {
   float f[6] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-8f, -7.0f};
   npy::save(dir + "/f32.npy", npy::dtype_from_name("float32"), {2, 3}, f, sizeof f);
@@ -179,6 +185,7 @@ int main(int argc, char** argv) {
   test_plan_chunks();
   test_budget();
   test_stats();
+  test_machine_id_hash();
   std::cout << passed << " passed, " << failed << " failed\n";
   return failed ? 1 : 0;
 }

@@ -1,0 +1,107 @@
+"""scripts/build_native_runner.py: the bundles (contents, manifest, cache), its refusals, and the
+Android configuration, checked against a stand-in for the NDK's toolchain file (no NDK can be
+installed here: what runs is CMake's configure step with the flags an NDK build gets)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures_native import REPO, SCRIPT, build_script, bundle
+
+STANDIN = """\
+# A stand-in for $NDK/build/cmake/android.toolchain.cmake: what CMake's configure step needs
+# from it (a system, a C++ compiler, ANDROID set), with Debian's aarch64 cross compiler.
+set(CMAKE_SYSTEM_NAME Linux)
+set(CMAKE_SYSTEM_PROCESSOR aarch64)
+set(CMAKE_CXX_COMPILER aarch64-linux-gnu-g++)
+set(ANDROID TRUE)
+"""
+
+
+def script(*args: str, **kw) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=900, **kw)
+
+
+@pytest.mark.parametrize("target,lib,machine", [("linux-x86_64", "libonnxruntime.so.1", "X86-64"),
+                                                 ("linux-aarch64", "libonnxruntime.so.1", "AArch64")])
+def test_bundle_contents(target: str, lib: str, machine: str) -> None:
+    b = bundle(target)
+    manifest = json.loads((b / "manifest.json").read_text())
+    assert manifest["target"] == target and manifest["onnxruntime"] == "1.30.0"
+    assert manifest["ort_api_version"] == 29 and manifest["contract_version"] == 1
+    assert manifest["packages"]["onnxruntime-node"]["version"] == "1.30.0"
+    assert manifest["packages"]["onnxruntime-node"]["integrity"].startswith("sha512-")
+    assert all(p["license"] == "MIT" for p in manifest["packages"].values())
+    assert manifest["library"]["file"] == f"lib/{lib}"
+    assert "MIT License" in (b / "LICENSES.txt").read_text()
+    assert (b / "contract.schema.json").read_bytes() == \
+        (REPO / "verify" / "runner" / "contract.schema.json").read_bytes()
+    header = subprocess.run(["readelf", "-h", str(b / "bin" / "verify-runner")],
+                            capture_output=True, text=True, check=True).stdout
+    assert machine in header
+    needed = subprocess.run(["readelf", "-d", str(b / "bin" / "verify-runner")],
+                            capture_output=True, text=True, check=True).stdout
+    assert "libstdc++" not in needed and "libonnxruntime" not in needed  # static; dlopen'd
+    assert "$ORIGIN/../lib" in needed  # RUNPATH
+
+
+def test_a_second_build_is_cached() -> None:
+    bundle("linux-x86_64")
+    proc = script("--target", "linux-x86_64")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().endswith(": up to date") and "cmake" not in proc.stderr
+
+
+def test_a_tampered_tarball_is_refused(tmp_path: Path) -> None:
+    bnr = build_script()
+    dist = bnr.verify_cache() / "native" / "dist"
+    fake = tmp_path / "t.tgz"
+    fake.write_bytes((dist / "onnxruntime-node-1.30.0.tgz").read_bytes()[:1000])
+    with pytest.raises(bnr.BuildError, match="is not the pinned sha512"):
+        bnr.check_integrity(fake, bnr.PACKAGES["onnxruntime-node"]["integrity"], "onnxruntime-node")
+
+
+def test_android_needs_an_ndk(tmp_path: Path) -> None:
+    proc = script("--target", "android-arm64-v8a")
+    assert proc.returncode == 2 and "needs --ndk PATH" in proc.stderr
+    proc = script("--target", "android-arm64-v8a", "--ndk", str(tmp_path))
+    assert proc.returncode == 3
+    assert f"no Android toolchain file at {tmp_path}/build/cmake/android.toolchain.cmake" \
+        in proc.stderr
+
+
+def test_android_configuration_with_a_stand_in_toolchain(tmp_path: Path) -> None:
+    """The configure step an NDK build runs: the toolchain file, ABI, platform and STL passed,
+    the AAR's headers found, ANDROID's branch of the CMake file taken."""
+    bundle("linux-x86_64")  # fetched packages and extracted headers in place
+    tc = tmp_path / "android.toolchain.cmake"
+    tc.write_text(STANDIN)
+    proc = script("--target", "android-arm64-v8a", "--toolchain-file", str(tc),
+                  "--configure-only")
+    assert proc.returncode == 0, proc.stderr
+    build_dir = Path(proc.stdout.strip())
+    try:
+        check_android_cache(build_dir, tc)
+    finally:
+        import shutil
+
+        shutil.rmtree(build_dir)  # one folder per toolchain file: this one is the test's
+
+
+def check_android_cache(build_dir: Path, tc: Path) -> None:
+    cache = (build_dir / "CMakeCache.txt").read_text()
+    for line in (f"CMAKE_TOOLCHAIN_FILE:FILEPATH={tc}", "ANDROID_ABI:UNINITIALIZED=arm64-v8a",
+                 "ANDROID_PLATFORM:UNINITIALIZED=android-24",
+                 "ANDROID_STL:UNINITIALIZED=c++_static"):
+        assert line in cache
+    headers = next(ln for ln in cache.splitlines() if ln.startswith("ORT_INCLUDE_DIR"))
+    assert headers.endswith("com.github.asus4.onnxruntime-0.4.9/headers")
+    link = (build_dir / "CMakeFiles" / "verify-runner.dir" / "link.txt").read_text()
+    assert "-static-libstdc++" in link and "-static-libgcc" not in link  # the Android branch
+    assert not (REPO / "runner" / "native" / "build").exists()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -55,14 +55,63 @@ def parse_model(data: bytes, where: str) -> onnx.ModelProto:
         raise ModelError(f"{where}: not an ONNX model (no graph found)")
     for init in model.graph.initializer:
         if init.data_location == onnx.TensorProto.EXTERNAL:
-            raise ModelError(f"{where}: stores weights as external data (a model over 2 GB); "
-                             "verify needs a single-file model under 2 GB for now")
+            raise ModelError(f"{where}: refers to weights in external data files; a model "
+                             "given as bytes must hold its weights (load_model reads them in)")
     return model
 
 
+_PROTO_LIMIT = 2**31 - 1  # protobuf's limit on one serialized message
+
+
 def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
+    """A model file as one self-contained ModelProto and its bytes. Weights stored as external
+    data (`location` files beside the model) are read in, so the archive holds everything;
+    a model whose weights do not fit protobuf's 2 GB limit is refused before any is read."""
     data = load_model_bytes(path)
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError):
+        return parse_model(data, str(path)), data  # parse_model says what is wrong
+    external = [t for t in _all_initializers(model.graph)
+                if t.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return parse_model(data, str(path)), data
+    total = len(data)
+    for t in external:
+        info = {e.key: e.value for e in t.external_data}
+        location = Path(info.get("location", ""))
+        if location.is_absolute() or ".." in location.parts:
+            raise ModelError(f"{path}: initializer '{t.name}' points outside the model's folder "
+                             f"('{location}'); external data must lie beside the model")
+        where = Path(path).parent / location
+        if not info.get("location") or not where.is_file():
+            raise ModelError(f"{path}: initializer '{t.name}' is stored in external file "
+                             f"'{info.get('location', '')}', which is not beside the model")
+        total += int(info["length"]) if info.get("length", "").isdigit() else where.stat().st_size
+    if total > _PROTO_LIMIT:
+        raise ModelError(f"{path}: its weights in external data make {total / 2**30:.1f} GiB, over "
+                         "protobuf's 2 GiB limit for one model; verify packs models up to 2 GiB "
+                         "(the archive holds the model as one message)")
+    from onnx.external_data_helper import load_external_data_for_model
+
+    try:
+        load_external_data_for_model(model, str(Path(path).parent))
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read its external data: {exc}") from None
+    data = model.SerializeToString()
     return parse_model(data, str(path)), data
+
+
+def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.TENSOR:
+                yield attr.t
+            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                        list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+                yield from _all_initializers(sub)
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -29,9 +29,9 @@ def inspect(archive: Path, as_json: bool) -> int:
       verify inspect model.onnx
     """
     if archive.suffix.lower() == ".onnx":
-        from verify.graph import load_model_bytes
+        from verify.graph import load_model
 
-        summary = render.model_summary(archive, load_model_bytes(archive))
+        summary = render.model_summary(archive, load_model(archive)[1])
         if as_json:
             emit_json(summary)
         else:

@@ -67,6 +67,9 @@ def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
     """A model file as one self-contained ModelProto and its bytes. Weights stored as external
     data (`location` files beside the model) are read in, so the archive holds everything;
     a model whose weights do not fit protobuf's 2 GB limit is refused before any is read."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
     data = load_model_bytes(path)
     model = onnx.ModelProto()
     try:
@@ -104,6 +107,8 @@ def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
 
 
 def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    import onnx
+
     yield from graph.initializer
     for node in graph.node:
         for attr in node.attribute:

@@ -11,9 +11,12 @@
 #                             and the native runner's toolchain (g++, g++-aarch64-linux-gnu,
 #                             cmake, nlohmann-json3-dev, npm, ccache: apt) and its two Linux
 #                             bundles (scripts/build_native_runner.py --target all, cached)
+# apt waits (at most 10 min, VERIFY_APT_LOCK_WAIT) while another apt or dpkg holds its locks,
+# saying which process holds which; downloads are retried (VERIFY_SETUP_TRIES, default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+. scripts/setup_lib.sh
 
 with_tests=0
 [ "${1:-}" = "--test" ] && with_tests=1
@@ -41,25 +44,28 @@ if [ "$with_tests" = 1 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
     echo "setup: installing ${need[*]} (apt)" >&2
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    retry apt_get update -qq
+    retry apt_get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
-  "$PYTHON" -m pip install -q -e '.[test]'
-  "$PYTHON" scripts/build_arm64_root.py
-  "$PYTHON" scripts/build_arm64_root.py --minimal >/dev/null
+  retry "$PYTHON" -m pip install -q -e '.[test]'
+  retry "$PYTHON" scripts/build_arm64_root.py
+  retry "$PYTHON" scripts/build_arm64_root.py --minimal >/dev/null
   # A CUDA build of onnxruntime, unpacked beside (not over) the CPU one: tests/test_cuda.py runs
   # it on this GPU-less machine, where onnxruntime silently falls back to the CPU.
   ortgpu_version=1.31.1
   ortgpu="${XDG_CACHE_HOME:-$HOME/.cache}/verify/onnxruntime-gpu-$ortgpu_version-$("$PYTHON" -c 'import sys; print("py%d%d" % sys.version_info[:2])')"
   if [ ! -f "$ortgpu/.complete" ]; then
     echo "setup: unpacking onnxruntime-gpu $ortgpu_version into $ortgpu (pip)" >&2
-    rm -rf "$ortgpu.tmp"
-    "$PYTHON" -m pip install -q --no-deps --no-compile --target "$ortgpu.tmp" "onnxruntime-gpu==$ortgpu_version"
+    unpack_ortgpu() {  # from scratch on every try: a half-written target is not reused
+      rm -rf "$ortgpu.tmp"
+      "$PYTHON" -m pip install -q --no-deps --no-compile --target "$ortgpu.tmp" "onnxruntime-gpu==$ortgpu_version"
+    }
+    retry unpack_ortgpu
     touch "$ortgpu.tmp/.complete"
     rm -rf "$ortgpu" && mv "$ortgpu.tmp" "$ortgpu"
   fi
-  "$PYTHON" scripts/fetch_models.py >/dev/null
+  retry "$PYTHON" scripts/fetch_models.py >/dev/null
   "$PYTHON" scripts/build_native_runner.py --target all >/dev/null
 else
-  "$PYTHON" -m pip install -q -e .
+  retry "$PYTHON" -m pip install -q -e .
 fi

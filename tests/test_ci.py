@@ -473,3 +473,22 @@ def test_a_layers_job_with_determinism_runs_the_device_twice_not_three_times(
     gates_run = {g["gate"]: g["status"] for g in run.job("cnn/local/opt-all")["gates"]}
     assert gates_run["determinism"] == "pass" and run.job("cnn/local/opt-all")["layers"]
     assert runs == [False, True]  # the timed run, then the per-layer run; nothing else
+
+
+@pytest.mark.parametrize("option, library", [("--junit", "junitparser"), ("--html", "matplotlib")])
+def test_a_missing_report_extra_stops_ci_before_any_job_runs(tmp_path: Path, option: str,
+                                                             library: str) -> None:
+    # the library made unimportable in a process of its own, as on an install without the
+    # `report` extra
+    code = (f"import sys\nsys.modules[{library!r}] = None\nfrom verify.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))")
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-c", code, "ci", str(SAMPLE), option,
+                           str(tmp_path / "out"), "--report-json", str(report), "--baselines",
+                           str(tmp_path / "bl")], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr == f"error: {option} needs {library}: pip install 'onnx-verify[report]'\n"
+    assert proc.stdout == ""     # no job ran: none printed its line, no report was written
+    assert not report.exists() and not (tmp_path / "out").exists()
+    assert not (tmp_path / "bl").exists()

@@ -17,10 +17,15 @@ from verify.ci.report import RunInfo, markdown, to_json, verdict
 from verify.ci.results import JobResult
 from verify.ci.schedule import CiRun, run_jobs
 from verify.ci.suite import Suite, SuiteError, load_suite
+from verify.errors import MissingDependency
 from verify.files import write_text_atomic
 
-__all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError", "load_suite",
-           "parse_shard", "plan", "run_suite", "verdict", "write_reports"]
+__all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError",
+           "check_report_dependencies", "load_suite", "parse_shard", "plan", "run_suite",
+           "verdict", "write_reports"]
+
+# report option -> the library it needs (both in the `report` extra)
+REPORT_LIBRARIES = {"--junit": "junitparser", "--html": "matplotlib"}
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,21 @@ class CiOutcome:
     @property
     def verdict(self) -> str:
         return verdict(self.results)
+
+
+def check_report_dependencies(options: Sequence[str]) -> None:
+    """Raise MissingDependency (exit 2) for the first report option in `options` whose library
+    is not installed: checked before any job runs, so a missing extra costs no device time and
+    hides no gate's result."""
+    import importlib
+
+    for option in options:
+        library = REPORT_LIBRARIES[option]
+        try:
+            importlib.import_module(library)
+        except ImportError:
+            raise MissingDependency(f"{option} needs {library}: pip install "
+                                    "'onnx-verify[report]'") from None
 
 
 def plan(request: CiRequest) -> tuple[Suite, list[Job], int]:

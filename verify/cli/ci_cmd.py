@@ -98,6 +98,8 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
             shard = f" in shard {shard}" if shard else ""
             click.echo(f"{len(jobs)} of {total} job(s){shard}", err=True)
         return EXIT_OK
+    ci_lib.check_report_dependencies([option for option, path in
+                                      (("--junit", junit), ("--html", html_path)) if path])
     show = None if as_json else (lambda r: click.echo(_line(r)))
     outcome = ci_lib.run_suite(request, on_result=show)
     written = ci_lib.write_reports(outcome, junit=junit, markdown_path=markdown_path,

@@ -329,3 +329,24 @@ def test_devices_of_one_group_share_a_lane(tmp_path: Path) -> None:
     devices = load_suite(path).devices
     assert devices["local"].lane == devices["arm64"].lane == "group:host"
     assert devices["board"].lane == "device:board"
+
+
+def test_a_profile_file_as_device_spec_is_read_relative_to_the_suite(tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    from verify.devices import resolve
+    from verify.errors import UsageError
+
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "lo.toml").write_text('transport = "local"\n')
+    path = tmp_path / "s.toml"
+    path.write_text(GOOD.replace('[[device]]\nname = "local"\n',
+                                 '[[device]]\nspec = "profiles/lo.toml"\n'))
+    monkeypatch.chdir(REPO)   # not the suite's folder: the path is the suite's, not the cwd's
+    suite = load_suite(path)
+    assert list(suite.devices) == ["lo"] and [j.id for j in expand(suite)] == ["two_io/lo/o1"]
+    spec = suite.devices["lo"].spec
+    assert spec == str(tmp_path / "profiles" / "lo.toml")
+    profile = resolve(spec)                    # not "lo.toml.toml"
+    assert profile.transport == "local" and profile.name == spec
+    with pytest.raises(UsageError, match=r"^device 'gone.toml': no such profile file gone.toml$"):
+        resolve("gone.toml")

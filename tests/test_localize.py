@@ -118,6 +118,10 @@ def test_repro_fails_on_the_device_and_passes_locally(residual_vtc: Path, faulty
     origin = info["provenance"]["repro_of"]
     assert origin["archive"] == str(residual_vtc) and origin["nodes"] == ["br1/conv"]
     assert origin["device"] == spec and origin["verdict"] == "faulty here"
+    code, out, _ = run_cli(["inspect", repro], capsys)   # the text says it too
+    assert f"repro of: {residual_vtc} case 0, node(s) br1/conv" in out
+    assert (f"faulty here on device {spec} at --opt-level {origin['opt_level']}: reproduce with "
+            f"`verify run {repro} --device {spec} --opt-level {origin['opt_level']}`") in out
     # it is an ordinary ONNX model once exported: one node, its name kept, weights inside
     code, out, err = run_cli(["export", repro, "-o", tmp_path / "r.onnx"], capsys)
     assert code == 0, err

@@ -122,6 +122,11 @@ def list_profiles() -> list[Profile]:
 def resolve(spec: str) -> Profile:
     """Turn a device spec into a Profile; raise UsageError with the grammar when it is wrong."""
     spec = spec.strip()
+    if spec.lower().endswith(".toml"):   # a profile named by its file: ./lo.toml, ~/dev/b.toml
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            raise UsageError(f"device {spec!r}: no such profile file {path}")
+        return replace(load_profile(path), name=spec)
     transport, _, target = spec.partition(":")
     if not transport:
         raise UsageError(f"device spec {spec!r} is empty; use local, cuda[:N], "

@@ -241,7 +241,7 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
     acc = data.get("gate", {}).get("accuracy", {})   # checked by _settings: a table
     layers = r.get(acc, ["gate", "accuracy"], "layers", "bool", False)  # the testcases' default
     tolerance = _tolerance(r, s.get("tolerance", {}), ["suite", "tolerance"])
-    devices = _devices(r, data.get("device", []))
+    devices = _devices(r, data.get("device", []), base)
     options = _options(r, data.get("options", [{}]))
     testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates, layers)
     if not testcases:
@@ -324,13 +324,18 @@ def _unique(r: _Reader, seen: Mapping[str, Any], name: str, where: list[str | in
         raise r.fail([*where, "name"], f"duplicate name {name!r}")
 
 
-def _devices(r: _Reader, items: Any) -> dict[str, Device]:
+def _devices(r: _Reader, items: Any, base: Path) -> dict[str, Device]:
     devices: dict[str, Device] = {}
     for i, d in enumerate(_array(r, items, "device")):
         where: list[str | int] = ["device", i]
         r.table(d, where, _DEVICE_KEYS)
         spec = r.get(d, where, "spec", "str", None)
-        name = r.get(d, where, "name", "name", spec if spec and NAME_RE.fullmatch(spec) else None)
+        default = spec
+        if spec and spec.lower().endswith(".toml"):   # a profile file, relative to the suite
+            path = Path(spec).expanduser()
+            spec, default = str(path if path.is_absolute() else base / path), path.stem
+        name = r.get(d, where, "name", "name",
+                     default if default and NAME_RE.fullmatch(default) else None)
         if name is None:
             raise r.fail([*where, "name"], "needs a name (letters, digits, _ . + -)")
         _unique(r, devices, name, where)

@@ -88,7 +88,7 @@ def cli() -> None:
       verify inspect model.vtc                          what is inside
       verify run model.vtc --device local --iter 10    time it and check the outputs
       verify run model.vtc --device adb:phone --bin-io-dump phone/
-      verify diff cpu/ phone/                           first divergent layer
+      verify diff phone/ cpu/                           ACTUAL REFERENCE: first divergent layer
 
     Exit codes: 0 checks held, 1 a check failed, 2 bad usage or input,
     3 device or transport failure, 4 internal error, 130 interrupted.

@@ -15,9 +15,10 @@ from verify.errors import EXIT_OK, UsageError
 @click.argument("model", type=click.Path(path_type=Path))
 @click.option("-d", "--data", multiple=True, metavar="SPEC",
               help="Input data: FILE or NAME:FILE (.npy .npz .json .pb, or any image Pillow "
-                   "reads), a literal NAME:[[1,2]], or NAME:rand. Repeat for more inputs; a "
-                   "repeated input name starts a new case. Omitted inputs get seeded random "
-                   "data. Whole cases from another tool: an onnx_test_runner folder "
+                   "reads), a literal NAME:[[1,2]], NAME:rand (floats in [-1,1), ints in "
+                   "[0,10)) or NAME:rand(L,H) (in [L,H)). Repeat for more inputs; a repeated "
+                   "input name starts a new case. Omitted inputs get seeded random data. Whole "
+                   "cases from another tool: an onnx_test_runner folder "
                    "(test_data_set_N/input_K.pb; its output_K.pb become the ground truth) or a "
                    "Polygraphy --save-inputs JSON file.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,

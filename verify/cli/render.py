@@ -178,6 +178,16 @@ def print_inspect(s: Mapping[str, Any]) -> None:
               f"onnx {p.get('onnx')}, numpy {p.get('numpy')}, verify {p.get('verify')}; "
               f"{p.get('host_arch')} {p.get('host_os')}; {p.get('created_utc')}; "
               f"model sha256 {str(p.get('model_sha256', ''))[:16]}…")
+    origin = p.get("repro_of")
+    if isinstance(origin, Mapping):
+        nodes = ", ".join(map(str, origin.get("nodes", ()))) or "?"
+        con.print(f"repro of: {origin.get('archive') or '?'} case {origin.get('case', '?')}, "
+                  f"node(s) {nodes}", soft_wrap=True)
+        if origin.get("device"):
+            con.print(f"  {origin.get('verdict') or 'found'} on device {origin['device']} at "
+                      f"--opt-level {origin.get('opt_level') or '?'}: reproduce with "
+                      f"`verify run {s['archive']} --device {origin['device']} --opt-level "
+                      f"{origin.get('opt_level') or 'all'}`", soft_wrap=True)
 
 
 # --- run ------------------------------------------------------------------------------------------

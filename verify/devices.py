@@ -161,7 +161,7 @@ def resolve(spec: str) -> Profile:
     if transport == "adb":
         return Profile(name=spec, transport="adb", address=target)
     if ":" not in spec and transport not in TRANSPORTS_BUILTIN:
-        near = difflib.get_close_matches(spec, _profile_names(), n=1)
+        near = difflib.get_close_matches(spec, profile_names(), n=1)
         hint = f"did you mean {near[0]!r}? " if near else ""
         raise UsageError(f"unknown device {spec!r}: no profile {spec}.toml in "
                          f"{', '.join(str(d) for d in profile_dirs())}; {hint}use local, "
@@ -176,7 +176,7 @@ def _on_gpu(profile: Profile, index: int, spec: str) -> Profile:
     return replace(profile, name=spec, provider_options=options)
 
 
-def _profile_names() -> list[str]:
+def profile_names() -> list[str]:
     """Names of the profiles on the search path, without parsing them."""
     return sorted({p.stem for d in profile_dirs() for p in d.glob("*.toml")})
 

@@ -8,7 +8,7 @@ import os
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import click
@@ -120,10 +120,34 @@ DEVICE_HELP = ("local, cuda[:N], ssh:user@host[:port], adb[:SERIAL], or a profil
                "~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump apply).")
 
 
+def complete_device(_ctx: click.Context, _param: click.Parameter,
+                    incomplete: str) -> list[click.shell_completion.CompletionItem]:
+    """Shell completion for a device spec: the profiles on the search path (devices/,
+    $VERIFY_DEVICES), the built-in transports, and profile names after `adb:`/`ssh:`."""
+    from click.shell_completion import CompletionItem
+
+    from verify.devices import TRANSPORTS_BUILTIN, list_profiles, profile_names
+
+    names = profile_names()
+    transport, colon, _ = incomplete.partition(":")
+    if colon:   # adb:phone, ssh:board: a profile of that transport named by the target
+        try:
+            candidates = [f"{transport}:{p.name}" for p in list_profiles()
+                          if p.transport == transport]
+        except VerifyError:   # a broken profile: complete nothing rather than fail
+            candidates = []
+        if transport == "cuda":
+            candidates += ["cuda:0", "cuda:1"]
+    else:
+        candidates = [*names, "local", "cuda", *(f"{t}:" for t in TRANSPORTS_BUILTIN
+                                               if t not in ("local", "cuda"))]
+    return [CompletionItem(c) for c in dict.fromkeys(candidates) if c.startswith(incomplete)]
+
+
 def device_option(f: Callable[..., Any]) -> Callable[..., Any]:
     """--device SPEC, the same on every command that runs something on a device."""
     return click.option("--device", "device_spec", default="local", show_default=True,
-                        metavar="SPEC", help=DEVICE_HELP)(f)
+                        metavar="SPEC", help=DEVICE_HELP, shell_complete=complete_device)(f)
 
 
 def insecure_host_key_option(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -171,8 +195,20 @@ def session_options(where: str = "") -> Callable[[Callable[..., Any]], Callable[
     return wrap
 
 
-def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=json_value))
+# The document each command's --json prints: "format": "verify-KIND" and its "version" come first
+# (README, "JSON output"). A version goes up when a key changes meaning or goes away; new keys
+# do not change it. `verify ci --json` prints its report (verify-ci-report, verify/ci/report.py).
+JSON_KINDS = ("pack", "inspect", "inspect-model", "run", "diff", "diff-case", "localize", "profile", "bench",
+              "export", "devices-list", "devices-check", "devices-clean", "ci-list", "ci-report")
+JSON_VERSION = 1
+
+
+def emit_json(data: Mapping[str, Any], kind: str) -> None:
+    """Print one JSON document on stdout, headed by its format name and version."""
+    if kind not in JSON_KINDS:
+        raise ValueError(f"unknown JSON document kind {kind!r}")
+    doc = {"format": f"verify-{kind}", "version": JSON_VERSION, **data}
+    click.echo(json.dumps(doc, indent=2, sort_keys=False, default=json_value))
 
 
 

@@ -76,7 +76,7 @@ def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str 
     live = None if as_json else render.RunPrinter()
     report = run_bench(request, status=live.status if live else None)
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(report.to_dict(), "bench")
     else:
         print_report(report)
     return EXIT_OK if report.passed else EXIT_MISMATCH

@@ -91,7 +91,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     if list_only:
         _, jobs, total = ci_lib.plan(request)
         if as_json:
-            emit_json({"total": total, "jobs": [j.id for j in jobs]})
+            emit_json({"total": total, "jobs": [j.id for j in jobs]}, "ci-list")
         else:
             for job in jobs:
                 click.echo(job.id)
@@ -107,7 +107,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     if as_json:
         from verify.ci.report import document
 
-        emit_json({**document(outcome.results, outcome.info), "written": written})
+        emit_json({**document(outcome.results, outcome.info), "written": written}, "ci-report")
     else:
         from verify.ci.results import missing_baselines, overall, recorded_latencies
 

@@ -11,6 +11,7 @@ import click
 from verify.cli import (
     CONTEXT,
     cli,
+    complete_device,
     emit_json,
     insecure_host_key_option,
     json_option,
@@ -46,7 +47,8 @@ def devices_list(as_json: bool) -> int:
 
     rows = [render.profile_row(p) for p in list_profiles()]
     if as_json:
-        emit_json({"search_path": [str(d) for d in profile_dirs()], "profiles": rows})
+        emit_json({"search_path": [str(d) for d in profile_dirs()], "profiles": rows},
+                  "devices-list")
     else:
         render.print_profiles(rows)
     return EXIT_OK
@@ -58,7 +60,7 @@ def _device_command(name: str) -> Callable[[Callable[[Profile, bool], int]], cli
 
     def make(fn: Callable[[Profile, bool], int]) -> click.Command:
         @devices.command(name, context_settings=CONTEXT)
-        @click.argument("spec")
+        @click.argument("spec", shell_complete=complete_device)
         @insecure_host_key_option
         @json_option
         @functools.wraps(fn)
@@ -96,7 +98,7 @@ def devices_check(profile: Profile, as_json: bool) -> int:
     info = describe_device(profile)
     problems = provider_problems(profile, info)
     if as_json:
-        emit_json(info)
+        emit_json(info, "devices-check")
     else:
         render.print_device(info)
     if problems:
@@ -119,7 +121,7 @@ def devices_clean(profile: Profile, as_json: bool) -> int:
 
     removed = clean_device(profile)
     if as_json:
-        emit_json({"spec": profile.spec, "removed": removed})
+        emit_json({"spec": profile.spec, "removed": removed}, "devices-clean")
     else:
         for path in removed:
             click.echo(f"removed {path}")

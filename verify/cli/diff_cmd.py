@@ -68,9 +68,11 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
                          status=None if as_json else RunPrinter().status)
     passed = all(r.passed for r in reports)
     if as_json:  # the shape follows the option, never the data: --case, one report
-        emit_json(reports[0].to_dict() if case_index is not None else
-                  {"passed": passed, "verdict": cases_verdict(reports),
-                   "cases": [r.to_dict() for r in reports]})
+        if case_index is not None:
+            emit_json(reports[0].to_dict(), "diff-case")
+        else:
+            emit_json({"passed": passed, "verdict": cases_verdict(reports),
+                       "cases": [r.to_dict() for r in reports]}, "diff")
     else:
         text = [render_report(r, top=top, only_failing=only_failing, show_missing=show_missing)
                 for r in reports]

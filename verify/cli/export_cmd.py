@@ -49,7 +49,7 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
         written["data"] = str(_write_test_data(tc, data_dir))
     if as_json:
         emit_json({"archive": str(archive), **written,
-                   "model_sha256": tc.provenance.get("model_sha256", "")})
+                   "model_sha256": tc.provenance.get("model_sha256", "")}, "export")
     else:
         for what, where in written.items():
             click.echo(f"wrote {what}: {where}")

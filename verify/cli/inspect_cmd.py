@@ -33,7 +33,7 @@ def inspect(archive: Path, as_json: bool) -> int:
 
         summary = render.model_summary(archive, load_model(archive)[1])
         if as_json:
-            emit_json(summary)
+            emit_json(summary, "inspect-model")
         else:
             render.print_model(summary)
         return EXIT_OK
@@ -59,7 +59,7 @@ def inspect(archive: Path, as_json: bool) -> int:
                             f"not verified: archive format {tc.format_version} has no checksums "
                             "(re-pack it)")
     if as_json:
-        emit_json(summary)
+        emit_json(summary, "inspect")
     else:
         render.print_inspect(summary)
     return EXIT_OK

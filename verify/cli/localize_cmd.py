@@ -89,7 +89,7 @@ def localize(archive: Path, device_spec: str, case_index: int | None, no_dump: b
     printer = None if as_json else render.RunPrinter()
     result = loc.localize(request, status=printer.status if printer else None)
     if as_json:
-        emit_json(localize_document(result))
+        emit_json(localize_document(result), "localize")
     else:
         print_report(result)
     return EXIT_MISMATCH if result.found else EXIT_OK

@@ -69,7 +69,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     tc = packing.pack(model, out, options)
     summary = render.pack_summary(tc, out)
     if as_json:
-        emit_json(summary)
+        emit_json(summary, "pack")
     else:
         click.echo(render.pack_text(summary))
     return EXIT_OK

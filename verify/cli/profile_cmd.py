@@ -90,7 +90,7 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
         doc = report.to_dict()
         if print_only == "summary":
             doc.pop("rows")
-        emit_json(doc)
+        emit_json(doc, "profile")
         return EXIT_OK
     console = render.console(width=200)
     if print_only in (None, "summary"):

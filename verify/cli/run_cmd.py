@@ -89,7 +89,7 @@ def run(archive: Path, device_spec: str, iterations: int, warmup: int, providers
     outcome = execute.run(request, status=live.status if live else None,
                           progress=render.progress_factory() if live else None)
     if as_json:
-        emit_json(render.run_document(outcome))
+        emit_json(render.run_document(outcome), "run")
     else:
         live.print_outcome(outcome)
     return EXIT_OK if outcome.passed is not False else EXIT_MISMATCH

@@ -1,0 +1,142 @@
+"""The CLI's small promises: help that matches the arguments, `python -m verify`, every --json
+document headed by its format and version, shell completion of device names, .webp images."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers_cli import verify
+
+from verify.cli import JSON_KINDS, JSON_VERSION, cli, complete_device
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "goldens" / "models" / "cnn.onnx"
+IMAGE = REPO / "goldens" / "images" / "sample.png"
+
+
+def flat(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_top_level_help_shows_diff_as_actual_then_reference(capsys) -> None:
+    assert [p.name for p in cli.commands["diff"].params[:2]] == ["actual", "reference"]
+    code, out, _ = verify(capsys, "--help")
+    assert code == 0
+    assert "verify diff phone/ cpu/ ACTUAL REFERENCE: first divergent layer" in flat(out)
+    assert "verify diff cpu/ phone/" not in flat(out)
+
+
+def test_pack_help_names_rand_with_a_range_and_every_image_suffix(capsys) -> None:
+    from verify.datafiles import IMAGE_SUFFIXES
+
+    code, out, _ = verify(capsys, "pack", "--help")
+    assert code == 0 and "NAME:rand(L,H)" in flat(out)
+    assert all(suffix in flat(out) for suffix in IMAGE_SUFFIXES if suffix != ".jpeg")
+
+
+def test_python_dash_m_verify_is_the_verify_command(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "verify", *args], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("verify ")
+    missing = run("inspect", "missing.vtc")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: missing.vtc")
+
+
+def test_a_webp_image_packs_to_the_same_input_as_the_png(tmp_path: Path, capsys) -> None:
+    from PIL import Image
+
+    from verify.testcase import read_archive
+
+    webp = tmp_path / "sample.webp"
+    Image.open(IMAGE).save(webp, lossless=True)
+    arrays = []
+    for image in (IMAGE, webp):
+        out = tmp_path / f"{image.suffix[1:]}.vtc"
+        code, _, err = verify(capsys, "pack", MODEL, "-d", image, "--scale", "0.00392",
+                              "-o", out)
+        assert code == 0, err
+        arrays.append(read_archive(out).cases[0].inputs["data"])
+    assert arrays[0].shape == (1, 3, 224, 224) and (arrays[0] == arrays[1]).all()
+
+
+def test_every_json_document_starts_with_its_format_and_version(tmp_path: Path,
+                                                                 capsys) -> None:
+    vtc, dump = tmp_path / "cnn.vtc", tmp_path / "dump"
+    commands = {
+        "pack": ["pack", MODEL, "-d", IMAGE, "--scale", "0.00392", "-o", vtc],
+        "inspect": ["inspect", vtc],
+        "run": ["run", vtc, "--iter", "1", "--bin-io-dump", dump],
+        "diff": ["diff", dump, vtc],
+        "diff-case": ["diff", dump, vtc, "--case", "0"],
+        "export": ["export", vtc, "-o", tmp_path / "cnn.onnx"],
+        "devices-list": ["devices", "list"],
+        "ci-list": ["ci", REPO / "goldens" / "suites" / "sample.toml", "--list"],
+    }
+    for kind, args in commands.items():
+        code, out, err = verify(capsys, *args, "--json")
+        assert code == 0, (kind, err)
+        doc = json.loads(out)
+        assert list(doc)[:2] == ["format", "version"], kind
+        assert (doc["format"], doc["version"]) == (f"verify-{kind}", JSON_VERSION), kind
+
+
+def test_every_json_call_names_a_documented_kind() -> None:
+    # the commands not run above (localize, profile, bench, devices check/clean, ci) too
+    readme = (REPO / "README.md").read_text()
+    seen = set()
+    for path in (REPO / "verify" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "emit_json":
+                assert len(node.args) == 2 and isinstance(node.args[1], ast.Constant), \
+                    f"{path.name}:{node.lineno}: emit_json(document, KIND)"
+                seen.add(node.args[1].value)
+    assert seen == set(JSON_KINDS)
+    for kind in JSON_KINDS:
+        assert f"`verify-{kind}`" in readme, kind
+
+
+def _complete(args: str, env: dict[str, str], cwd: Path) -> list[str]:
+    words = f"verify {args}"
+    proc = subprocess.run(
+        [sys.executable, "-c", "from verify.cli import cli; cli(prog_name='verify')"],
+        env={**os.environ, **env, "_VERIFY_COMPLETE": "bash_complete", "COMP_WORDS": words,
+             "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))},
+        capture_output=True, text=True, timeout=60, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return [line.split(",", 1)[1] for line in proc.stdout.splitlines()]
+
+
+def test_shell_completion_completes_device_profile_names(tmp_path: Path, monkeypatch) -> None:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "myboard.toml").write_text('transport = "ssh"\naddress = "me@board"\n')
+    (profiles / "myphone.toml").write_text('transport = "adb"\naddress = "R58M"\n')
+    env = {"VERIFY_DEVICES": str(profiles)}
+    assert _complete("run x.vtc --device my", env, tmp_path) == ["myboard", "myphone"]
+    over_ssh = _complete("run x.vtc --device ssh:", env, tmp_path)
+    assert "ssh:myboard" in over_ssh and "ssh:myphone" not in over_ssh   # ssh profiles only
+    assert _complete("devices check myp", env, tmp_path) == ["myphone"]
+    # the built-in transports are offered beside the profiles
+    monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
+    offered = [c.value for c in complete_device(None, None, "")]  # type: ignore[arg-type]
+    assert {"myboard", "myphone", "local", "cuda", "ssh:", "adb:"} <= set(offered)
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_scripts_are_documented_and_generated(shell: str, tmp_path: Path) -> None:
+    assert f"_VERIFY_COMPLETE={shell}_source verify" in (REPO / "README.md").read_text()
+    proc = subprocess.run(
+        [sys.executable, "-c", "from verify.cli import cli; cli(prog_name='verify')"],
+        env={**os.environ, "_VERIFY_COMPLETE": f"{shell}_source"}, capture_output=True,
+        text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and "_VERIFY_COMPLETE" in proc.stdout, proc.stderr

@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verify.compare import AllcloseRule, compare, numba_available
 
+NO_NUMBA = "numba is not installed (the default install): pip install 'onnx-verify[fast]'"
+
 
 def best_seconds(fn: Callable[[], object], reps: int) -> float:
     fn()  # warm caches and page tables
@@ -77,7 +79,11 @@ print(json.dumps({"import verify.compare": t1 - t0,
 
 
 def first_call_costs(cache_dir: str) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    # this checkout first, then whatever the caller's PYTHONPATH already held (replacing it
+    # would lose packages installed there, numba among them)
+    path = [str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir,
+               PYTHONPATH=os.pathsep.join(p for p in path if p))
     out = subprocess.run([sys.executable, "-c", FIRST_CALL], env=env, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -112,6 +118,8 @@ def main() -> None:
     blocked = gbps(best_seconds(lambda: compare("x", a, r, engine="numpy"), max(2, args.reps // 2)))
     rows.append(("compare, numpy blocked engine", blocked))
     kernel = kernel_allclose = math.nan
+    if not numba_available():
+        print(f"  numba kernel rows and ratios: skipped ({NO_NUMBA})")
     if numba_available():
         import numba
 
@@ -135,12 +143,16 @@ def main() -> None:
     per_call = best_seconds(lambda: [compare("x", small_a, small_r) for _ in range(1000)], 3)
     print(f"  {'compare of a 1,000-element tensor, per call':<62s} {per_call * 1e3:6.1f} us")
     print("ratios")
-    print(f"  kernel / read bandwidth       {kernel / read:6.2f}   (target >= 0.40)")
-    print(f"  kernel / naive numpy          {kernel / naive:6.2f}")
-    print(f"  kernel / numpy blocked        {kernel / blocked:6.2f}")
+    if numba_available():
+        print(f"  kernel / read bandwidth       {kernel / read:6.2f}   (target >= 0.40)")
+        print(f"  kernel / naive numpy          {kernel / naive:6.2f}")
+        print(f"  kernel / numpy blocked        {kernel / blocked:6.2f}")
+    print(f"  numpy blocked / read bandwidth {blocked / read:5.2f}")
     print(f"  numpy blocked / naive numpy   {blocked / naive:6.2f}")
 
-    if numba_available():
+    if not numba_available():
+        print(f"numba first-call costs: skipped ({NO_NUMBA})")
+    else:
         with tempfile.TemporaryDirectory() as cache:
             cold = first_call_costs(cache)
             warm = first_call_costs(cache)

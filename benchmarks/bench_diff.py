@@ -35,11 +35,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from verify.compare import MagnitudeRule, ToleranceSet, compare  # noqa: E402
+from verify.compare import MagnitudeRule, ToleranceSet, compare, numba_available  # noqa: E402
 from verify.diff import diff_captures  # noqa: E402
 from verify.dump import Scratch, open_dump  # noqa: E402
 
 from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.path)
+
+
+NO_NUMBA = "numba is not installed (the default install): pip install 'onnx-verify[fast]'"
+FAST = "numba" if numba_available() else "numpy"   # the fastest engine this install has
 
 
 def read_bandwidth() -> tuple[float, float]:
@@ -56,6 +60,7 @@ def breakdown(dumps: list[Path], pairs: list[tuple[np.ndarray, np.ndarray]],
     """Where diff's time goes beyond the kernel: reading both dumps (mapped as diff does, or
     copied into reusable buffers), comparing on the mapping vs on anonymous memory, and the
     kernel tensor by tensor vs on one concatenated array."""
+    engine = FAST
     da, db = open_dump(dumps[0]), open_dump(dumps[1])
     ea, eb = da.entries(0), db.entries(0)
     rule = MagnitudeRule()
@@ -64,7 +69,7 @@ def breakdown(dumps: list[Path], pairs: list[tuple[np.ndarray, np.ndarray]],
         for x, y in zip(ea, eb, strict=True):
             a, b = da.load(x, sa), db.load(y, sb)
             if cmp:
-                compare("t", a, b, rule, engine="numba")
+                compare("t", a, b, rule, engine=engine)
             del a, b
 
     ms = {}
@@ -74,11 +79,11 @@ def breakdown(dumps: list[Path], pairs: list[tuple[np.ndarray, np.ndarray]],
     ms["copy"] = best_seconds(lambda: walk(sa, sb, False), 5)
     ms["copy+compare"] = best_seconds(lambda: walk(sa, sb, True), 5)
     ms["per tensor"] = best_seconds(
-        lambda: [compare("t", a, r, rule, engine="numba") for a, r in pairs], 5)
+        lambda: [compare("t", a, r, rule, engine=engine) for a, r in pairs], 5)
     big = [np.concatenate([p[k].ravel() for p in pairs]) for k in (0, 1)]
     ms["concatenated"] = best_seconds(lambda: compare("t", big[0], big[1], rule,
-                                                      engine="numba"), 5)
-    print("where the time goes (ms, both sides, best of 5):")
+                                                      engine=engine), 5)
+    print(f"where the time goes (ms, both sides, best of 5; engine {engine}):")
     print(f"  read: mapped {ms['map'] * 1e3:.0f}, copied into buffers {ms['copy'] * 1e3:.0f}")
     print(f"  compare on the mapping {(ms['map+compare'] - ms['map']) * 1e3:.0f}, on copied "
           f"memory {(ms['copy+compare'] - ms['copy']) * 1e3:.0f}")
@@ -88,8 +93,11 @@ def breakdown(dumps: list[Path], pairs: list[tuple[np.ndarray, np.ndarray]],
 
 
 def sh(argv: list[str], **kw) -> float:
+    # every command in a session of its own, as verify's local driver starts the runner: each
+    # then gets its own scheduler autogroup, so wall times on a loaded host compare alike
     t = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   start_new_session=True, **kw)
     return time.perf_counter() - t
 
 
@@ -130,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         nbytes = sum(p.stat().st_size for d in dumps for p in d.glob("*.npy"))
         print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
         for engine in ("numpy", "numba", "auto"):
+            if engine == "numba" and FAST != "numba":
+                print(f"diff engine=numba: skipped ({NO_NUMBA})")
+                continue
             secs = best_seconds(lambda e=engine: diff_captures(dumps[0], dumps[1],
                                                                ToleranceSet(), engine=e), 3)
             gbs = nbytes / secs / 1e9
@@ -137,9 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"1-thread read, {gbs / two:.0%} of 2-thread read (target >= 40%)")
         pairs = [(np.load(a, allow_pickle=False), np.load(dumps[1] / a.name, allow_pickle=False))
                  for a in sorted(dumps[0].glob("*.npy"))]
-        secs = best_seconds(lambda: [compare("t", a, r, MagnitudeRule(), engine="numba")
+        secs = best_seconds(lambda: [compare("t", a, r, MagnitudeRule(), engine=FAST)
                                      for a, r in pairs], 3)
-        print(f"for scale: compare() alone on the same tensors already in memory, numba: "
+        print(f"for scale: compare() alone on the same tensors already in memory, {FAST}: "
               f"{nbytes / secs / 1e9:.2f} GB/s")
         breakdown(dumps, pairs, nbytes)
         pairs.clear()
@@ -157,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{t_cli:.2f} s and python + numpy + onnxruntime import {t_ort:.2f} s; "
               f"two plain runs + diff = {floor:.1f} s")
         if args.skip_polygraphy:
+            print("polygraphy end to end: skipped (--skip-polygraphy)")
             return 0
         poly = ensure_polygraphy()
         if poly is None:

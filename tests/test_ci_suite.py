@@ -90,7 +90,7 @@ def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:
     assert list(jobs) == ["cnn/local/opt-all", "cnn/local/opt-off", "two_io/local/opt-all",
                           "two_io/arm64/opt-all", "int_bool/local/opt-all"]
     arm = jobs["two_io/arm64/opt-all"]
-    assert (arm.iterations, arm.warmup, arm.timeout) == (5, 1, 600.0)
+    assert (arm.iterations, arm.warmup, arm.timeout) == (20, 1, 600.0)
     local = jobs["two_io/local/opt-all"]
     assert (local.iterations, local.warmup, local.timeout, local.retries) == (30, 3, 300.0, 1)
     assert jobs["int_bool/local/opt-all"].tolerance.specs == ("selected:exact", "prob:k=2^-14")

@@ -6,13 +6,15 @@
 Starts its own sshd and adb server + device end (the test fixtures in tests/), then for each
 transport: push of an N MB file (cold), the same push again (a cache hit), a pull, and a whole
 `verify run` of goldens/models/two_io.onnx with a warm device cache (the job is all that is
-sent). Prints medians and the ratio to `local`. Needs openssh-server and adb; skips a
-transport whose server is missing.
+sent). Prints medians and the ratio to `local`. ssh needs openssh-server and the `ssh` extra
+(paramiko), adb the adb binary and the `adb` extra (adbutils); pytest is not needed. A
+transport that cannot run here is skipped with the reason printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
@@ -28,6 +30,13 @@ from verify.devices import Profile  # noqa: E402
 from verify.drivers import make_driver  # noqa: E402
 from verify.pipeline import RunOptions, run_on_device  # noqa: E402
 from verify.testcase import read_archive  # noqa: E402
+
+
+def _missing_extra(module: str, extra: str) -> str | None:
+    """Why the `extra` transport cannot run on this install, or None."""
+    if importlib.util.find_spec(module) is None:
+        return f"{module} is not installed: pip install 'onnx-verify[{extra}]'"
+    return None
 
 
 def median_s(fn: Callable[[], object], runs: int) -> float:
@@ -76,17 +85,25 @@ def main() -> int:
         profiles: dict[str, Profile] = {
             "local": Profile(name="local", transport="local", base_dir=str(tmp / "local"))}
         stops: list[Callable[[], None]] = []
+        # the tests' real servers (tests/sshd_host.py, tests/adb_host.py: no pytest needed);
+        # a transport that cannot run here is skipped, and the reason printed
         try:
-            from fixtures_ssh import start_sshd
+            missing = _missing_extra("paramiko", "ssh")
+            if missing:
+                raise RuntimeError(missing)
+            from sshd_host import start_sshd
 
             server = start_sshd(tmp / "sshd")
             stops.append(server.stop)
             profiles["ssh"] = server.profile(str(tmp / "ssh-dev"))
-        except BaseException as exc:  # noqa: BLE001 - pytest.skip is a BaseException
+        except Exception as exc:  # noqa: BLE001 - any reason: say it, go on with the others
             print(f"ssh: skipped ({exc})")
         try:
-            from fixtures_adb import AdbServer, adb_profile_for
+            from adb_host import AdbServer, adb_missing, adb_profile_for
 
+            missing = _missing_extra("adbutils", "adb") or adb_missing()
+            if missing:
+                raise RuntimeError(missing)
             adb = AdbServer(tmp / "adb-home").start()
             stops.append(adb.stop)
             device = adb.attach(tmp / "adb-sandbox")

@@ -198,8 +198,9 @@ def session_options(where: str = "") -> Callable[[Callable[..., Any]], Callable[
 # The document each command's --json prints: "format": "verify-KIND" and its "version" come first
 # (README, "JSON output"). A version goes up when a key changes meaning or goes away; new keys
 # do not change it. `verify ci --json` prints its report (verify-ci-report, verify/ci/report.py).
-JSON_KINDS = ("pack", "inspect", "inspect-model", "run", "diff", "diff-case", "localize", "profile", "bench",
-              "export", "devices-list", "devices-check", "devices-clean", "ci-list", "ci-report")
+JSON_KINDS = ("pack", "inspect", "inspect-model", "run", "diff", "diff-case", "localize",
+              "profile", "bench", "export", "devices-list", "devices-check", "devices-clean",
+              "ci-list", "ci-report")
 JSON_VERSION = 1
 
 

@@ -5,6 +5,7 @@ adb server + device end). A third-party driver can be checked by adding it to DR
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -200,3 +201,80 @@ def test_dead_peer_is_a_device_error(kind: str, request: pytest.FixtureRequest, 
         with pytest.raises(DeviceError) as info:
             d.run(["echo", "anyone there?"], timeout=20)
         assert info.value.exit_code == EXIT_DEVICE
+
+
+def _age(path: str, seconds: float) -> None:
+    """Set a device file's last use `seconds` back (every device here keeps its files on
+    this host's file system, under the test's folder)."""
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def test_cache_evicts_least_recently_used_and_partial_transfers(driver: Driver,
+                                                                tmp_path: Path) -> None:
+    cached = []
+    for i, age in enumerate((300, 100, 200)):
+        src = tmp_path / f"f{i}.bin"
+        src.write_bytes(bytes([i]) * (1 << 20))
+        cached.append(driver.push_cached(src))
+        _age(cached[-1], age)
+    part = f"{driver.cache_dir}/{'0' * 64}.npy.part-1a2b3c4d"
+    Path(part).write_bytes(b"cut off")
+    assert driver.cache_usage() == {"files": 3, "bytes": 3 * (1 << 20) + 7,
+                                    "partial_transfers": 1}
+    removed = driver.evict(2 * (1 << 20) + 100)  # room for two: the oldest goes
+    assert sorted(f.path for f in removed) == sorted([cached[0], part])
+    assert sorted(f.path for f in driver.cache_files()) == sorted(cached[1:])
+    assert [f.path for f in driver.evict(0)] and driver.cache_files() == []
+
+
+def test_a_stale_partial_transfer_goes_on_the_next_push(driver: Driver, tmp_path: Path) -> None:
+    driver.makedirs(driver.cache_dir)
+    stale, fresh = (f"{driver.cache_dir}/{c * 64}.onnx.part-00000000" for c in "ab")
+    for path in (stale, fresh):
+        Path(path).write_bytes(b"half")
+    _age(stale, 3600)  # a transfer under way keeps writing: `fresh` is left alone
+    src = tmp_path / "model.onnx"
+    src.write_bytes(b"model bytes")
+    driver.push_cached(src)
+    assert not driver.exists(stale) and driver.exists(fresh)
+
+
+def test_a_cache_hit_counts_as_a_use(tmp_path: Path) -> None:
+    profile = _target("local", None, tmp_path, own=False).profile  # type: ignore[arg-type]
+    src = tmp_path / "runner.py"
+    src.write_text("print()\n")
+    with make_driver(profile) as d:
+        remote = d.push_cached(src)
+    _age(remote, 1000)
+    with make_driver(profile) as d:
+        assert d.push_cached(src) == remote and d.stats.files_cached == 1
+    assert time.time() - os.stat(remote).st_mtime < 60
+
+
+def test_devices_check_shows_the_cache_and_clean_keep_mb_trims_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from helpers_cli import verify
+
+    (tmp_path / "box.toml").write_text(f'transport = "local"\nbase_dir = "{tmp_path / "dev"}"\n')
+    monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path))
+    cache = tmp_path / "dev" / "cache"
+    cache.mkdir(parents=True)
+    for i, age in enumerate((30, 10, 20)):
+        (cache / f"{i}.bin").write_bytes(bytes(1 << 20))
+        _age(str(cache / f"{i}.bin"), age)
+    (cache / "x.bin.part-00000000").write_bytes(b"half")
+    code, out, _ = verify(capsys, "devices", "check", "box")
+    assert code == 0
+    # the three files, and the runner check itself pushed (just used: it stays)
+    assert re.search(r"^  cache +3\.0 MB in 4 file\(s\), 1 partial transfer\(s\) \(trim it: "
+                     r"verify devices clean SPEC --keep-mb N\)$", out, re.M), out
+    code, out, _ = verify(capsys, "devices", "clean", "box", "--keep-mb", "2.5")
+    assert code == 0
+    assert out.splitlines()[-1] == ("device box: cache trimmed to at most 2.5 MB (2 file(s) "
+                                    "removed)")
+    assert sorted(p.suffix for p in cache.iterdir()) == [".bin", ".bin", ".py"]
+    assert not (cache / "0.bin").exists()
+    code, _, err = verify(capsys, "devices", "clean", "box", "--keep-mb", "-1")
+    assert (code, err.strip()) == (2, "error: --keep-mb -1: expected a number of MB >= 0")

@@ -176,6 +176,7 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
         info["transport"] = profile.transport
         info["spec"] = profile.spec
         info["transfer_method"] = driver.transfer_method()
+        info["cache"] = driver.cache_usage()
         return info
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -106,24 +107,38 @@ def devices_check(profile: Profile, as_json: bool) -> int:
     return EXIT_OK
 
 
-@_device_command("clean")
-def devices_clean(profile: Profile, as_json: bool) -> int:
+@devices.command("clean", context_settings=CONTEXT)
+@click.argument("spec")
+@click.option("--keep-mb", type=float, default=None, metavar="N",
+              help="Keep the cache, up to N MB of its most recently used files; remove the "
+                   "rest and partial transfers (work directories stay).")
+@insecure_host_key_option
+@json_option
+def devices_clean(spec: str, keep_mb: float | None, insecure_host_key: bool,
+                  as_json: bool) -> int:
     """Remove verify's file cache and leftover work directories from the device SPEC.
 
     The next run pushes the runner, model and inputs again. Do not clean while a run is
-    under way on that device.
+    under way on that device. `verify devices check` shows how much the cache holds.
 
     \b
       verify devices clean phone
       verify devices clean ssh:me@192.0.2.10
+      verify devices clean phone --keep-mb 500     # least recently used files go first
     """
     from verify.drivers import clean_device
+    from verify.errors import UsageError
+    from verify.execute import resolve_profile
 
-    removed = clean_device(profile)
+    if keep_mb is not None and not (keep_mb >= 0 and math.isfinite(keep_mb)):
+        raise UsageError(f"--keep-mb {keep_mb:g}: expected a number of MB >= 0")
+    profile = resolve_profile(spec, insecure_host_key)
+    removed = clean_device(profile, None if keep_mb is None else int(keep_mb * (1 << 20)))
     if as_json:
         emit_json({"spec": profile.spec, "removed": removed}, "devices-clean")
     else:
         for path in removed:
             click.echo(f"removed {path}")
-        click.echo(f"device {profile.spec}: clean")
+        click.echo(f"device {profile.spec}: " + ("clean" if keep_mb is None else
+                   f"cache trimmed to at most {keep_mb:g} MB ({len(removed)} file(s) removed)"))
     return EXIT_OK

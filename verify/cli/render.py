@@ -360,6 +360,12 @@ def print_device(info: Mapping[str, Any]) -> None:
     echo(f"  {'providers':12} {', '.join(info.get('providers') or []) or 'none'}")
     free = info.get("free_disk_bytes")
     echo(f"  {'free disk':12} {fmt_bytes(free) if free is not None else '?'}")
+    cache = info.get("cache")
+    if isinstance(cache, dict):
+        parts = cache.get("partial_transfers", 0)
+        echo(f"  {'cache':12} {fmt_bytes(cache.get('bytes', 0))} in {cache.get('files', 0)} "
+             f"file(s)" + (f", {parts} partial transfer(s)" if parts else "")
+             + " (trim it: verify devices clean SPEC --keep-mb N)")
     if info.get("transfer_method"):
         echo(f"  {'transfers':12} {info['transfer_method']}")
     for key in ("numpy_error", "onnxruntime_error"):

@@ -73,12 +73,16 @@ def _check_local_paths(profile: Profile) -> None:
                 raise ConnectError(f"{profile.spec}: {word} does not exist{hint}")
 
 
-def clean_device(profile: Profile) -> list[str]:
+def clean_device(profile: Profile, keep_bytes: int | None = None) -> list[str]:
     """Remove verify's cache and work directories from the device; return what was removed.
+    With `keep_bytes`, only partial transfers and the least recently used cache files go,
+    until the cache holds at most that much (work directories are left alone).
 
     Runs in progress on the same device lose their files: clean when nothing runs there.
     """
     with make_driver(profile) as driver:
+        if keep_bytes is not None:
+            return [f.path for f in driver.evict(keep_bytes)]
         removed = []
         for path in (driver.cache_dir, driver.jobs_dir):
             if driver.exists(path):

@@ -15,6 +15,7 @@ import hashlib
 import posixpath
 import secrets
 import shlex
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,18 @@ class CommandResult:
     status: int
     stdout: str
     stderr: str
+
+
+PART_MAX_AGE = 600.0  # seconds untouched before a partial transfer counts as abandoned
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """One file of a device's cache; `used` is its last use (mtime, seconds since epoch)."""
+
+    path: str
+    size: int
+    used: float
 
 
 @dataclass
@@ -92,6 +105,8 @@ class Driver(ABC):
         self.base_dir = config.base_dir or self.default_base_dir
         self.stats = TransferStats()
         self._opened = False
+        self._used: set[str] = set()     # cache files used this session (LRU bookkeeping)
+        self._parts_swept = False
 
     # --- transport primitives: subclasses implement these ----------------------------------
     @abstractmethod
@@ -139,7 +154,12 @@ class Driver(ABC):
     def close(self) -> None:
         if self._opened:
             self._opened = False
-            self._close_impl()
+            try:
+                if self._used:  # the cache files this session used: newest for LRU eviction
+                    self.mark_used(sorted(self._used))
+                    self._used.clear()
+            finally:
+                self._close_impl()
 
     def __enter__(self) -> "Driver":
         return self.open()
@@ -198,12 +218,76 @@ class Driver(ABC):
         remote = posixpath.join(self.cache_dir, digest + "".join(local.suffixes[-1:]))
         if self._exists_impl(remote):
             self.stats.files_cached += 1
+            self._used.add(remote)
             return remote
         if data is not None:
             local.write_bytes(data)
         self.makedirs(self.cache_dir)
+        if not self._parts_swept:  # transfers cut off earlier left these: gone on next use
+            self._parts_swept = True
+            self.remove_stale_parts()
         self.put(local, remote, progress)
         return remote
+
+    # --- the device cache: what it holds, least recently used first out --------------------------
+    def cache_files(self) -> list[CacheFile]:
+        """The files in the device cache: path, size and last use (mtime, refreshed on each
+        use), through `find … -exec stat` (GNU, busybox and toybox all have them)."""
+        if not self._exists_impl(self.cache_dir):
+            return []
+        res = self.run(["find", self.cache_dir, "-maxdepth", "1", "-type", "f", "-exec",
+                        "stat", "-c", "%s %Y %n", "{}", "+"], check=False,
+                       what=f"{self.describe_address()}: listing the cache")
+        files = []
+        for line in res.stdout.splitlines():
+            size, _, rest = line.partition(" ")
+            mtime, _, path = rest.partition(" ")
+            if size.isdigit() and mtime.isdigit() and path:
+                files.append(CacheFile(path, int(size), float(mtime)))
+        return files
+
+    def cache_usage(self) -> dict[str, int]:
+        """What the cache holds: files, bytes, partial transfers (`devices check` shows it)."""
+        files = self.cache_files()
+        parts = [f for f in files if ".part-" in posixpath.basename(f.path)]
+        return {"files": len(files) - len(parts), "bytes": sum(f.size for f in files),
+                "partial_transfers": len(parts)}
+
+    def mark_used(self, paths: Sequence[str]) -> None:
+        """Set the last-use time of cache files to now (one command for all of them)."""
+        self.run(["touch", "-c", *paths], check=False)
+
+    def remove_stale_parts(self, max_age: float = PART_MAX_AGE) -> list[str]:
+        """Remove partial transfers (`*.part-*`) untouched for `max_age` seconds: left by a
+        transfer that was cut off (one still under way keeps writing, so stays fresh)."""
+        now = self._device_time()
+        stale = [f.path for f in self.cache_files()
+                 if ".part-" in posixpath.basename(f.path) and now - f.used > max_age]
+        for path in stale:
+            self._try_remove(path)
+        return stale
+
+    def evict(self, keep_bytes: int) -> list[CacheFile]:
+        """Remove partial transfers, then the least recently used cache files until the cache
+        holds at most `keep_bytes`; return what was removed."""
+        files = self.cache_files()
+        parts = [f for f in files if ".part-" in posixpath.basename(f.path)]
+        whole = sorted((f for f in files if f not in parts), key=lambda f: f.used)
+        total = sum(f.size for f in whole)
+        removed = list(parts)
+        for f in whole:
+            if total <= keep_bytes:
+                break
+            removed.append(f)
+            total -= f.size
+        for f in removed:
+            self._try_remove(f.path)
+        return removed
+
+    def _device_time(self) -> float:
+        res = self.run(["date", "+%s"], check=False)
+        text = res.stdout.strip()
+        return float(text) if text.isdigit() else time.time()
 
     def makedirs(self, path: str) -> None:
         self._makedirs_impl(path)

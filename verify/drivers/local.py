@@ -6,16 +6,18 @@ transfers, job files), so what the tests exercise locally is what runs on a devi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from verify.devices import verify_cache_dir
-from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress
+from verify.drivers.base import CacheFile, CommandResult, Driver, DriverConfig, Progress
 from verify.errors import DeviceTimeout, TransferError
 
 
@@ -80,6 +82,26 @@ class LocalDriver(Driver):
             return
         if progress:
             progress(local.stat().st_size)
+
+    def cache_files(self) -> list[CacheFile]:
+        files = []
+        try:
+            with os.scandir(self.cache_dir) as it:
+                for e in it:
+                    if e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
+                        files.append(CacheFile(e.path, st.st_size, st.st_mtime))
+        except FileNotFoundError:
+            pass
+        return files
+
+    def mark_used(self, paths: Sequence[str]) -> None:
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.utime(path)
+
+    def _device_time(self) -> float:
+        return time.time()
 
     def _rename_impl(self, src: str, dst: str) -> None:
         os.replace(src, dst)

@@ -27,13 +27,13 @@ from verify.errors import (
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    click.echo(f"warning: {message}", err=True)
+def _format_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> str:
+    return f"warning: {message}\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
-    warnings.showwarning = _show_warning  # one line, not Python's file:line form
+    warnings.formatwarning = _format_warning  # one line, not Python's file:line form
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="verify",
                         standalone_mode=False)

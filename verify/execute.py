@@ -198,7 +198,11 @@ def _dump_note(capture: DumpCapture) -> str:
     if plan.subgraph_tensors:
         note += (f"; {plan.subgraph_tensors} tensors inside If/Loop/Scan bodies not captured "
                  "(onnxruntime can mark only the top-level graph's tensors)")
-    pieces = f"{capture.segments} segment(s)" if capture.segments else "segments"
+    if not capture.segments:  # a runner that re-runs the model per chunk (runner/native)
+        return note + (f"; the whole model run once per chunk of at most "
+                       f"{capture.budget_bytes / 2**20:.3g} MB of marked tensors (a runner "
+                       f"without segments), captured in {capture.seconds:.2f} s")
+    pieces = f"{capture.segments} segment(s)"
     measured = (f", {capture.measured} node output size(s) measured on the device"
                 if capture.measured else "")
     return note + (f"; each node run once, in {pieces} of at most "

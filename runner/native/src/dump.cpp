@@ -246,10 +246,19 @@ void run_dump(const json& job, const std::string& workdir, json& result) {
   std::optional<Ort::Session> sess;
   sess.emplace(marked_session(session_job, model, marked, out_dir));
   auto sizes = output_sizes(*sess, cases.empty() ? std::map<std::string, npy::Array>() : cases[0]);
+  // The host's sizes (shape inference with the cases' concrete shapes) first; then what the
+  // session's declared types and shapes give.
+  const json* given = spec.contains("sizes") && spec["sizes"].is_object() ? &spec["sizes"] : nullptr;
   std::vector<std::optional<int64_t>> planned;
-  for (const auto& n : tensors)
-    planned.push_back(fed.count(n) ? std::optional<int64_t>(0)
-                                   : (sizes.count(n) ? sizes[n] : std::nullopt));
+  for (const auto& n : tensors) {
+    if (fed.count(n)) {
+      planned.push_back(0);
+    } else if (given && given->contains(n) && (*given)[n].is_number_integer()) {
+      planned.push_back((*given)[n].get<int64_t>());
+    } else {
+      planned.push_back(sizes.count(n) ? sizes[n] : std::nullopt);
+    }
+  }
   auto chunks = plan_chunks(tensors, planned, budget);
   if (chunks.size() > 1) sess.reset();
 

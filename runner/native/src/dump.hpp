@@ -1,7 +1,8 @@
 // Dump jobs (docs/runner-contract.md, "Dump jobs"): capture the job's tensors chunk by chunk
-// (graph outputs appended to the model at the protobuf wire level, as verify/runner/runner.py
-// does), write each as an .npy named by index, and summarise it. Kept apart from the timed
-// job so the dump protocol can change on its own.
+// (graph outputs appended to the model at the protobuf wire level; one whole run per chunk,
+// the scheme runner.py used before segments, which the contract still accepts), chunks planned
+// from the job's `sizes` where given, else from declared shapes; write each tensor as an .npy
+// named by index, and summarise it. Kept apart from the timed job so it can move to segments.
 #pragma once
 
 #include <cstdint>

@@ -182,3 +182,33 @@ def test_adb_device_without_python(device_env: DeviceEnv, arm64_native: str, adb
     check_native(run_json(["devices", "check", spec], capsys), "aarch64")
     doc = run_json(["run", small_vtc, "--device", spec, "--iter", "2"], capsys)
     assert doc["passed"] is True and doc["device"]["python"] is None
+
+
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_device_commands_over_both_runners(kind: str, device_env: DeviceEnv, small_vtc: Path,
+                                           residual_vtc: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """The same commands, the same answers, whichever runner the profile names."""
+    profile: dict[str, Any] = {"transport": "local"}
+    if kind == "native":
+        profile["runner"] = [str(native_bin())]
+    device_env.write_profile("dev", profile)
+    code, out, err = run_cli(["devices", "check", "dev"], capsys)
+    assert code == 0, err
+    assert ("runner       verify-runner (native C++" in out) == (kind == "native")
+    assert ("python       None" in out) == (kind == "native")
+    doc = run_json(["run", small_vtc, "--device", "dev", "--iter", "2"], capsys)
+    assert doc["passed"] is True
+    code, out, err = run_cli(["run", small_vtc, "--device", "dev", "--provider",
+                              "QNNExecutionProvider"], capsys)
+    assert (code, out) == (3, "")
+    assert err.startswith("error: dev: QNNExecutionProvider is not available on this device")
+    code, out, err = run_cli(["localize", residual_vtc, "--device", "dev", "-o",
+                              tmp_path / "loc", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["suspect"] is None
+    trace = tmp_path / "trace.json"
+    assert run_json(["run", small_vtc, "--device", "dev", "--iter", "3", "--profile", trace],
+                    capsys)["passed"] is True
+    summary = run_json(["profile", trace], capsys)["summary"]
+    assert (summary["runs"], summary["skipped_runs"]) == (3, 1)

@@ -353,6 +353,8 @@ def print_profiles(rows: Sequence[Mapping[str, Any]]) -> None:
 def print_device(info: Mapping[str, Any]) -> None:
     echo = click.echo
     echo(f"device {info.get('spec')}: reachable")
+    if info.get("runner"):  # a runner other than runner.py names itself (the native one)
+        echo(f"  {'runner':12} {info['runner']}")
     for key, label in (("arch", "arch"), ("os", "os"), ("hostname", "hostname"),
                        ("python", "python"), ("numpy", "numpy"), ("onnxruntime", "onnxruntime"),
                        ("cpu_count", "cpus")):

@@ -105,3 +105,27 @@ def check_android_cache(build_dir: Path, tc: Path) -> None:
     link = (build_dir / "CMakeFiles" / "verify-runner.dir" / "link.txt").read_text()
     assert "-static-libstdc++" in link and "-static-libgcc" not in link  # the Android branch
     assert not (REPO / "runner" / "native" / "build").exists()
+
+
+def test_minimal_arm64_root_has_no_python(tmp_path: Path) -> None:
+    """build_arm64_root.py --minimal: libc, libgcc and libstdc++ only; its prefix and check."""
+    from verify.devices import arm64_root
+
+    tool = REPO / "scripts" / "build_arm64_root.py"
+    root = Path(str(arm64_root()) + "-minimal")
+    proc = subprocess.run([sys.executable, str(tool), "--minimal", "--check"],
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        pytest.skip("the minimal root is not built: python scripts/build_arm64_root.py --minimal")
+    proc = subprocess.run([sys.executable, str(tool), "--minimal", "--print-prefix"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(proc.stdout) == ["qemu-aarch64-static", "-L", str(root), "-cpu",
+                                       "neoverse-n1"]
+    stamp = json.loads((root / ".verify-arm64-root.json").read_text())
+    assert sorted(stamp["deb_versions"]) == ["libc6", "libgcc-s1", "libstdc++6"]
+    names = {p.name for p in root.rglob("*")}
+    assert not any(n.startswith("python") or n in ("numpy", "onnxruntime") for n in names)
+    assert "libstdc++.so.6" in names and "ld-linux-aarch64.so.1" in names
+    proc = subprocess.run([sys.executable, str(tool), "--minimal", "--root", str(tmp_path / "no"),
+                           "--print-prefix"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "no minimal arm64 root at" in proc.stderr

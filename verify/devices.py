@@ -133,6 +133,8 @@ def resolve(spec: str) -> Profile:
                          "ssh:user@host[:port], adb[:SERIAL] or a profile name")
     if transport == "cuda" and target and not target.isdigit():
         raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
+    if transport == "local" and target and find_profile(target) is None:
+        raise UsageError(f"device {spec!r}: local takes no target (cuda:N picks a GPU)")
     # A profile named by the whole spec or by its target wins over the built-in grammar.
     for name in (target, transport) if target and transport != "cuda" else (transport,):
         path = find_profile(name)
@@ -147,8 +149,6 @@ def resolve(spec: str) -> Profile:
             # Reports name the device as typed (`ssh:board`, not the profile's `board`).
             return profile if name == spec else replace(profile, name=spec)
     if transport == "local":
-        if target:
-            raise UsageError(f"device {spec!r}: local takes no target (cuda:N picks a GPU)")
         return Profile(name="local", transport="local")
     if transport == "cuda":
         index = int(target or 0)

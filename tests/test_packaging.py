@@ -81,7 +81,7 @@ def test_the_artifacts_are_named_for_the_distribution_and_hold_what_the_build_ne
         metadata = whl.read(f"{stem}.dist-info/METADATA").decode()
         entry_points = whl.read(f"{stem}.dist-info/entry_points.txt").decode()
     assert {"verify/__init__.py", "verify/cli/__init__.py", "verify/drivers/ssh.py",
-            "verify/runner/runner.py"} <= names
+            "verify/runner/runner.py", "verify/runner/contract.schema.json"} <= names
     assert any(n.startswith(f"{stem}.dist-info/") and n.endswith("LICENSE") for n in names)
     assert f"Name: {DISTRIBUTION}\n" in metadata and f"Version: {__version__}\n" in metadata
     assert 'Requires-Dist: paramiko>=3.4; extra == "ssh"' in metadata
@@ -92,7 +92,7 @@ def test_the_artifacts_are_named_for_the_distribution_and_hold_what_the_build_ne
     with tarfile.open(dists["sdist"]) as sdist:
         members = {m.split("/", 1)[1] for m in sdist.getnames() if "/" in m}
     assert {"README.md", "LICENSE", "pyproject.toml", "verify/runner/runner.py",
-            "verify/drivers/ssh.py"} <= members
+            "verify/runner/contract.schema.json", "verify/drivers/ssh.py"} <= members
 
 
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])

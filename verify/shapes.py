@@ -36,7 +36,8 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                ) -> dict[str, int | None]:
     """`tensor_sizes` for one case."""
     types = _infer(model, shapes)
-    inits = {i.name: i for i in model.graph.initializer}
+    inits = {i.name: i for i in model.graph.initializer if _count(i.dims) <= _SMALL}
+    weights = {i.name: tuple(i.dims) for i in model.graph.initializer}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
         for i in node.input:
@@ -44,7 +45,8 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     for node in model.graph.node:  # ops onnx cannot infer, in graph order
         if all(o in types for o in node.output if o):
             continue
-        for out, tp in _node_types(node, types, inits, model.opset_import, readers).items():
+        got = _node_types(node, types, inits, weights, model.opset_import, readers)
+        for out, tp in got.items():
             types.setdefault(out, tp)
     sizes: dict[str, int | None] = {}
     for node in model.graph.node:
@@ -54,20 +56,46 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     return sizes
 
 
+_SMALL = 64  # elements: initializers up to this size keep their values (shape arithmetic)
+
+
 def _infer(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
            ) -> dict[str, onnx.TypeProto]:
+    """Whole-graph shape inference with the inputs pinned. Large initializers go in as typed
+    graph inputs (their values decide no shape), so the copy costs no weights' worth of memory."""
+    graph = model.graph
     pinned = onnx.ModelProto()
-    pinned.CopyFrom(model)
-    for inp in pinned.graph.input:
-        if inp.name in shapes and inp.type.HasField("tensor_type"):
-            shape = inp.type.tensor_type.shape
+    pinned.ir_version = model.ir_version
+    pinned.opset_import.extend(model.opset_import)
+    pinned.functions.extend(model.functions)
+    g = pinned.graph
+    g.output.extend(graph.output)
+    types: dict[str, onnx.TypeProto] = {}
+    for node in graph.node:
+        value = node.attribute[0].t if node.op_type == "Constant" and not node.domain and \
+            len(node.attribute) == 1 and node.attribute[0].name == "value" else None
+        if value is not None and _count(value.dims) > _SMALL:  # a weight held in a Constant
+            types[node.output[0]] = _tensor(value.data_type, value.dims)
+            g.input.add(name=node.output[0]).type.CopyFrom(types[node.output[0]])
+        else:
+            g.node.append(node)
+    for init in graph.initializer:
+        types[init.name] = _tensor(init.data_type, init.dims)
+        if _count(init.dims) <= _SMALL:
+            g.initializer.append(init)
+        else:
+            g.input.add(name=init.name).type.CopyFrom(types[init.name])
+    for inp in graph.input:
+        if inp.name in types:
+            continue
+        vi = g.input.add()
+        vi.CopyFrom(inp)
+        if inp.name in shapes and vi.type.HasField("tensor_type"):
+            shape = vi.type.tensor_type.shape
             shape.ClearField("dim")
             for d in shapes[inp.name]:
                 shape.dim.add().dim_value = int(d)
-    del pinned.graph.value_info[:]  # onnxruntime's symbolic guesses would only get in the way
-    types: dict[str, onnx.TypeProto] = {i.name: _tensor(i.data_type, i.dims)
-                                        for i in pinned.graph.initializer}
-    types.update((i.name, i.type) for i in pinned.graph.input)
+        types[inp.name] = vi.type
     try:
         inferred = onnx.shape_inference.infer_shapes(pinned, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - onnx raises assorted errors on graphs it cannot follow
@@ -76,6 +104,13 @@ def _infer(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
         if _nbytes(vi.type) is not None:
             types[vi.name] = vi.type
     return types
+
+
+def _count(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
 
 
 def _nbytes(tp: onnx.TypeProto | None) -> int | None:
@@ -104,7 +139,7 @@ def _tensor(elem: int, shape: Sequence[int]) -> onnx.TypeProto:
 
 
 def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
-                inits: Mapping[str, TensorProto],
+                inits: Mapping[str, TensorProto], weights: Mapping[str, tuple[int, ...]],
                 opsets: Sequence[onnx.OperatorSetIdProto],
                 readers: Mapping[str, list[onnx.NodeProto]]) -> dict[str, onnx.TypeProto]:
     """Output types of one node whose outputs onnx's whole-graph pass left unknown."""
@@ -117,12 +152,12 @@ def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     out: Shape | None = None
     if node.domain == "com.microsoft.nchwc":
-        out = _nchwc(node, x, attrs, inits, readers)
+        out = _nchwc(node, x, attrs, weights, readers)
     elif node.domain == "com.microsoft" and node.op_type in _ELEMENTWISE:
         out = x
     elif node.domain == "com.microsoft" and node.op_type in ("FusedConv", "NhwcFusedConv"):
-        w = inits.get(node.input[1])
-        out = _conv(x, tuple(w.dims), attrs) if w is not None else None
+        w = weights.get(node.input[1])
+        out = _conv(x, w, attrs) if w is not None else None
     elif node.domain in ("", "ai.onnx") and all(
             t is not None for t, i in zip(ins, node.input) if i):
         try:
@@ -149,7 +184,7 @@ def _opset(opsets: Sequence[onnx.OperatorSetIdProto]) -> int:
 
 
 def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
-           inits: Mapping[str, TensorProto], readers: Mapping[str, list[onnx.NodeProto]]
+           weights: Mapping[str, tuple[int, ...]], readers: Mapping[str, list[onnx.NodeProto]]
            ) -> Shape | None:
     """onnxruntime's NCHWc ops (contrib_ops/cpu/nchwc_ops.cc): blocked channels, padded."""
     op = node.op_type
@@ -157,11 +192,11 @@ def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
         # channels padded to the device's block size: read back from an NCHWc Conv reading it
         # (its weights hold input channels / group); with none, unknown (measured)
         for reader in readers.get(node.output[0], []):
-            w = inits.get(reader.input[1]) if len(reader.input) > 1 else None
+            w = weights.get(reader.input[1]) if len(reader.input) > 1 else None
             if reader.domain == node.domain and reader.op_type == "Conv" and w is not None \
                     and reader.input[0] == node.output[0]:
                 group = next((a.i for a in reader.attribute if a.name == "group"), 1) or 1
-                c = w.dims[1] * group
+                c = w[1] * group
                 return (x[0], *x[1:-1], c) if attrs.get("channels_last") else (x[0], c, *x[2:])
         return None
     if op == "ReorderOutput":
@@ -170,8 +205,8 @@ def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
             return None
         return (x[0], *x[2:], c) if attrs.get("channels_last") else (x[0], c, *x[2:])
     if op == "Conv":
-        w = inits.get(node.input[1])
-        return _conv(x, tuple(w.dims), attrs) if w is not None else None
+        w = weights.get(node.input[1])
+        return _conv(x, w, attrs) if w is not None else None
     if op in ("GlobalAveragePool", "GlobalMaxPool"):
         return (x[0], x[1], *[1] * (len(x) - 2))
     if op in ("MaxPool", "AveragePool"):

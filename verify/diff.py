@@ -304,13 +304,16 @@ def _dump_side(dump: Dump, case: int) -> _Side:
     tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     fused = dump.manifest.get("fused_away") or []
+    scratch = Scratch()
     inside = dump.manifest.get("subgraph_tensors") or 0
     note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
             "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
             "compared by their outputs" if isinstance(inside, int) and inside > 0 else "")
     return _Side(
         label=str(dump.path), tensors=tensors,
-        load=lambda name: dump.load(entries[name]),
+        # read into one reused buffer per side: copying from the page cache measured ~3x faster
+        # than mapping each file (a fresh map faults every page in again; issue 14)
+        load=lambda name: dump.load(entries[name], scratch),
         fused_away={str(f["name"]) for f in fused if isinstance(f, dict) and "name" in f},
         fused_into={str(k): [str(x) for x in v]
                     for k, v in (dump.manifest.get("fused_into") or {}).items()},

@@ -43,8 +43,8 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK
                    "std, NaN/Inf), one block per tensor; diffable with diff/vimdiff.")
 @click.option("--dump-budget-mb", type=float, default=None, metavar="MB",
               help="Live tensors per dump segment (default: 1.5x the model's size, at "
-                   "least 16, at most 1/16 of the device's memory); a node larger than it "
-                   "runs alone.")
+                   "least 16, at most 1/16 of the device's memory, raised to half of what a "
+                   "plain run holds at once); a node larger than it runs alone.")
 @click.option("--dump-filter", default=None, metavar="REGEX",
               help="Dump only tensors whose name or producing node's name matches REGEX.")
 @click.option("--dump-stats-only", is_flag=True,

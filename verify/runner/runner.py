@@ -447,7 +447,9 @@ def total_memory():
 
 
 def default_budget(model_bytes, memory=None):
-    """Bytes of live tensors one dump segment may hold: 1.5x the model's size, at least
+    """Bytes of live tensors one dump segment may hold, before the sizes are known (a dump
+    raises it to half a plain run's live activations, see plain_live_bytes): 1.5x the model's
+    size, at least
     16 MiB, at most 1/16 of the machine's memory. A plain run holds the model twice while its
     session is made (the file's bytes and the weights); a dump session loads from the file and
     keeps no copy, so a model's worth of room is free, and half a model more is within 1.3x of
@@ -770,6 +772,24 @@ def next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes):
     return last
 
 
+def plain_live_bytes(nodes, sizes, last_read):
+    """The most bytes of node outputs a plain (unmarked) run holds at once: after each node,
+    what it and earlier nodes made that a later node still reads. A dump may hold half that
+    again without leaving a plain run's memory envelope by much (the default budget)."""
+    ends = {}
+    live = peak = 0
+    for i, node in enumerate(nodes):
+        for out in node.outputs:
+            size = sizes.get(out) or 0
+            if out and last_read.get(out, -1) > i:
+                live += size
+                ends[last_read[out]] = ends.get(last_read[out], 0) + size
+        peak = max(peak, live + sum(sizes.get(o) or 0 for o in node.outputs
+                                    if o and last_read.get(o, -1) <= i))
+        live -= ends.pop(i, 0)
+    return peak
+
+
 def _alone(node, sizes):
     return any(o and sizes.get(o) is None for o in node.outputs)
 
@@ -867,6 +887,11 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                     sizes[out] = size
     captured = set(tensors)
     last_read = segment_reads(nodes)
+    if budget is None:
+        budget = max(default_budget(os.path.getsize(wire.path)),
+                     plain_live_bytes(nodes, sizes, last_read) // 2)
+    if stats is not None:
+        stats["budget"] = budget
     path = os.path.join(scratch, "_segment.onnx")
     sessions = {}  # segment span -> session, kept across cases only when there are several
     if stats is not None:
@@ -1003,7 +1028,8 @@ def run_dump(np, ort, job, workdir, result):
     save = bool(spec.get("save", True))
     first = int(spec.get("first", STAT_FIRST))
     cases = [load_inputs(np, case, workdir) for case in job["cases"]]
-    budget = int(spec.get("budget_bytes") or default_budget(os.path.getsize(model)))
+    budget = spec.get("budget_bytes")  # None: default_budget, raised to half a plain run's
+    budget = int(budget) if budget else None  # live activations once the sizes are known
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     stats = {}
@@ -1017,7 +1043,8 @@ def run_dump(np, ort, job, workdir, result):
             rec["file"] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
             np.save(os.path.join(workdir, rec["file"]), np.asarray(value), allow_pickle=False)
         records[ci][index[name]] = rec
-    result["dump"] = {"budget_bytes": budget, "ms": _now_ms(t0), "cases": records,
+    result["dump"] = {"budget_bytes": stats.get("budget", budget), "ms": _now_ms(t0),
+                      "cases": records,
                       "segments": stats.get("segments", []), "nodes": stats.get("nodes", 0),
                       "measured": stats.get("measured", 0),
                       "subgraph_tensors": stats.get("subgraph_tensors", 0)}

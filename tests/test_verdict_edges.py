@@ -261,3 +261,19 @@ def test_check_outputs_judges_each_output_by_its_floor_and_refuses_a_missing_one
     globbed = check_outputs(act, ref, ToleranceSet.from_specs(["prob:exact"]),
                             {"prob": SATURATION_FLOOR})
     assert [(d.rule, d.passed) for d in globbed] == [("exact", False), ("magnitude k=2^-14", True)]
+
+
+# --- ranking for diff --top and localize: a failure with no figure first, a pass with none last
+def test_tol_rank_orders_figureless_failures_first_and_figureless_passes_last() -> None:
+    import dataclasses
+    import math
+
+    from verify.compare import compare, tol_rank
+
+    r = np.ones(4, np.float32)
+    failing, passing = compare("a", r + 1, r), compare("b", r, r)
+    shape = compare("c", np.ones(3, np.float32), r)  # another shape: no figure, failing
+    blank = dataclasses.replace(passing, tol_units=math.nan)  # passing, no figure
+    assert math.isnan(shape.tol_units) and not shape.passed
+    assert tol_rank(shape) == math.inf and tol_rank(blank) == -1.0
+    assert tol_rank(failing) == failing.tol_units > 1 and tol_rank(passing) == 0.0

@@ -1,0 +1,69 @@
+"""`--tol` specs parsed into the rules that judge (compare.parse_tolerance), gates included, and
+the verdicts those rules give on small arrays. Unit-level and fast: the holes mutation testing
+of verify/compare.py found (docs/mutation.md); the gates on real models are in
+tests/test_corpus_gates.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verify.compare import (AllcloseRule, CosineGate, ExactRule, GateRule, MagnitudeRule,
+                            QuantileGate, SqnrGate, compare, parse_tolerance)
+from verify.errors import UsageError
+
+
+@pytest.mark.parametrize("spec, rule", [
+    ("x:exact", ExactRule()),
+    ("x:floor=0.5", MagnitudeRule(None, 0.5)),           # floor alone is the magnitude rule
+    ("x:k=2^-12", MagnitudeRule(2.0 ** -12, None)),
+    ("x:rtol=1e-3", AllcloseRule(0.0, 1e-3)),
+    ("x:cos>=0.99", GateRule((CosineGate(0.99),), None)),
+    ("x: sqnr >= 40dB", GateRule((SqnrGate(40.0),), None)),
+    ("x:p99_abs<=2^-10", GateRule((QuantileGate(99.0, 2.0 ** -10),), None)),
+    ("x:atol=1e-3,cos>=0.9,p50.5_abs<=1e-4",
+     GateRule((CosineGate(0.9), QuantileGate(50.5, 1e-4)), AllcloseRule(1e-3, 0.0))),
+    ("x:sqnr>=30,k=1e-3", GateRule((SqnrGate(30.0),), MagnitudeRule(1e-3, None))),
+])
+def test_specs_parse_into_their_rules(spec: str, rule: object) -> None:
+    parsed = parse_tolerance(spec)
+    assert (parsed.pattern, parsed.rule, parsed.spec) == ("x", rule, spec)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("x:cos>=0.9,cos>=0.8", "'cos>=' given twice"),
+    ("x:sqnr>=30,sqnr>=20", "'sqnr>=' given twice"),
+    ("x:rtol=1e-3,floor=0", "atol/rtol and k/floor cannot be mixed in one rule"),
+    ("x:atol=1,floor=0", "atol/rtol and k/floor cannot be mixed in one rule"),
+    ("x:rtol=1,k=2^-12", "atol/rtol and k/floor cannot be mixed in one rule"),
+    ("x:atol==1", "'=1' is not a number (write 1e-3 or 2^-12)"),
+    ("x:cos<=0.9", "write cos>=0.9"),
+    ("x:p99_abs>=1", "write p99_abs<=1"),
+    ("x:p100.5_abs<=1", "the percentile in p100.5_abs must lie in [0, 100]"),
+    ("x:cos>=-1.5", "cos>= takes a value in [-1, 1]"),
+    ("x:snr>=3", "unknown gate 'snr>=3' (use cos>=V, sqnr>=DB or pNN_abs<=V)"),
+])
+def test_bad_specs_name_what_is_wrong(spec: str, message: str) -> None:
+    with pytest.raises(UsageError) as e:
+        parse_tolerance(spec)
+    assert str(e.value) == f"bad tolerance {spec!r}: {message}"
+
+
+def test_gates_judge_alone_and_beside_a_value_rule() -> None:
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal(1000).astype(np.float32)
+    a = r.copy()
+    a[:10] += np.float32(0.5)  # ten outliers, the bulk exact
+    rule = parse_tolerance("x:p50_abs<=1e-6").rule
+    d = compare("x", a, r, rule)
+    assert d.passed and d.n_outside == 0 and d.rule == "p50_abs<=1e-06"
+    d = compare("x", a, r, parse_tolerance("x:p99.5_abs<=1e-6").rule)
+    assert not d.passed and d.reason.startswith("p99.5|a-r| 0.5 > 1e-06") and d.n_outside == 10
+    both = compare("x", a, r, parse_tolerance("x:atol=0.1,p50_abs<=1e-6").rule)
+    assert not both.passed and both.reason.startswith("10 of 1000 elements outside allclose")
+    assert both.rule == "allclose atol=0.1 rtol=0 + p50_abs<=1e-06"
+    cos = compare("x", a, r, parse_tolerance("x:cos>=0.999999").rule)
+    assert not cos.passed and cos.reason.startswith("cos 0.99")
+    assert compare("x", a, r, parse_tolerance("x:cos>=0.99,sqnr>=10").rule).passed
+    db = compare("x", a, r, parse_tolerance("x:sqnr>=40").rule)
+    assert not db.passed and db.reason.endswith("dB < 40 dB") and db.tol_units > 1

@@ -117,6 +117,7 @@ def write_archive(path: Path, tc: Testcase,
         model = f.create_dataset(schema.MODEL, data=np.frombuffer(tc.model_bytes, np.uint8))
         _set_text(model, schema.ATTR_SHA256, model_sha)
         entries: list[list[Any]] = [[schema.MODEL, "", model_sha]]
+        f.create_group(schema.CASES)  # even with no case, so the reader can say so
         for i, case in enumerate(tc.cases):
             group = f.create_group(schema.case_path(i))
             _set_text(group, schema.ATTR_SOURCE, case.source)
@@ -224,7 +225,8 @@ class ArchiveReader:
             self.model_sha = self._attr(model, schema.ATTR_SHA256, str)
             if self.checked:
                 self._only_attrs(model, schema.ATTR_SHA256)
-                self._only_attrs(f[schema.CASES])
+                if isinstance(f.get(schema.CASES), h5py.Group):  # absent: 'no cases' below
+                    self._only_attrs(f[schema.CASES])
             if self.model_sha and not _HEX64.fullmatch(self.model_sha):
                 raise self.corrupt("the model's sha256 attribute is malformed")
             if self.checked and not self.model_sha:

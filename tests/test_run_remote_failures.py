@@ -233,3 +233,16 @@ def test_server_killed_while_pushing(device_env: DeviceEnv, sshd_factory, small_
                         message), message
     assert not [p for p in (base / "cache").iterdir() if p.name.endswith(".so")]  # no final .so
     assert not os.path.exists(base / "lib" / "libbig.so")
+
+
+def test_a_runner_killed_by_sigkill_over_ssh_names_signal_9(
+        device_env: DeviceEnv, sshd_server, small_vtc: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """SSH reports a signal death as exit-signal, which paramiko drops (it used to read as
+    'signal 1', from paramiko's -1): the remote shell now waits and says 128+9."""
+    spec = device_env.ssh_profile("killed", sshd_server, tmp_path / "d", runner=[
+        sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
+    assert (code, out) == (3, "")
+    assert _one_line_error(err) == (f"{spec}: the runner was killed by signal 9 without "
+                                    "writing a result: no output")

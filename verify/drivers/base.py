@@ -87,11 +87,13 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
 
 
 def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                  cwd: str | None = None) -> str:
-    """Quote an argv (with optional env and cwd) into one POSIX shell command string."""
+                  cwd: str | None = None, exec_: bool = True) -> str:
+    """Quote an argv (with optional env and cwd) into one POSIX shell command string; with
+    `exec_` False the shell stays (to see how the command ended) instead of becoming it."""
     words = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv] if env else list(argv)
     cmd = shlex.join(words)
-    return f"cd {shlex.quote(cwd)} && exec {cmd}" if cwd else f"exec {cmd}"
+    run = f"exec {cmd}" if exec_ else cmd
+    return f"cd {shlex.quote(cwd)} && {run}" if cwd else run
 
 
 class Driver(ABC):

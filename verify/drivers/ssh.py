@@ -35,6 +35,7 @@ import errno
 import logging
 import os
 import posixpath
+import re
 import secrets
 import selectors
 import shlex
@@ -158,8 +159,18 @@ class SshDriver(Driver):
                    cwd: str | None) -> CommandResult:
         what = f"running {posixpath.basename(argv[0])}"
         marker = f"verify-pid-{secrets.token_hex(6)}"
+        # The shell waits for the command instead of exec-ing it (`; exit $?` keeps dash and
+        # bash from exec-ing a last command on their own): a command killed by a signal
+        # then ends the shell with 128+N, where SSH's exit-signal (which paramiko drops) would
+        # say nothing. The shell leads the process group, so a timeout still kills it all.
         status, out, err = self._exec_channel(
-            f"echo {marker} $$; {shell_command(argv, env, cwd)}", timeout, what, marker, argv)
+            f"echo {marker} $$; {shell_command(argv, env, cwd, exec_=False)}; exit $?",
+            timeout, what, marker, argv)
+        if 128 < status <= 128 + 64:  # the shell's way of saying "killed by signal N"
+            status = 128 - status     # as the local driver (subprocess) says it: -N
+            # and bash's own report of it ("bash: line 1: 4242 Killed  python3 …") is not
+            # the command's output
+            err = re.sub(rb"(?:^|\n)[^\n:]+: line \d+: +\d+ [^\n]*\n?$", b"", bytes(err))
         return CommandResult(tuple(argv), status, out.decode(errors="replace"),
                              err.decode(errors="replace"))
 

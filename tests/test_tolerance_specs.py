@@ -40,6 +40,7 @@ def test_specs_parse_into_their_rules(spec: str, rule: object) -> None:
     ("x:cos<=0.9", "write cos>=0.9"),
     ("x:p99_abs>=1", "write p99_abs<=1"),
     ("x:p100.5_abs<=1", "the percentile in p100.5_abs must lie in [0, 100]"),
+    ("x:p50_abs<=-1", "p50_abs must be finite and >= 0, got -1"),
     ("x:cos>=-1.5", "cos>= takes a value in [-1, 1]"),
     ("x:snr>=3", "unknown gate 'snr>=3' (use cos>=V, sqnr>=DB or pNN_abs<=V)"),
 ])

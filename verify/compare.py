@@ -393,7 +393,10 @@ def _parse_gate(spec: str, item: str) -> Gate:
     quantile = float(q)  # type: ignore[arg-type]
     if not 0.0 <= quantile <= 100.0:
         raise UsageError(f"bad tolerance {spec!r}: the percentile in {name} must lie in [0, 100]")
-    _check_value(name, value)
+    try:
+        _check_value(name, value)
+    except UsageError as exc:
+        raise UsageError(f"bad tolerance {spec!r}: {exc}") from None
     return QuantileGate(quantile, value)
 
 

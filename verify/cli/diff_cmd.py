@@ -46,8 +46,14 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     prints {"passed", "verdict", "cases": [one report per case]}. --case I compares one
     case, and --json prints that case's report itself.
 
+    A quantized or fp16 model against its float original: each float tensor X is paired with
+    the QDQ model's X_DequantizeLinear_Output, fp16 tensors are compared as float32, and with
+    an SQNR gate (--tol '*:sqnr>=30') the first layer below it is named. Captures of unrelated
+    models (different model files sharing few tensor names) are exit 2.
+
     \b
       verify diff phone/ cpu/                       every layer, first divergent node
+      verify diff qdq-dump/ float-dump/ --tol '*:sqnr>=30'   quantized vs float, per layer
       verify diff phone/ model.vtc --top 10          10 worst against the archive's goldens
       verify diff phone/ cpu/ --only-failing --tol 'head/*:atol=1e-3' --json
     """

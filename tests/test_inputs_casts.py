@@ -1,0 +1,73 @@
+"""Casts of user data into a model's input dtype, at the edges the mutation run of
+verify/inputs.py found untested (docs/mutation.md): 4-bit integers (ml_dtypes' ranges), uint64
+values float32 cannot hold, no numpy warning on an overflowing cast, images into float and
+integer inputs whose range is broken on one side only."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from PIL import Image
+
+from verify.errors import InputError
+from verify.inputs import Preprocess, build_cases, model_inputs
+
+
+def _infos(elem: int, shape: list[int]):  # type: ignore[no-untyped-def]
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", elem, shape)],
+                              [helper.make_tensor_value_info("y", elem, shape)])
+    return model_inputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+
+
+@pytest.mark.parametrize("elem, lo, hi", [(TensorProto.INT4, -8, 7), (TensorProto.UINT4, 0, 15)])
+def test_four_bit_inputs_take_their_range_and_refuse_one_past(tmp_path: Path, elem: int, lo: int,
+                                                              hi: int) -> None:
+    infos = _infos(elem, [2])
+    np.save(tmp_path / "ok.npy", np.array([lo, hi], np.int64))
+    [case] = build_cases(infos, ["ok.npy"], base_dir=tmp_path)
+    assert case["x"].dtype == onnx.helper.tensor_dtype_to_np_dtype(elem)
+    assert [int(v) for v in case["x"].astype(np.int64)] == [lo, hi]
+    for past in (lo - 1, hi + 1):
+        np.save(tmp_path / "past.npy", np.array([0, past], np.int64))
+        with pytest.raises(InputError, match=rf"do not fit \[{lo}, {hi}\]$"):
+            build_cases(infos, ["past.npy"], base_dir=tmp_path)
+
+
+def test_unsigned_values_float32_cannot_hold_are_refused(tmp_path: Path) -> None:
+    np.save(tmp_path / "u.npy", np.array([2**24 + 1, 1], np.uint64))
+    with pytest.raises(InputError, match="uint64 values like 16777217 are not exact in it$"):
+        build_cases(_infos(TensorProto.FLOAT, [2]), ["u.npy"], base_dir=tmp_path)
+    np.save(tmp_path / "ok.npy", np.array([2**24, 1], np.uint64))
+    [case] = build_cases(_infos(TensorProto.FLOAT, [2]), ["ok.npy"], base_dir=tmp_path)
+    assert case["x"].dtype == np.float32 and case["x"][0] == 2**24
+
+
+def test_an_overflowing_cast_is_one_error_and_no_numpy_warning(tmp_path: Path) -> None:
+    np.save(tmp_path / "big.npy", np.array([1e300, np.nan, 1.0]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from numpy would raise here
+        with pytest.raises(InputError, match="float64 values up to 1e\\+300 overflow it$"):
+            build_cases(_infos(TensorProto.FLOAT16, [3]), ["big.npy"], base_dir=tmp_path)
+
+
+def test_images_into_float_inputs_keep_the_inputs_dtype(tmp_path: Path) -> None:
+    Image.new("RGB", (4, 2), (10, 20, 30)).save(tmp_path / "p.png")
+    for elem, dt in ((TensorProto.FLOAT, np.float32), (TensorProto.FLOAT16, np.float16)):
+        [case] = build_cases(_infos(elem, [1, 3, 2, 4]), ["p.png"], base_dir=tmp_path)
+        assert case["x"].dtype == dt and float(case["x"][0, 2, 1, 3]) == 30
+
+
+@pytest.mark.parametrize("pre, span", [(Preprocess(mean=(11.0,)), "[-1, 19]"),  # below only
+                                       (Preprocess(scale=10.0), "[100, 300]")])  # above only
+def test_an_image_out_of_an_integer_range_on_one_side_is_refused(tmp_path: Path, pre: Preprocess,
+                                                                 span: str) -> None:
+    Image.new("RGB", (4, 2), (10, 20, 30)).save(tmp_path / "p.png")
+    with pytest.raises(InputError, match=rf"spans \{span[:-1]}\] with fractions or out of range"):
+        build_cases(_infos(TensorProto.UINT8, [1, 3, 2, 4]), ["p.png"], pre=pre,
+                    base_dir=tmp_path)

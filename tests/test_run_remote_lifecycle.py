@@ -187,5 +187,6 @@ def test_devices_clean_removes_the_cache_and_leftover_work(
     again = run_json(["run", small_vtc, "--device", spec, "--iter", "1"], capsys)
     assert again["transfers"]["files_put"] == 5  # everything is sent again
     assert run_json(["devices", "clean", spec], capsys) == {
-        "spec": spec, "removed": [str(cache), str(jobs)]}
+        "format": "verify-devices-clean", "version": 1, "spec": spec,
+        "removed": [str(cache), str(jobs)]}
     assert run_json(["devices", "clean", spec], capsys)["removed"] == []

@@ -108,7 +108,7 @@ def devices_check(profile: Profile, as_json: bool) -> int:
 
 
 @devices.command("clean", context_settings=CONTEXT)
-@click.argument("spec")
+@click.argument("spec", shell_complete=complete_device)
 @click.option("--keep-mb", type=float, default=None, metavar="N",
               help="Keep the cache, up to N MB of its most recently used files; remove the "
                    "rest and partial transfers (work directories stay).")

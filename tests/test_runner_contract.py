@@ -155,6 +155,13 @@ def test_dump_final_outputs_are_bit_identical_to_the_plain_run(kind: str, tmp_pa
         assert result is not None and result["status"] == "ok", (proc.stderr, result)
         records = result["dump"]["cases"][0]
         assert [r["name"] for r in records] == tensors
+        if kind != "third":  # the shipped runners run in segments, each node once
+            spans = result["dump"]["segments"]
+            assert result["dump"]["nodes"] == len(graph.node)
+            assert spans[0][0] == 0 and spans[-1][1] == len(graph.node)
+            assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+            if budget == 1:  # a budget below every tensor: the nodes run one by one
+                assert len(spans) == len(graph.node)
         for k, rec in enumerate(records):
             assert rec["file"] == "dump/c0_t%05d.npy" % k
             value = np.load(work / rec["file"])

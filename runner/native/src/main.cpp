@@ -132,7 +132,7 @@ json run_job(const json& job, const std::string& workdir) {
     for (size_t i = 0; i < job.at("cases").size(); ++i)
       result["cases"].push_back(
           {{"warmup_ms", json::array()}, {"iter_ms", json::array()}, {"outputs", json::object()}});
-    run_dump(job, workdir, result);
+    run_dump_segments(job, workdir, result);
     return result;
   }
   return run_timed(job, workdir);

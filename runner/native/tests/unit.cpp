@@ -1,5 +1,5 @@
 // Unit tests of the native runner's pieces that need no onnxruntime: .npy read/write, the
-// model rewrite, chunk planning, the budget and tensor stats.
+// budget, tensor stats and the machine id hash.
 //
 //   verify-runner-tests              run the tests; prints "N passed, N failed"; exit 1 on a failure
 //   verify-runner-tests write DIR    also write .npy files into DIR for numpy to check
@@ -69,36 +69,6 @@ void test_npy_refusals() {
   throws([] { npy::parse(std::string("\x93NUMPY\x09\x00\x30\x00", 10)); }, "version 9",
          "unknown version");
   throws([] { npy::load("/nonexistent/x.npy"); }, "cannot open", "missing file");
-}
-
-void test_model_with_outputs() {
-  // ModelProto{ir_version: 8 (field 1 varint), graph (field 7): GraphProto{name: "g"}}
-  std::string graph = std::string("\x12\x01g", 3);  // GraphProto.name = "g" (field 2)
-  std::string model = std::string("\x08\x08", 2) + "\x3a" + static_cast<char>(graph.size()) + graph;
-  std::string out = vr::model_with_outputs(model, {"t1", "t2"});
-  std::string vi1 = std::string("\x0a\x02t1", 4), vi2 = std::string("\x0a\x02t2", 4);
-  std::string want_graph = graph + "\x62" + static_cast<char>(vi1.size()) + vi1 + "\x62" +
-                           static_cast<char>(vi2.size()) + vi2;
-  std::string want = std::string("\x08\x08", 2) + "\x3a" + static_cast<char>(want_graph.size()) +
-                     want_graph;
-  check(out == want, "graph outputs appended at the wire level");
-  check(vr::model_with_outputs(model, {}) == model, "no names: the same bytes");
-  throws([] { vr::model_with_outputs(std::string("\x08\x08", 2), {"x"}); }, "no graph", "no graph");
-  throws([] { vr::model_with_outputs(std::string("\x3a\x20\x01", 3), {"x"}); }, "truncated",
-         "truncated graph");
-}
-
-void test_plan_chunks() {
-  using O = std::optional<int64_t>;
-  auto c = vr::plan_chunks({"a", "b", "c", "d"}, {O(40), O(40), O(40), O(200)}, 100);
-  check(c.size() == 3 && c[0].size() == 2 && c[1] == std::vector<std::string>({"c"}) &&
-            c[2] == std::vector<std::string>({"d"}),
-        "chunks fit the budget; an oversized tensor goes alone");
-  auto u = vr::plan_chunks({"a", "b", "c"}, {O(60), std::nullopt, O(10)}, 100);
-  check(u.size() == 2 && u[0].size() == 1, "an unknown size counts as the largest known");
-  auto n = vr::plan_chunks({"a", "b"}, {std::nullopt, std::nullopt}, 100);
-  check(n.size() == 2, "all unknown: each counts as the whole budget");
-  check(vr::plan_chunks({}, {}, 100).empty(), "nothing to plan");
 }
 
 void test_budget() {
@@ -181,8 +151,6 @@ int main(int argc, char** argv) {
   }
   test_npy_roundtrip();
   test_npy_refusals();
-  test_model_with_outputs();
-  test_plan_chunks();
   test_budget();
   test_stats();
   test_machine_id_hash();

@@ -1,0 +1,389 @@
+// Dump jobs in segments (docs/runner-contract.md, "Segments"): each node runs once; the graph
+// is cut into segments whose live tensors fit the budget, each built at the protobuf wire
+// level, fed the values held from earlier segments. Not done here: step 2's measuring run (a
+// node with an output of unknown size simply runs alone, which the cut rule allows).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+#include "dump.hpp"
+
+namespace vr {
+namespace {
+
+struct Field {
+  uint64_t num = 0;
+  int wire = 0;
+  size_t start = 0, end = 0;    // the whole record, tag included
+  size_t vstart = 0, vend = 0;  // the value of a length-delimited field
+};
+
+uint64_t varint_at(const std::string& b, size_t& pos, size_t end) {
+  uint64_t r = 0;
+  int shift = 0;
+  while (true) {
+    if (pos >= end || shift > 63) throw JobError("model", "not an ONNX model (truncated protobuf)");
+    unsigned char c = static_cast<unsigned char>(b[pos++]);
+    r |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) return r;
+    shift += 7;
+  }
+}
+
+std::vector<Field> fields(const std::string& b, size_t begin, size_t end) {
+  std::vector<Field> out;
+  size_t pos = begin;
+  while (pos < end) {
+    Field f;
+    f.start = pos;
+    uint64_t key = varint_at(b, pos, end);
+    f.num = key >> 3;
+    f.wire = static_cast<int>(key & 7);
+    if (f.wire == 0) {
+      varint_at(b, pos, end);
+    } else if (f.wire == 1) {
+      pos += 8;
+    } else if (f.wire == 5) {
+      pos += 4;
+    } else if (f.wire == 2) {
+      uint64_t n = varint_at(b, pos, end);
+      if (n > end - pos) throw JobError("model", "not an ONNX model (truncated protobuf)");
+      f.vstart = pos;
+      f.vend = pos + n;
+      pos += n;
+    } else {
+      throw JobError("model", "not an ONNX model (protobuf wire type " + std::to_string(f.wire) + ")");
+    }
+    if (pos > end) throw JobError("model", "not an ONNX model (truncated protobuf)");
+    f.end = pos;
+    out.push_back(f);
+  }
+  return out;
+}
+
+std::string str(const std::string& b, const Field& f) { return b.substr(f.vstart, f.vend - f.vstart); }
+
+std::string varint(uint64_t n) {
+  std::string out;
+  do {
+    unsigned char low = n & 0x7f;
+    n >>= 7;
+    out += static_cast<char>(low | (n ? 0x80 : 0));
+  } while (n);
+  return out;
+}
+
+std::string record(uint64_t num, const std::string& value) {
+  return varint((num << 3) | 2) + varint(value.size()) + value;
+}
+
+struct Node {
+  Field where;
+  std::vector<std::string> inputs, outputs;
+  std::set<std::string> reads;  // inputs and the free names of its subgraphs
+};
+
+// Names a graph uses without defining, and how many node outputs it (and nested ones) holds.
+void graph_free_names(const std::string& b, size_t begin, size_t end, std::set<std::string>& free,
+                      size_t& body_tensors);
+
+void node_reads(const std::string& b, const Field& nf, Node& node, size_t& body_tensors) {
+  for (const Field& f : fields(b, nf.vstart, nf.vend)) {
+    if (f.num == 1 && f.wire == 2) {
+      std::string s = str(b, f);
+      node.inputs.push_back(s);
+      if (!s.empty()) node.reads.insert(s);
+    } else if (f.num == 2 && f.wire == 2) {
+      node.outputs.push_back(str(b, f));
+    } else if (f.num == 5 && f.wire == 2) {  // AttributeProto
+      for (const Field& a : fields(b, f.vstart, f.vend))
+        if ((a.num == 6 || a.num == 11) && a.wire == 2)
+          graph_free_names(b, a.vstart, a.vend, node.reads, body_tensors);
+    }
+  }
+}
+
+void graph_free_names(const std::string& b, size_t begin, size_t end, std::set<std::string>& free,
+                      size_t& body_tensors) {
+  std::set<std::string> defined, used;
+  for (const Field& f : fields(b, begin, end)) {
+    if (f.wire != 2) continue;
+    if (f.num == 11) {  // input ValueInfoProto: name = 1
+      for (const Field& v : fields(b, f.vstart, f.vend))
+        if (v.num == 1 && v.wire == 2) defined.insert(str(b, v));
+    } else if (f.num == 5) {  // TensorProto: name = 8
+      for (const Field& v : fields(b, f.vstart, f.vend))
+        if (v.num == 8 && v.wire == 2) defined.insert(str(b, v));
+    } else if (f.num == 1) {
+      Node n;
+      node_reads(b, f, n, body_tensors);
+      for (const auto& o : n.outputs)
+        if (!o.empty()) {
+          defined.insert(o);
+          ++body_tensors;
+        }
+      used.insert(n.reads.begin(), n.reads.end());
+    }
+  }
+  for (const auto& u : used)
+    if (!defined.count(u)) free.insert(u);
+}
+
+std::string name_of(const std::string& b, const Field& f, uint64_t name_field) {
+  for (const Field& v : fields(b, f.vstart, f.vend))
+    if (v.num == name_field && v.wire == 2) return str(b, v);
+  return "";
+}
+
+struct Graph {
+  std::string model;                       // the whole ModelProto
+  Field graph;                             // field 7
+  std::vector<Node> nodes;
+  std::vector<Field> keep;                 // graph fields copied as they are
+  std::map<std::string, Field> initializers, sparse, inputs;
+  size_t body_tensors = 0;
+};
+
+Graph parse_graph(const std::string& model) {
+  Graph g;
+  g.model = model;
+  bool found = false;
+  for (const Field& f : fields(model, 0, model.size()))
+    if (f.num == 7 && f.wire == 2) {
+      g.graph = f;
+      found = true;
+    }
+  if (!found) throw JobError("model", "not an ONNX model (no graph)");
+  for (const Field& f : fields(model, g.graph.vstart, g.graph.vend)) {
+    if (f.num == 1 && f.wire == 2) {
+      Node n;
+      n.where = f;
+      node_reads(model, f, n, g.body_tensors);
+      g.nodes.push_back(std::move(n));
+    } else if (f.num == 5 && f.wire == 2) {
+      g.initializers[name_of(model, f, 8)] = f;
+    } else if (f.num == 15 && f.wire == 2) {  // SparseTensorProto: values (1) is a TensorProto
+      for (const Field& v : fields(model, f.vstart, f.vend))
+        if (v.num == 1 && v.wire == 2) g.sparse[name_of(model, v, 8)] = f;
+    } else if (f.num == 11 && f.wire == 2) {
+      g.inputs[name_of(model, f, 1)] = f;
+    } else if (f.num != 12 && f.num != 13) {
+      g.keep.push_back(f);
+    }
+  }
+  return g;
+}
+
+std::string raw(const std::string& b, const Field& f) { return b.substr(f.start, f.end - f.start); }
+
+// Step 4: the segment's model.
+std::string segment_model(const Graph& g, size_t first, size_t last,
+                          const std::map<std::string, int>& held_types,
+                          const std::vector<std::string>& marked) {
+  const std::string& b = g.model;
+  std::string graph;
+  for (const Field& f : g.keep) graph += raw(b, f);
+  std::set<std::string> reads, made;
+  for (size_t i = first; i < last; ++i) {
+    graph += raw(b, g.nodes[i].where);
+    for (const auto& r : g.nodes[i].reads)
+      if (!made.count(r)) reads.insert(r);
+    for (const auto& o : g.nodes[i].outputs) made.insert(o);
+  }
+  for (const auto& r : reads) {
+    auto it = g.initializers.find(r);
+    if (it != g.initializers.end()) graph += raw(b, it->second);
+    auto sp = g.sparse.find(r);
+    if (sp != g.sparse.end()) graph += raw(b, sp->second);
+    auto in = g.inputs.find(r);
+    if (in != g.inputs.end()) graph += raw(b, in->second);
+    auto held = held_types.find(r);
+    if (held != held_types.end() && in == g.inputs.end()) {
+      std::string tensor_type = varint((1 << 3) | 0) + varint(static_cast<uint64_t>(held->second));
+      std::string type = record(1, tensor_type);
+      graph += record(11, record(1, r) + record(2, type));
+    }
+  }
+  for (const auto& m : marked) graph += record(12, record(1, m));
+  std::string out = b.substr(0, g.graph.start) + record(7, graph) + b.substr(g.graph.end);
+  return out;
+}
+
+}  // namespace
+
+void run_dump_segments(const json& job, const std::string& workdir, json& result) {
+  const json& spec = job.at("dump");
+  std::string out_rel = spec.value("dir", std::string("dump"));
+  make_dirs(join_path(workdir, out_rel));
+  std::string model_path = join_path(workdir, job.at("model").get<std::string>());
+  json session_job = job;
+  session_job["opt_level"] = "disable";
+  session_job.erase("optimized_model_path");
+  session_job["profile"] = nullptr;
+  session_job["no_cpu_arena"] = true;
+  std::vector<std::string> tensors = spec.at("tensors").get<std::vector<std::string>>();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i], i);
+  bool save = spec.value("save", true);
+  int first_n = spec.value("first", kStatFirst);
+  std::vector<std::map<std::string, npy::Array>> cases;
+  for (const json& c : job.at("cases")) cases.push_back(load_inputs(c, workdir));
+  Graph g = parse_graph(read_file(model_path));
+  int64_t budget = spec.contains("budget_bytes") && spec["budget_bytes"].is_number()
+                       ? spec["budget_bytes"].get<int64_t>() : 0;
+  if (budget <= 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    budget = default_budget(static_cast<int64_t>(g.model.size()),
+                            pages > 0 && page > 0 ? int64_t(pages) * page : 0);
+  }
+  const size_t n = g.nodes.size();
+  std::map<std::string, size_t> last_read;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& r : g.nodes[i].reads) last_read[r] = i;
+  std::map<std::string, std::optional<int64_t>> size;
+  std::vector<bool> unknown(n, false);
+  int measured = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& o : g.nodes[i].outputs) {
+      if (o.empty()) continue;
+      std::optional<int64_t> s;
+      if (spec.contains("sizes") && spec["sizes"].is_object() && spec["sizes"].contains(o) &&
+          spec["sizes"][o].is_number_integer())
+        s = spec["sizes"][o].get<int64_t>();
+      size[o] = s;
+      if (!s) unknown[i] = true;
+    }
+    if (unknown[i]) ++measured;
+  }
+  std::set<std::string> wanted(tensors.begin(), tensors.end());
+  auto marked_of = [&](size_t first, size_t last) {  // [first, last)
+    std::vector<std::string> m;
+    for (size_t i = first; i < last; ++i)
+      for (const auto& o : g.nodes[i].outputs)
+        if (!o.empty() && (wanted.count(o) || (last_read.count(o) && last_read[o] >= last)))
+          m.push_back(o);
+    return m;
+  };
+  json records = json::array();
+  for (size_t c = 0; c < cases.size(); ++c)
+    records.push_back(json(std::vector<json>(tensors.size(), nullptr)));
+  auto emit = [&](size_t ci, const std::string& name, const npy::DType& dt,
+                  const std::vector<int64_t>& shape, const void* data) {
+    size_t ti = index[name];
+    json rec = tensor_stats(dt, shape, data, first_n);
+    rec["name"] = name;
+    rec["file"] = nullptr;
+    if (save) {
+      char file[64];
+      std::snprintf(file, sizeof file, "/c%zu_t%05zu.npy", ci, ti);
+      std::string rel = out_rel + file;
+      size_t count = 1;
+      for (int64_t d : shape) count *= static_cast<size_t>(d);
+      npy::save(join_path(workdir, rel), dt, shape, data, count * dt.itemsize);
+      rec["file"] = rel;
+    }
+    records[ci][ti] = std::move(rec);
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  json spans = json::array();
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    for (auto& [name, arr] : cases[ci])
+      if (wanted.count(name)) emit(ci, name, arr.dtype, arr.shape, arr.data());
+    std::map<std::string, Ort::Value> held;
+    size_t first = 0;
+    while (first < n) {
+      int64_t held_bytes = 0;
+      for (auto& [name, v] : held) {
+        auto info = v.GetTensorTypeAndShapeInfo();
+        size_t item = 4;
+        try {
+          item = dtype_of(info.GetElementType()).itemsize;
+        } catch (const npy::Error&) {
+        }
+        held_bytes += static_cast<int64_t>(info.GetElementCount() * item);
+      }
+      size_t last = first + 1;
+      if (!unknown[first]) {
+        while (last < n && !unknown[last]) {
+          int64_t live = held_bytes;
+          for (const auto& m : marked_of(first, last + 1)) live += size[m].value_or(0);
+          if (live > budget) break;
+          ++last;
+        }
+      }
+      std::vector<std::string> marked = marked_of(first, last);
+      if (marked.empty()) {  // nothing of it is wanted or read later
+        if (ci == 0) spans.push_back({first, last});
+        first = last;
+        continue;
+      }
+      std::map<std::string, int> held_types;
+      for (auto& [name, v] : held)
+        held_types[name] = static_cast<int>(v.GetTensorTypeAndShapeInfo().GetElementType());
+      std::string seg = segment_model(g, first, last, held_types, marked);
+      Ort::Session sess = make_session(session_job, seg.data(), seg.size());
+      std::string().swap(seg);
+      std::set<std::string> reads;
+      for (size_t i = first; i < last; ++i) reads.insert(g.nodes[i].reads.begin(), g.nodes[i].reads.end());
+      std::vector<const char*> in_names, out_names;
+      std::vector<Ort::Value> in_values;
+      Ort::AllocatorWithDefaultOptions alloc;
+      std::vector<std::string> sess_inputs;
+      for (size_t i = 0; i < sess.GetInputCount(); ++i)
+        sess_inputs.push_back(sess.GetInputNameAllocated(i, alloc).get());
+      for (const auto& name : sess_inputs) {
+        auto h = held.find(name);
+        auto c = cases[ci].find(name);
+        if (h != held.end()) {
+          in_names.push_back(h->first.c_str());
+          // Borrow the held value: wrap the same buffer (held keeps ownership).
+          auto info = h->second.GetTensorTypeAndShapeInfo();
+          auto shape = info.GetShape();
+          static Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
+          size_t bytes = info.GetElementCount() * dtype_of(info.GetElementType()).itemsize;
+          in_values.push_back(Ort::Value::CreateTensor(
+              cpu, const_cast<void*>(h->second.GetTensorRawData()), bytes, shape.data(),
+              shape.size(), info.GetElementType()));
+        } else if (c != cases[ci].end()) {
+          in_names.push_back(c->first.c_str());
+          in_values.push_back(as_tensor(c->second));
+        }
+      }
+      for (const auto& m : marked) out_names.push_back(m.c_str());
+      std::vector<Ort::Value> got;
+      try {
+        got = sess.Run(Ort::RunOptions{nullptr}, in_names.data(), in_values.data(),
+                       in_values.size(), out_names.data(), out_names.size());
+      } catch (const Ort::Exception& e) {
+        throw run_error(e);
+      }
+      in_values.clear();
+      for (size_t k = 0; k < marked.size(); ++k) {
+        const std::string& name = marked[k];
+        Ort::Value& v = got[k];
+        if (wanted.count(name) && v.IsTensor()) {
+          auto info = v.GetTensorTypeAndShapeInfo();
+          try {
+            npy::DType dt = dtype_of(info.GetElementType());
+            emit(ci, name, dt, info.GetShape(),
+                 info.GetElementCount() ? v.GetTensorRawData() : nullptr);
+          } catch (const npy::Error&) {
+            // no .npy form: recorded as not captured
+          }
+        }
+        if (last_read.count(name) && last_read[name] >= last) held.emplace(name, std::move(v));
+      }
+      for (auto it = held.begin(); it != held.end();)
+        it = last_read.count(it->first) && last_read[it->first] < last ? held.erase(it) : ++it;
+      if (ci == 0) spans.push_back({first, last});
+      first = last;
+    }
+  }
+  result["dump"] = {{"budget_bytes", budget}, {"ms", ms_since(t0)}, {"cases", records},
+                    {"segments", spans}, {"nodes", n}, {"measured", measured},
+                    {"subgraph_tensors", g.body_tensors}};
+}
+
+}  // namespace vr

@@ -28,6 +28,10 @@ def _failure_text(r: JobResult) -> str:
         lines.append(f"latency samples (ms): {', '.join(f'{x:.4g}' for x in r.latency.samples_ms)}")
         lines.append("baseline samples (ms): "
                      f"{', '.join(f'{x:.4g}' for x in r.baseline_latency.samples_ms)}")
+        for name, lat in (("control probe", r.latency), ("baseline control probe",
+                                                          r.baseline_latency)):
+            if lat.control_ms:
+                lines.append(f"{name} (ms): {', '.join(f'{x:.4g}' for x in lat.control_ms)}")
     return "\n".join(lines)
 
 

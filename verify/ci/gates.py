@@ -7,10 +7,10 @@
 - latency: the median of this run's per-iteration samples against the baseline's; fails only
   when, with the stated one-sided confidence, the median ratio exceeds 1 + threshold (a seeded
   bootstrap over both sets of samples) and the median grew by at least `min_delta_ms`. With
-  `control = "probe"` each sample is first divided by the control probe timed just before it
-  in the same process, so a machine busy with other work slows both and the ratio holds, and
-  the lower quartile of those ratios is compared instead of the median (descheduled
-  iterations only ever add time).
+  `control = "probe"` the runner times a fixed CPU probe just before each iteration, in the
+  same process, and the gate compares the fastest tenth of the iterations over the fastest
+  tenth of the probes: a machine busy with other work slows both, and descheduled iterations
+  (which only ever add time) stay out of it.
 - determinism: a second run on the same device gave bit-identical outputs.
 """
 
@@ -36,7 +36,26 @@ from verify.ci.results import (
 from verify.ci.suite import GateSettings
 
 BOOTSTRAP_ROUNDS = 2000
-CONTROL_QUANTILE = 0.25   # the statistic judged over the control probe (see latency())
+CONTROL_QUANTILE = 0.1    # the quantile judged over the control probe (see latency())
+
+
+def _controlled(samples: Sequence[float], control: Sequence[float], q: float) -> float:
+    return float(np.quantile(samples, q) / max(float(np.quantile(control, q)), 1e-12))
+
+
+def _controlled_bound(current: Latency, base: Latency, confidence: float, seed: int,
+                      q: float, rounds: int = BOOTSTRAP_ROUNDS) -> float:
+    """Lower one-sided bootstrap bound of the controlled ratio (each of the four sample sets
+    resampled on its own)."""
+    rng = np.random.default_rng(seed)
+
+    def stat(x: Sequence[float]) -> np.ndarray:
+        a = np.asarray(x, float)
+        return np.quantile(rng.choice(a, (rounds, a.size)), q, axis=1)
+
+    now = stat(current.samples_ms) / np.maximum(stat(current.control_ms), 1e-12)
+    then = stat(base.samples_ms) / np.maximum(stat(base.control_ms), 1e-12)
+    return float(np.quantile(now / np.maximum(then, 1e-12), 1.0 - confidence))
 
 
 def accuracy(outputs: Sequence[TensorError], layers: Sequence[TensorError] = ()) -> GateResult:
@@ -142,18 +161,22 @@ def latency(current: Latency | None, base: Latency | None, settings: GateSetting
                 "--update-goldens" if current.has_control else "from this run: the runner "
                 "does not time it") + "; compared as measured]")
     if controlled:
-        now, then = current.normalized(), base.normalized()
-        scale = base.control_median_ms   # normalized units back to ms on the baseline's machine
+        # Over the control, low quantiles of the iterations and of the probes, each on its own:
+        # other work only ever adds time, and on a machine busy enough most iterations are
+        # descheduled while the probe beside them was not (or the other way round, which would
+        # put outliers on both sides of a per-pair ratio); the fastest tenth of each is what
+        # the work costs at this moment's CPU speed
+        q = CONTROL_QUANTILE
+        cm = _controlled(current.samples_ms, current.control_ms, q)
+        bm = _controlled(base.samples_ms, base.control_ms, q)
+        scale = float(np.quantile(base.control_ms, q))   # back to ms on the baseline's machine
+        bound = _controlled_bound(current, base, settings.latency_confidence, _seed(job_id), q)
     else:
-        now, then, scale = current.samples_ms, base.samples_ms, 1.0
-    # Over the control, the lower quartile: other work only ever adds time, and on a busy
-    # machine a quarter or more of the iterations are descheduled while the probe beside them
-    # was not (measured at load 18 on 2 cores: their median moved 0.99-1.93x, the quartile
-    # 1.00-1.34x, and a 2x slower model read 1.92-2.36x at the quartile, 1.93-14.5x at the median)
-    q = CONTROL_QUANTILE if controlled else 0.5
-    cm, bm = float(np.quantile(now, q)), float(np.quantile(then, q))
+        q, scale = 0.5, 1.0
+        cm, bm = float(np.median(current.samples_ms)), float(np.median(base.samples_ms))
+        bound = median_ratio_bound(current.samples_ms, base.samples_ms,
+                                   settings.latency_confidence, _seed(job_id))
     ratio = cm / bm if bm > 0 else math.inf
-    bound = median_ratio_bound(now, then, settings.latency_confidence, _seed(job_id), q=q)
     limit = 1.0 + settings.latency_threshold
     slower = bound > limit and (cm - bm) * scale >= settings.latency_min_delta_ms
     details = {"median_ms": num(current.median_ms), "baseline_median_ms": num(base.median_ms),
@@ -171,8 +194,8 @@ def latency(current: Latency | None, base: Latency | None, settings: GateSetting
     text = (f"median {current.median_ms:.4g} ms vs baseline {base.median_ms:.4g} ms")
     if controlled:
         text += (f", control probe {current.control_median_ms:.4g} ms vs "
-                 f"{base.control_median_ms:.4g} ms ({ratio:.2f}x over the control, lower "
-                 "quartile")
+                 f"{base.control_median_ms:.4g} ms ({ratio:.2f}x over the control, fastest "
+                 "tenths")
     else:
         text += f" ({ratio:.2f}x"
     text += f"; {conf} lower bound {bound:.2f}x, limit {limit:.2f}x){note}"

@@ -10,7 +10,9 @@
 #                             (scripts/fetch_models.py, cached outside the repository),
 #                             and the native runner's toolchain (g++, g++-aarch64-linux-gnu,
 #                             cmake, nlohmann-json3-dev, npm, ccache: apt) and its two Linux
-#                             bundles (scripts/build_native_runner.py --target all, cached)
+#                             bundles (scripts/build_native_runner.py --target all, cached);
+#                             the test extra includes onnx-verify[torch], the CPU-only torch
+#                             (no CUDA libraries: about 30 s and 0.8 GB to install)
 # apt waits (at most 10 min, VERIFY_APT_LOCK_WAIT) while another apt or dpkg holds its locks,
 # saying which process holds which; downloads are retried (VERIFY_SETUP_TRIES, default 3).
 set -euo pipefail

@@ -144,3 +144,34 @@ def test_diff_of_two_dumps_imports_no_onnx_onnxruntime_or_matplotlib(tmp_path: P
                      "disable", "--bin-io-dump", str(tmp_path / name)]) == 0
     loaded, out = _loaded_after(["diff", str(tmp_path / "a"), str(tmp_path / "b")])
     assert "PASS" in out and loaded == []
+
+
+def test_help_does_not_import_torch() -> None:
+    """PyTorch is optional and heavy: only --reference torch: and profile --torch import it."""
+    code = ("import sys\n"
+            "from verify.cli import main\n"
+            "rc = main(['--help']) or main(['pack', '--help']) or main(['diff', '--help'])\n"
+            "sys.exit(rc or (5 if 'torch' in sys.modules else 0))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["pack", "goldens/models/cnn.onnx", "--reference", "torch:model.pt2", "-o", "{tmp}/x.vtc"],
+     "--reference torch:PROGRAM"),
+])
+def test_without_torch_the_option_says_what_to_install(argv: list[str], option: str,
+                                                        tmp_path: Path) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    code = ("import sys\n"
+            "sys.modules['torch'] = None\n"
+            "from verify.cli import main\n"
+            f"sys.exit(main({argv!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, cwd=PACKAGE.parent)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (f"error: {option} needs PyTorch, which is not installed: "
+                                   "pip install 'onnx-verify[torch]' (PyTorch, CPU build: "
+                                   "torch==2.13.0+cpu)")
+    assert not (tmp_path / "x.vtc").exists()

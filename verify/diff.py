@@ -32,6 +32,7 @@ from verify.compare import (TensorDiff, ToleranceSet, compare, expect_bytes, jso
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
+from verify.origin import Attribution, attribute
 from verify.testcase import ArchiveReader
 from verify.tolerance import describe_record
 
@@ -97,6 +98,7 @@ class DiffReport:
     only_in_actual: tuple[str, ...]
     only_in_reference: tuple[str, ...]
     notes: tuple[str, ...] = ()
+    attribution: Attribution | None = None  # the first divergent tensor in PyTorch's terms
 
     @property
     def compared(self) -> tuple[DiffRow, ...]:
@@ -120,6 +122,7 @@ class DiffReport:
             "actual": self.actual, "reference": self.reference, "case": self.case,
             "passed": self.passed, "verdict": self.verdict(),
             "first_divergent": self.first_divergent.to_dict() if self.first_divergent else None,
+            "attribution": self.attribution.to_dict() if self.attribution else None,
             "counts": {"compared": len(self.compared), "failed": len(self.failing),
                        "only_in_actual": len(self.only_in_actual),
                        "only_in_reference": len(self.only_in_reference)},
@@ -176,11 +179,24 @@ def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet | Toleran
                 if alone:
                     notes.append(f"case(s) {_numbers(alone)} only in the {where} capture: "
                                  "not compared")
-        reports = [_walk(act.side(case), ref.side(case), tolerances, case, engine)
-                   for case in cases]
+        reports = [_attributed(_walk(act.side(case), ref.side(case), tolerances, case, engine),
+                               (ref, act)) for case in cases]
     if notes:  # only when cases were found in common: there is a first report
         reports[0] = replace(reports[0], notes=(*reports[0].notes, *notes))
     return tuple(reports)
+
+
+def _attributed(report: DiffReport, sources: Sequence[_Source]) -> DiffReport:
+    """The report with its first divergent tensor named in PyTorch's terms, by the first side
+    (the reference's, then the actual's) that is an archive with something to say."""
+    fd = report.first_divergent
+    if fd is None:
+        return report
+    for source in sources:
+        found = source.attribute(fd.name, fd.node) if source.attribute else None
+        if found is not None:
+            return replace(report, attribution=found)
+    return report
 
 
 def _numbers(cases: Sequence[int]) -> str:
@@ -283,6 +299,7 @@ class _Source:
     cases: tuple[int, ...]
     side: Callable[[int], _Side]
     stored_tolerances: Mapping[str, Any] = field(default_factory=dict)
+    attribute: Callable[[str, str], Attribution | None] | None = None
 
 
 def _open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
@@ -384,7 +401,11 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                           "computed on this host (onnxruntime CPU, optimizations off) from its "
                           f"model and case {case}'s inputs", sequential=True)
 
-    return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances))
+    def attribute_at(tensor: str, node: str) -> Attribution | None:
+        parsed = model if model is not None else parse_model(tc.model_bytes, str(path))
+        return attribute(parsed, tc.provenance, tensor, node)
+
+    return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances), attribute_at)
 
 
 def _streamed(host: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:

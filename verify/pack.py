@@ -10,15 +10,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import onnx
 
 from verify import __version__
 from verify.capture import HostCapture
 from verify.graph import load_model, sha256_bytes, tensor_order
-from verify.errors import InputError
+from verify.errors import InputError, UsageError
 from verify.expected import check_expected, read_case_sources, read_expected
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import reference_session, run_reference
 from verify.testcase import Case, Testcase, write_archive
+from verify.torchpack import layer_items, torch_spec, torch_truth
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class PackOptions:
     tolerances: Mapping[str, object] = field(default_factory=dict)
     layers: bool = False
     expected: Sequence[str] = ()  # ground truth computed elsewhere (see verify/expected.py)
+    reference: str = "onnxruntime"   # or torch:PROGRAM (torchpack.py)
 
 
 def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
@@ -74,6 +77,13 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     if given and len(given) != len(cases_inputs):
         raise InputError(f"the expected outputs hold {len(given)} case(s) but the inputs "
                          f"{len(cases_inputs)}; give one set of outputs per case")
+    spec = torch_spec(options.reference)
+    if spec is not None:
+        if given:
+            raise UsageError("--expected and --reference torch: both give the ground truth; "
+                             "use one")
+        del session
+        return _pack_torch(spec, model, model_bytes, model_path, out, options, cases_inputs)
     cases = []
     for i, feeds in enumerate(cases_inputs):
         outputs = run_reference(session, feeds, f"{model_path} case {i}",
@@ -125,6 +135,25 @@ def _random_int_hint(infos: Sequence[InputInfo], data: Sequence[str]) -> str:
     names = ", ".join(f"'{n}'" for n in drawn)
     return (f" (random ints in [0, {RANDOM_INT_HIGH}) went to {names}; if one takes a specific "
             f"value, give it: -d {drawn[0]}:VALUE)")
+
+
+def _pack_torch(spec: str, model: onnx.ModelProto, model_bytes: bytes, model_path: Path,
+                out: Path, options: PackOptions, cases_inputs: Sequence[dict[str, np.ndarray]]
+                ) -> Testcase:
+    truth = torch_truth(spec, model, model_bytes, cases_inputs, options.tolerances,
+                        options.layers)
+    order = tuple(tensor_order(model))
+    cases = tuple(Case(inputs=feeds, outputs=outputs, source=_case_source(options.data, i))
+                  for i, (feeds, outputs) in enumerate(zip(cases_inputs, truth.outputs)))
+    tc = Testcase(model_bytes=model_bytes, cases=cases, tensor_order=order,
+                  tolerances=dict(options.tolerances),
+                  provenance={**provenance(model_bytes, model_path), "seed": options.seed,
+                              "data": list(options.data), **truth.provenance},
+                  has_layers=options.layers)
+    names = [t.name for t in order]
+    write_archive(out, tc, None if truth.layers is None else
+                  [layer_items(names, values) for values in truth.layers])
+    return tc
 
 
 def _case_source(data: Sequence[str], index: int) -> str:

@@ -49,6 +49,11 @@ OUTPUTS = "outputs"
 LAYERS = "layers"
 TENSOR_KINDS = (INPUTS, OUTPUTS, LAYERS)
 
+# Provenance (JSON) keys other modules read back: a PyTorch reference's check of onnxruntime on
+# the packing host, and how its FX nodes mapped onto the model's tensors.
+PROV_HOST_CHECK = "host_vs_torch"
+PROV_TORCH_MAP = "torch_map"
+
 
 def case_path(index: int) -> str:
     return f"{CASES}/{index}"

@@ -172,6 +172,12 @@ def _row(r: JobResult) -> str:
             f"<td>{med}</td><td>{base}</td><td>{_e(r.summary())}</td></tr>")
 
 
+def where_line(where: str) -> str:
+    from verify.origin import Attribution
+
+    return " ".join(Attribution(None, where).lines())
+
+
 def _section(r: JobResult) -> str:
     parts = [f"<div class='job' id='{_e(r.job.id)}'><h2><code>{_e(r.job.id)}</code> "
              f"<span class='{r.status}'>{r.status}</span></h2><ul>"]
@@ -185,6 +191,10 @@ def _section(r: JobResult) -> str:
         parts.append(f"<li>first divergent tensor: <code>{_e(first.name)}</code> "
                      f"({_e(first.op or 'output')}, #{first.index}, case {first.case}): "
                      f"{_e(first.numbers())}</li>")
+        if first.pytorch:
+            parts.append(f"<li>PyTorch module: <code>{_e(first.pytorch)}</code></li>")
+        if first.where:
+            parts.append(f"<li>{_e(where_line(first.where))}</li>")
     parts += [f"<li class='muted'>{_e(n)}</li>" for n in r.notes if not n.startswith("Traceback")]
     parts.append(f"</ul><img alt='per-layer error and latency of {_e(r.job.id)}' "
                  f"src='data:image/png;base64,{job_figure(r)}'></div>")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from verify import diff, execute
@@ -25,6 +26,17 @@ def run_with_dump(job: Job, request: RequestFactory
         dump = Path(tmp) / "dump"
         outcome = execute.run(request(job, bin_io_dump=dump, iterations=1, warmup=0))
         reports = diff.diff_cases(dump, job.archive, outcome.tolerances, outcome.case_indices)
-        return tuple(TensorError.from_diff(report.case, row.index, row.diff, row.op)
+        return tuple(_attributed(TensorError.from_diff(report.case, row.index, row.diff, row.op),
+                                 report if row is report.first_divergent else None)
                      for report in reports for row in report.rows
                      if row.diff is not None), outcome
+
+
+def _attributed(error: TensorError, report: diff.DiffReport | None) -> TensorError:
+    """A report's first divergent layer carries its PyTorch module and whether the packing
+    host already differed from PyTorch there (archives packed with --reference torch)."""
+    found = report.attribution if report is not None else None
+    if found is None:
+        return error
+    return replace(error, pytorch=found.origin.describe() if found.origin else "",
+                   where=found.where or "")

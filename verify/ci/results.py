@@ -51,6 +51,8 @@ class TensorError:
     sqnr_db: float = math.nan
     n_outside: int = 0
     reason: str = ""
+    pytorch: str = ""   # a first divergent layer's PyTorch module (and source line), if known
+    where: str = ""     # origin.HOST / origin.DEVICE when the archive has a PyTorch reference
 
     @property
     def key(self) -> str:
@@ -68,7 +70,9 @@ class TensorError:
                 "passed": self.passed, "rule": self.rule, "max_abs": num(self.max_abs),
                 "threshold": num(self.threshold), "tol_units": num(self.tol_units),
                 "max_rel": num(self.max_rel), "cosine": num(self.cosine),
-                "sqnr_db": num(self.sqnr_db), "n_outside": self.n_outside, "reason": self.reason}
+                "sqnr_db": num(self.sqnr_db), "n_outside": self.n_outside, "reason": self.reason,
+                **({"pytorch": self.pytorch} if self.pytorch else {}),
+                **({"where": self.where} if self.where else {})}
 
     def numbers(self) -> str:
         """The figures a failure message carries, after the tensor's name."""

@@ -97,7 +97,8 @@ def cases_verdict(reports: tuple[DiffReport, ...]) -> str:
     assert fd is not None  # a report fails exactly when it has a first divergent tensor
     return (f"FAIL: {len(bad)} of {len(reports)} cases over tolerance (case(s) "
             f"{', '.join(str(r.case) for r in bad)}); case {bad[0].case} first diverges at "
-            f"{fd.name!r}")
+            f"{fd.name!r}" + (f" ({bad[0].attribution.origin.describe()})"
+                              if bad[0].attribution and bad[0].attribution.origin else ""))
 
 
 def _g(x: float, spec: str = ".3g") -> str:
@@ -151,6 +152,8 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
     if fd is not None:
         lines.append(f"\nfirst divergent tensor: {fd.name!r}  node {fd.node or '-'}  op "
                      f"{fd.op or '-'}  ({fd.diff.reason})")
+        if report.attribution is not None:
+            lines += [f"  {line}" for line in report.attribution.lines()]
         if fd.fused:
             lines.append("  on the actual side this tensor's producer also computes the "
                          f"fused-away {', '.join(fd.fused)}: the fault may be in any of them")

@@ -222,6 +222,10 @@ def _print_suspect(r: "LocalizeResult") -> None:
     for inp in info.get("inputs", []):
         kind = "initializer" if inp["initializer"] else "input"
         echo(f"  {kind:<11} {inp['name']}  {render.fmt_shape(inp['shape'] or ['?'])}")
+    if r.attribution is not None:
+        for line in r.attribution.lines():
+            key, sep, rest = line.partition(": ")
+            echo(f"  {'pytorch':<11} {rest}" if key == "PyTorch module" else f"  {line}")
     if s.own:
         w = _worst(s.own)
         echo(f"  own error   {_diff_line(w)}  fed the reference inputs  [{w.rule if w else ''}]")
@@ -256,4 +260,5 @@ def localize_document(r: "LocalizeResult") -> dict[str, Any]:
         "rounds": [x.to_dict() for x in r.rounds],
         "repro": str(r.repro) if r.repro else None,
         "notes": list(r.notes),
+        "attribution": r.attribution.to_dict() if r.attribution else None,
     }

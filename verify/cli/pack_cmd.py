@@ -39,19 +39,29 @@ from verify.errors import EXIT_OK, UsageError
                    "case). Checked against this host's run for names, shapes and dtypes.")
 @click.option("--layers", is_flag=True,
               help="Also store the reference value of every intermediate tensor.")
+@click.option("--reference", default="onnxruntime", show_default=True, metavar="REF",
+              help="Who computes the ground truth: onnxruntime (CPU provider, optimizations "
+                   "off) or torch:PROGRAM, PROGRAM a torch.export program saved as .pt2 or "
+                   "FILE.py:FACTORY returning the module (or (module, example_inputs)); "
+                   "needs pip install 'onnx-verify[torch]'. With --layers, every FX node's value "
+                   "is mapped onto the ONNX tensor the exporter made of it.")
 @tolerance_options
 @json_option
 def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[str, ...],
          seed: int, mean: str | None, std: str | None, scale: float, bgr: bool,
-         layout: str | None, expected: tuple[str, ...], layers: bool, atol: float | None, rtol: float | None,
+         layout: str | None, expected: tuple[str, ...], layers: bool, reference: str,
+         atol: float | None, rtol: float | None,
          tol_specs: tuple[str, ...], as_json: bool) -> int:
     """Pack MODEL, its inputs and ground-truth outputs into one .vtc testcase archive.
 
     Ground truth is computed here, on the host, by ONNX Runtime's CPU provider with
-    graph optimizations off.
+    graph optimizations off, or by PyTorch on the CPU (--reference torch:PROGRAM); then
+    onnxruntime on this host is checked against PyTorch, and where it already differs
+    (the export changed the numbers) is recorded and reported.
 
     \b
       verify pack goldens/models/cnn.onnx -d goldens/images/sample.png --scale 0.00392 -o cnn.vtc
+      verify pack resnet18.onnx --reference torch:resnet18.pt2 --layers -o r18.vtc
       verify pack two_io.onnx -d a:a.npy -d b:b.npy -d a:a2.npy -d b:b2.npy   (2 cases)
       verify pack model.onnx -d model_dir/            (onnx_test_runner's test_data_set_N)
       verify pack model.onnx -d inputs.json --expected outputs.json   (Polygraphy's files)
@@ -65,7 +75,8 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(
         data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
-        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers, expected=expected)
+        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers, expected=expected,
+        reference=reference)
     tc = packing.pack(model, out, options)
     summary = render.pack_summary(tc, out)
     if as_json:

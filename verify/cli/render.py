@@ -132,10 +132,42 @@ def pack_text(s: Mapping[str, Any]) -> str:
         for name, o in case["outputs"].items():
             rng = f" range [{o['min']:.4g}, {o['max']:.4g}]" if "min" in o else ""
             lines.append(f"  case {case['index']}: {name} {o['dtype']}{fmt_shape(o['shape'])}{rng}")
-    ref = str(s['provenance'].get('reference', ''))
-    lines.append(f"ground truth: {ref}" + ("" if ref.startswith("given") else
-                 f" (onnxruntime {s['provenance'].get('onnxruntime', '?')})"))
+    prov = s["provenance"]
+    ref = str(prov.get("reference", ""))
+    if "torch" in prov:
+        lines.append(f"ground truth: {ref}")
+        lines.extend(torch_pack_lines(prov))
+    else:
+        lines.append(f"ground truth: {ref}" + ("" if ref.startswith("given") else
+                     f" (onnxruntime {prov.get('onnxruntime', '?')})"))
     return "\n".join(lines)
+
+
+def torch_pack_lines(prov: Mapping[str, Any]) -> list[str]:
+    """What a PyTorch reference found: the mapping of FX nodes, and onnxruntime on this host."""
+    from verify import schema
+
+    lines = []
+    mapping = prov.get(schema.PROV_TORCH_MAP)
+    if mapping:
+        unmapped = mapping.get("unmapped", [])
+        lines.append(f"per-layer: {mapping['mapped']} of {mapping['onnx_tensors']} ONNX tensors "
+                     f"hold PyTorch's value (mapped by {mapping['how']}); {len(unmapped)} FX "
+                     "node(s) map onto no tensor (listed in the provenance: verify inspect "
+                     "--json)")
+    check = prov.get(schema.PROV_HOST_CHECK) or {}
+    first = check.get("first")
+    if first:
+        where = f" ({first['module']})" if first.get("module") else ""
+        lines.append(f"WARNING: onnxruntime {prov.get('onnxruntime', '?')} on this host already "
+                     f"differs from PyTorch: the export changed the numbers; first at "
+                     f"{first['tensor']!r} (node {first['node']}, op {first['op']}){where}, "
+                     f"max abs err {first['max_abs']:.3g}; {len(check.get('failing', []))} "
+                     "tensor(s) over tolerance")
+    elif check:
+        lines.append(f"onnxruntime {prov.get('onnxruntime', '?')} on this host matches PyTorch "
+                     f"({check.get('compared', 'outputs')}) within the archive's tolerances")
+    return lines
 
 
 def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:

@@ -26,6 +26,7 @@ from verify.check import check_outputs
 from verify.compare import TensorDiff, compare, first_divergent
 from verify.errors import UsageError
 from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors
+from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
@@ -124,6 +125,7 @@ class LocalizeResult:
     rounds: tuple[Round, ...] = ()
     repro: Path | None = None
     notes: tuple[str, ...] = field(default=())
+    attribution: Attribution | None = None    # the suspect in PyTorch's terms (origin.py)
 
     @property
     def found(self) -> bool:
@@ -207,7 +209,17 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
             first_divergent=_step(ng, first.name, first) if first else None,
             verdict=verdict, suspect=suspect, suspect_info=info,
             subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
-            rounds=tuple(device.rounds), repro=repro, notes=outcome.notes)
+            rounds=tuple(device.rounds), repro=repro, notes=outcome.notes,
+            attribution=_attribution(model, tc, ng, lo))
+
+
+def _attribution(model: Any, tc: Testcase, ng: NodeGraph, index: int) -> Attribution | None:
+    """The suspect node's PyTorch module, and whether onnxruntime on the packing host already
+    differed from PyTorch at one of its outputs (an archive packed with --reference torch)."""
+    node = ng.nodes[index]
+    found = [attribute(model, tc.provenance, out, node.name) for out in node.output if out]
+    found = [a for a in found if a is not None]
+    return next((a for a in found if a.where == HOST), found[0] if found else None)
 
 
 def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: References,

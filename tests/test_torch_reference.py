@@ -1,0 +1,153 @@
+"""PyTorch as the reference (`pack --reference torch:PROGRAM`), on real torchvision architectures
+(resnet18, mobilenet_v3_small; random weights, nothing downloaded), exported by torch.onnx's
+dynamo exporter: a fault injected on the device side (tests/faulty_runner.py) is named as the
+exact ONNX node *and* the PyTorch module it came from; one weight altered in the exported model
+is reported as differing from PyTorch already on the host.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from fixtures_devices import run_cli
+
+torch = pytest.importorskip("torch")
+TESTS = Path(__file__).resolve().parent
+pytestmark = pytest.mark.slow
+
+# arch → (the Conv whose weight initializer names it, the modules it computes, its source file)
+ARCHS = {
+    "resnet18": ("layer3.1.conv2.weight", ["layer3.1.conv2", "layer3.1.bn2"], "resnet.py"),
+    "mobilenet_v3_small": ("features.4.block.0.0.weight",
+                           ["features.4.block.0.0", "features.4.block.0.1"], "mobilenetv3.py"),
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
+    """Each architecture exported to ONNX (dynamo exporter, one file) and saved as a .pt2."""
+    sys.path.insert(0, str(TESTS))
+    import torch_models
+
+    folder = tmp_path_factory.mktemp("torch")
+    made = {}
+    for arch in ARCHS:
+        module, (x,) = getattr(torch_models, arch)()
+        program = torch.export.export(module, (x,))
+        torch.export.save(program, str(folder / f"{arch}.pt2"))
+        torch.onnx.export(program, (x,), str(folder / f"{arch}.onnx"), dynamo=True,
+                          external_data=False, verbose=False)
+        made[arch] = {"onnx": folder / f"{arch}.onnx", "pt2": folder / f"{arch}.pt2",
+                      "factory": Path(f"{TESTS / 'torch_models.py'}:{arch}")}
+    return made
+
+
+def _node_with(model: onnx.ModelProto, initializer: str) -> onnx.NodeProto:
+    return next(n for n in model.graph.node if initializer in n.input)
+
+
+def _pack(capsys: pytest.CaptureFixture[str], model: Path, program: str, out: Path,
+          *extra: str) -> dict[str, Any]:
+    code, stdout, err = run_cli(["pack", model, "--reference", f"torch:{program}", "--layers",
+                                 "-o", out, "--json", *extra], capsys)
+    assert code == 0, err
+    return json.loads(stdout)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_device_fault_named_as_node_and_module(arch: str, exported: dict, faulty_profile,
+                                               tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    files = exported[arch]
+    program = str(files["pt2"] if arch == "resnet18" else files["factory"])
+    archive = tmp_path / f"{arch}.vtc"
+    doc = _pack(capsys, files["onnx"], program, archive)
+    prov = doc["provenance"]
+    assert prov["torch"] == torch.__version__ and prov["torch_program"] == program
+    assert prov["host_vs_torch"]["passed"] is True, prov["host_vs_torch"]
+    mapping = prov["torch_map"]
+    assert mapping["how"] == "names" and mapping["mapped"] == mapping["onnx_tensors"]
+    weight, modules, source = ARCHS[arch]
+    model = onnx.load(str(files["onnx"]))
+    node = _node_with(model, weight).name
+    spec = faulty_profile(f"torch-{arch}", "scale", node, 1.01)
+
+    code, out, err = run_cli(["localize", archive, "--device", spec, "-o", tmp_path, "--json"],
+                             capsys)
+    assert code == 1, err
+    found = json.loads(out)
+    assert (found["verdict"], found["suspect"]["name"]) == ("faulty here", node)
+    origin = found["attribution"]["origin"]
+    assert origin["modules"] == modules
+    assert origin["source"].startswith(f"{source}:")
+    assert found["attribution"]["where"] == "device"
+
+    code, out, _ = run_cli(["localize", archive, "--device", spec, "-o", tmp_path], capsys)
+    assert f"  pytorch     {' + '.join(modules)} ({origin['source']})" in out.splitlines()
+    assert ("  only on the device: onnxruntime on the packing host matches PyTorch at this "
+            "tensor") in out.splitlines()
+
+
+def test_altered_weight_differs_from_pytorch_already_on_the_host(
+        exported: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = exported["resnet18"]
+    model = onnx.load(str(files["onnx"]))
+    weight = "layer2.0.conv1.weight"
+    init = next(i for i in model.graph.initializer if i.name == weight)
+    value = numpy_helper.to_array(init).copy()
+    value.flat[0] += 0.5
+    init.CopyFrom(numpy_helper.from_array(value, weight))
+    altered = tmp_path / "altered.onnx"
+    onnx.save(model, str(altered))
+    node = _node_with(model, weight)
+
+    archive = tmp_path / "altered.vtc"
+    code, out, err = run_cli(["pack", altered, "--reference", f"torch:{files['pt2']}",
+                              "--layers", "-o", archive], capsys)
+    assert code == 0, err
+    assert (f"WARNING: onnxruntime {__import__('onnxruntime').__version__} on this host already "
+            f"differs from PyTorch: the export changed the numbers; first at "
+            f"{node.output[0]!r} (node {node.name}, op Conv) (layer2.0.conv1 + layer2.0.bn1 "
+            "(resnet.py:") in out
+
+    dump = tmp_path / "dump"
+    code, _, err = run_cli(["run", archive, "--device", "local", "--opt-level", "disable",
+                            "--bin-io-dump", dump], capsys)
+    assert code == 1, err
+    code, out, err = run_cli(["diff", dump, archive, "--case", "0", "--json"], capsys)
+    assert code == 1, err
+    report = json.loads(out)
+    assert report["first_divergent"]["name"] == node.output[0]
+    assert report["attribution"]["where"] == "host"
+    assert report["attribution"]["origin"]["modules"] == ["layer2.0.conv1", "layer2.0.bn1"]
+    code, out, _ = run_cli(["diff", dump, archive], capsys)
+    assert ("  differs from PyTorch already on the host: onnxruntime on the packing host gives "
+            "the same divergence (the export changed the numbers)") in out.splitlines()
+
+
+def test_reference_outputs_are_pytorchs(exported: dict, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The archive's outputs and layers are PyTorch's own values, not onnxruntime's."""
+    import h5py
+
+    sys.path.insert(0, str(TESTS))
+    import torch_models
+
+    files = exported["resnet18"]
+    archive = tmp_path / "r.vtc"
+    _pack(capsys, files["onnx"], str(files["factory"]), archive, "--seed", "3")
+    with h5py.File(archive, "r") as f:
+        x = f["cases/0/inputs/0"][()]
+        stored = f["cases/0/outputs/0"][()]
+    module, _ = torch_models.resnet18()
+    with torch.no_grad():
+        expected = module(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(stored, expected)

@@ -150,7 +150,7 @@ def test_help_does_not_import_torch() -> None:
     """PyTorch is optional and heavy: only --reference torch: and profile --torch import it."""
     code = ("import sys\n"
             "from verify.cli import main\n"
-            "rc = main(['--help']) or main(['pack', '--help']) or main(['diff', '--help'])\n"
+            "rc = main(['--help']) or main(['pack', '--help']) or main(['profile', '--help'])\n"
             "sys.exit(rc or (5 if 'torch' in sys.modules else 0))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
@@ -160,6 +160,7 @@ def test_help_does_not_import_torch() -> None:
 @pytest.mark.parametrize("argv, option", [
     (["pack", "goldens/models/cnn.onnx", "--reference", "torch:model.pt2", "-o", "{tmp}/x.vtc"],
      "--reference torch:PROGRAM"),
+    (["profile", "--torch", "model.pt2"], "--torch"),
 ])
 def test_without_torch_the_option_says_what_to_install(argv: list[str], option: str,
                                                         tmp_path: Path) -> None:

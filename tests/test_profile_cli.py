@@ -230,7 +230,9 @@ def test_an_archive_given_as_the_trace_says_how_to_profile_it(
     (["--order-by", "speed"], "unknown --order-by column 'speed'; valid: time, calls, "
                               "computation, flops, memory, bandwidth, name, type, provider"),
     (["--aggregate", "median"], "unknown --aggregate 'median'; valid: sum, mean, max, min"),
-    (["--aggregate-by", "name"], "unknown --aggregate-by 'name'; valid: type"),
+    (["--aggregate-by", "name"], "unknown --aggregate-by 'name'; valid: type, module"),
+    (["--aggregate-by", "module"], "--aggregate-by module needs a PyTorch profile (--torch "
+                                   "PROGRAM)"),
     (["--print-only", "kern"], "unknown --print-only 'kern'; valid: summary, device, host"),
     (["--opr-name", "conv("], "--opr-name 'conv(' is not a valid regular expression: "
                               "missing ), unterminated subpattern at position 4"),

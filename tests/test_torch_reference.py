@@ -133,6 +133,26 @@ def test_altered_weight_differs_from_pytorch_already_on_the_host(
             "the same divergence (the export changed the numbers)") in out.splitlines()
 
 
+def test_torchscript_export_maps_at_module_boundaries_without_false_divergence(
+        exported: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The TorchScript exporter folds each BatchNorm into its Conv and names a module's
+    second call `relu_1`: those are left unmapped, so what is mapped agrees with onnxruntime."""
+    sys.path.insert(0, str(TESTS))
+    import torch_models
+
+    module, (x,) = torch_models.resnet18()
+    path = tmp_path / "ts.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False)
+    doc = _pack(capsys, path, str(exported["resnet18"]["factory"]), tmp_path / "ts.vtc")
+    prov = doc["provenance"]
+    assert prov["host_vs_torch"]["passed"] is True, prov["host_vs_torch"]
+    mapping = prov["torch_map"]
+    assert mapping["how"] == "module boundaries"
+    assert 0 < mapping["mapped"] < mapping["onnx_tensors"]
+    unmapped = {u["module"] for u in mapping["unmapped"]}
+    assert {"layer1.0.conv1", "layer1.0.relu"} <= unmapped  # folded BN; relu called twice
+
+
 def test_reference_outputs_are_pytorchs(exported: dict, tmp_path: Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     """The archive's outputs and layers are PyTorch's own values, not onnxruntime's."""
@@ -151,3 +171,54 @@ def test_reference_outputs_are_pytorchs(exported: dict, tmp_path: Path,
     with torch.no_grad():
         expected = module(torch.from_numpy(x)).numpy()
     np.testing.assert_array_equal(stored, expected)
+
+
+def test_profile_torch_tables_and_modules_beside_the_device(
+        exported: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = exported["resnet18"]
+    program = str(files["factory"])
+    code, out, err = run_cli(["profile", "--torch", program, "--warmup", "0", "--iterations",
+                              "2", "-t", "0", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    convs = [r for r in rows if r["type"] == "aten.conv2d"]
+    assert len(convs) == 20 and all(r["calls"] == 2 for r in rows)  # resnet18: 20 convolutions
+    assert {r["module"] for r in convs} >= {"conv1", "layer3.1.conv2", "layer4.0.downsample.0"}
+    summary = doc["summary"]
+    assert summary["runs"] == 2 and summary["nodes"] == len(rows)
+    assert summary["kernel_time"] == pytest.approx(sum(r["time"] for r in rows))
+
+    code, out, err = run_cli(["profile", "--torch", program, "--warmup", "0", "--iterations",
+                              "1", "--aggregate-by", "module", "--type", "aten.conv2d",
+                              "--opr-name", "^conv2d_1[0-9]$", "-t", "0", "--json"], capsys)
+    assert code == 0, err
+    assert {r["name"] for r in json.loads(out)["rows"]} == {
+        "layer3.0.conv1", "layer3.0.conv2", "layer3.0.downsample.0", "layer3.1.conv1",
+        "layer3.1.conv2", "layer4.0.conv1", "layer4.0.conv2", "layer4.0.downsample.0",
+        "layer4.1.conv1", "layer4.1.conv2"}
+
+    archive, trace = tmp_path / "r.vtc", tmp_path / "prof.json"
+    assert run_cli(["pack", files["onnx"], "-o", archive], capsys)[0] == 0
+    code, _, err = run_cli(["run", archive, "--device", "local", "--iter", "2", "--profile",
+                            trace], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["profile", "--torch", program, trace, "--model", archive,
+                              "--warmup", "0", "--iterations", "1", "--json"], capsys)
+    assert code == 0, err
+    modules = {tuple(m["modules"]): m for m in json.loads(out)["modules"]}
+    block = modules[("layer3.1.bn2", "layer3.1.conv2")]
+    assert block["onnx_nodes"] == 1 and block["device"] > 0 and block["host"] > 0
+    assert block["fx_nodes"] == 3  # conv2d, the batch norm and its getitem
+    code, out, _ = run_cli(["profile", "--torch", program, trace, "--model", archive,
+                            "--warmup", "0", "--iterations", "1"], capsys)
+    assert "per PyTorch module: this host vs" in out and "layer3.1.bn2 + layer3.1.conv2" in out
+
+
+def test_profile_torch_device_trace_needs_the_model(exported: dict, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["profile", "--torch", exported["resnet18"]["pt2"],
+                            tmp_path / "prof.json"], capsys)
+    assert code == 2
+    assert err.strip() == ("error: --torch with a device TRACE needs --model (the exported .onnx "
+                           "or its .vtc) to map its ONNX nodes onto PyTorch modules")

@@ -238,10 +238,12 @@ class ProfileRow:
     bandwidth: float | None    # bytes/s
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
+    module: str = ""           # the PyTorch module path (profile --torch), '' when unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "type": self.op_type, "provider": self.provider,
+            **({"module": self.module} if self.module else {}),
             "nodes": self.nodes, "calls": self.calls, "time": self.time,
             "time_per_call": self.time_per_call, "share": self.share,
             "cumulative": self.cumulative, "cumulative_share": self.cumulative_share,
@@ -295,7 +297,8 @@ class ProfileReport:
 def analyze(profile: Profile, model: Any = None, *, top: int = 3, types: Iterable[str] = (),
             name: str | None = None, order_by: str = "time", aggregate_by: str | None = None,
             aggregate: str | None = None, min_time: float | None = None,
-            max_time: float | None = None, clock: str = "device") -> ProfileReport:
+            max_time: float | None = None, clock: str = "device",
+            modules: Mapping[str, str] | None = None) -> ProfileReport:
     """Summary plus the top rows of a profile, profile_analyze style.
 
     model: an onnx.ModelProto (or ModelIndex) for attributes and pre-packed weights; without
@@ -304,15 +307,21 @@ def analyze(profile: Profile, model: Any = None, *, top: int = 3, types: Iterabl
     min_time/max_time: keep nodes whose per-run time (seconds) is within. Filters act on nodes
     before aggregation. aggregate_by 'type' groups by op type, aggregate alone groups all
     nodes into one 'all' row; aggregate is sum/mean/max/min (default sum), applied to time,
-    computation and memory separately (None if any member's is unknown). order_by: a COLUMNS
+    computation and memory separately (None if any member's is unknown); aggregate_by
+    'module' groups by PyTorch module path, from `modules` (node name → module path: a
+    `profile --torch` profile). order_by: a COLUMNS
     key, '+' prefix for ascending; unknown values sort last. clock: 'device' or 'host'.
     Raises UsageError for an option out of range.
     """
     opts = _validate(ProfileOptions(top, tuple(types), name, order_by, aggregate_by, aggregate,
                                     min_time, max_time, clock))
+    if opts.aggregate_by == "module" and modules is None:
+        raise UsageError("--aggregate-by module needs a PyTorch profile (--torch PROGRAM)")
     index = model if isinstance(model, ModelIndex) or model is None else ModelIndex.of(model)
     runs = max(profile.runs, 1)
     rows = [_node_row(s, index, runs, opts.clock) for s in profile.nodes]
+    if modules is not None:
+        rows = [replace(r, module=modules.get(r.name, "")) for r in rows]
     summary = _summary(profile, rows, opts.clock)
 
     pattern = re.compile(opts.name) if opts.name else None
@@ -337,8 +346,8 @@ def _validate(o: ProfileOptions) -> ProfileOptions:
     if column not in COLUMNS:
         raise UsageError(f"unknown --order-by column {column!r}; valid: {', '.join(COLUMNS)}")
     o = replace(o, order_by=("+" if ascending else "") + column)
-    if o.aggregate_by not in (None, "type"):
-        raise UsageError(f"unknown --aggregate-by {o.aggregate_by!r}; valid: type")
+    if o.aggregate_by not in (None, "type", "module"):
+        raise UsageError(f"unknown --aggregate-by {o.aggregate_by!r}; valid: type, module")
     if o.aggregate is not None and o.aggregate not in AGGREGATES:
         raise UsageError(f"unknown --aggregate {o.aggregate!r}; valid: {', '.join(AGGREGATES)}")
     if o.clock not in CLOCKS:
@@ -424,13 +433,15 @@ def _aggregate(rows: list[ProfileRow], how: str, by: str | None) -> list[Profile
     fn = AGGREGATES[how]
     groups: dict[str, list[ProfileRow]] = {}
     for r in rows:
-        groups.setdefault(r.op_type if by == "type" else "all", []).append(r)
+        key = {"type": r.op_type, "module": r.module or "(top-level module)"}.get(by or "", "all")
+        groups.setdefault(key, []).append(r)
     out = []
     for key, rs in groups.items():
         providers = sorted({r.provider for r in rs if r.provider})
         calls = sum(r.calls for r in rs)
         out.append(_row(
-            key, key if by == "type" else "all", ",".join(providers) or None, len(rs), calls,
+            key, key if by == "type" else ("module" if by == "module" else "all"),
+            ",".join(providers) or None, len(rs), calls,
             fn([r.time for r in rs]),
             math.fsum(r.time_per_call * r.calls for r in rs) / calls if calls else 0.0,
             _agg(fn, [r.computation for r in rs]), _agg(fn, [r.bytes_read for r in rs]),

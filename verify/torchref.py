@@ -52,6 +52,7 @@ class FxNode:
     op: str          # the aten overload, e.g. 'aten.convolution.default'
     module: str      # innermost nn.Module path ('' for the top level)
     source: str      # 'resnet.py:92', innermost frame outside torch itself ('' unknown)
+    call: str = ""   # which call of that module (torch.export keys each call apart)
 
 
 @dataclass(frozen=True)
@@ -85,13 +86,33 @@ class TorchProgram:
         torch.manual_seed(0)
         with warnings.catch_warnings():  # torch's deprecation notices are not the user's
             warnings.simplefilter("ignore")
-            self.program = _load(torch, spec, example)
+            self.program, self._example = _load(torch, spec, example)
             self.graph_module = _decomposed(torch, self.program).module()
         self.nodes = [_fx_node(n) for n in self.graph_module.graph.nodes
                       if n.op == "call_function"]
         self.version = str(torch.__version__)
 
     # --- running -------------------------------------------------------------------------
+    def example_inputs(self) -> list[np.ndarray]:
+        """The inputs the program was exported with (saved in the .pt2, or the factory's)."""
+        if not self._example:
+            raise UsageError(f"{self.spec}: holds no example inputs; give the inputs another "
+                             "way (--model ARCHIVE.vtc: its first case)")
+        return [_numpy(t) for t in self._example]
+
+    def shapes(self, inputs: Sequence[np.ndarray]) -> dict[str, list[Any]]:
+        """Each FX node's output tensor specs (flops.TensorSpec), from one interpreted run."""
+        from verify.flops import TensorSpec
+
+        got: dict[str, list[Any]] = {}
+
+        def record(name: str, value: Any) -> None:
+            got[name] = [TensorSpec(str(t.dtype).replace("torch.", ""), tuple(t.shape))
+                         for t in _flatten(value) if isinstance(t, self.torch.Tensor)]
+
+        self._interpret(inputs, record)
+        return got
+
     def outputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The program's outputs (flattened, in order) on the CPU, as numpy arrays."""
         torch = self.torch
@@ -160,31 +181,51 @@ class TorchProgram:
         fused = {n.name for n in self.nodes} - set(pairs)
         unmapped = tuple(Unmapped(n.name, n.module, "no ONNX tensor of that name (fused or "
                                   "folded by the exporter)" if how == "names" else
-                                  "not the last node of a module")
+                                  "not mapped at module boundaries (not a module's last "
+                                  "node, a module called twice, or folded by the exporter)")
                          for n in self.nodes if n.name in fused)
         return TorchMap(pairs, unmapped, how)
 
 
 def _by_module(nodes: Sequence[FxNode], model: onnx.ModelProto) -> dict[str, str]:
-    """The last FX node of each module ↔ the last ONNX tensor of that module's scope."""
+    """The last FX node of each module ↔ the last ONNX tensor of that module's scope; not for
+    a module called more than once (the exporter names the second call `relu_1`), nor for a
+    scope whose node computes on constants the exporter folded (`onnx::Conv_193`: a
+    BatchNorm folded into the Conv, so its output is no longer the Conv module's)."""
     last_fx = {n.module: n.name for n in nodes if n.module}
+    calls: dict[str, set[str]] = {}
+    for n in nodes:
+        calls.setdefault(n.module, set()).add(n.call)
+    constants = {t.name for t in model.graph.initializer}
+    folded = {out for node in model.graph.node
+              if any(i.startswith("onnx::") and i in constants for i in node.input)
+              for out in node.output}
     last_onnx: dict[str, str] = {}
     for tensor, origin in tensor_origins(model).items():
         last_onnx[origin.module] = tensor  # node order is topological in exported models
-    return {fx: last_onnx[module] for module, fx in last_fx.items() if module in last_onnx}
+    return {fx: last_onnx[module] for module, fx in last_fx.items()
+            if module in last_onnx and len(calls[module]) == 1
+            and last_onnx[module] not in folded}
 
 
-def _load(torch: Any, spec: str, example: Sequence[np.ndarray] | None) -> Any:
+def _load(torch: Any, spec: str, example: Sequence[np.ndarray] | None
+          ) -> tuple[Any, tuple[Any, ...]]:
+    """The exported program and the example inputs it comes with (maybe none)."""
     if spec.endswith(".pt2"):
         path = Path(spec)
         if not path.is_file():
             raise UsageError(f"{spec}: no such file (a torch.export program saved with "
                              "torch.export.save)")
         try:
-            return torch.export.load(str(path))
+            program = torch.export.load(str(path))
         except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a bad file
             raise InputError(f"{spec}: not a loadable torch.export program "
                              f"({type(exc).__name__}: {_first(exc)})") from None
+        saved = getattr(program, "example_inputs", None)
+        args = tuple(saved[0]) if saved else ()
+        if example is not None:
+            args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in example)
+        return program, args
     file, sep, factory = spec.rpartition(":")
     if not sep or not file.endswith(".py") or not factory.isidentifier():
         raise UsageError(f"torch program {spec!r}: give a saved torch.export program (.pt2) "
@@ -197,7 +238,7 @@ def _load(torch: Any, spec: str, example: Sequence[np.ndarray] | None) -> Any:
     inputs = tuple(given) if given is not None else tuple(
         torch.from_numpy(np.ascontiguousarray(a)) for a in (example or ()))
     try:
-        return torch.export.export(module.eval(), inputs)
+        return torch.export.export(module.eval(), inputs), inputs
     except Exception as exc:  # noqa: BLE001 - torch.export's failures are many and untyped
         raise InputError(f"{spec}: torch.export could not export the module "
                          f"({type(exc).__name__}: {_first(exc)})") from None
@@ -238,12 +279,12 @@ def _decomposed(torch: Any, program: Any) -> Any:
 
 def _fx_node(n: Any) -> FxNode:
     stack = n.meta.get("nn_module_stack") or {}
-    module = ""
+    module, call = "", ""
     if stack:
-        entry = list(stack.values())[-1]
+        call, entry = list(stack.items())[-1]
         module = str(entry[0] if isinstance(entry, tuple) else entry)
     return FxNode(n.name, str(n.target), module,
-                  source_line(str(n.meta.get("stack_trace") or "")))
+                  source_line(str(n.meta.get("stack_trace") or "")), str(call))
 
 
 def _flatten(value: Any) -> list[Any]:

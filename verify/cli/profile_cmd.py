@@ -32,7 +32,18 @@ def parse_time(text: str | None, option: str) -> float | None:
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=click.Path(path_type=Path), required=False)
+@click.option("--torch", "torch_program", default=None, metavar="PROGRAM",
+              help="Profile a PyTorch program on this host instead (a torch.export .pt2 or "
+                   "FILE.py:FACTORY): every FX node timed by an FX interpreter, in the same "
+                   "tables. With TRACE (a device profile of the exported model) and --model "
+                   "(that model), also each PyTorch module's host time beside the device's time "
+                   "for the ONNX nodes that came from it. Needs pip install "
+                   "'onnx-verify[torch]'.")
+@click.option("--warmup", type=int, default=3, show_default=True,
+              help="--torch: untimed runs first.")
+@click.option("--iterations", type=int, default=10, show_default=True,
+              help="--torch: timed runs.")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
               help="The profiled model (.onnx or .vtc archive): node attributes and weights "
                    "the kernels pre-packed, for FLOPs the trace alone cannot give.")
@@ -45,8 +56,9 @@ def parse_time(text: str | None, option: str) -> float | None:
 @click.option("--order-by", default="time", show_default=True, metavar="COLUMN",
               help="Sort by time, calls, computation, flops, memory, bandwidth, name, type or "
                    "provider; descending, or ascending with a '+' prefix (+memory).")
-@click.option("--aggregate-by", default=None, metavar="type",
-              help="Group nodes by op type (with --aggregate; sum by default).")
+@click.option("--aggregate-by", default=None, metavar="type|module",
+              help="Group nodes by op type, or (--torch) by PyTorch module (with --aggregate; "
+                   "sum by default).")
 @click.option("--aggregate", default=None, metavar="sum|mean|max|min",
               help="How to combine a group's times, FLOPs and bytes; alone, one row for all.")
 @click.option("--min-time", default=None, metavar="TIME",
@@ -60,7 +72,8 @@ def parse_time(text: str | None, option: str) -> float | None:
               help="Drop the first N runs instead of the warmup runs `verify run` recorded "
                    "in the trace (0 keeps every run).")
 @json_option
-def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ...],
+def profile(trace: Path | None, torch_program: str | None, warmup: int, iterations: int,
+            model_path: Path | None, top: int, types: tuple[str, ...],
             opr_name: str | None, order_by: str, aggregate_by: str | None,
             aggregate: str | None, min_time: str | None, max_time: str | None,
             print_only: str | None, skip_runs: int | None, as_json: bool) -> int:
@@ -74,11 +87,22 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
       verify profile prof.json --type Conv --order-by +memory
       verify profile prof.json -t 5 --aggregate-by type --aggregate sum
       verify profile prof.json --min-time 50us --print-only device --json
+      verify profile --torch r18.pt2 -t 10 --aggregate-by module
+      verify profile --torch r18.pt2 phone.json --model r18.vtc
     """
     from verify.profile import analyze, load_model_index, load_profile
 
     if print_only is not None and print_only not in PRINT_ONLY:
         raise UsageError(f"unknown --print-only {print_only!r}; valid: {', '.join(PRINT_ONLY)}")
+    filters = dict(top=top, types=types, name=opr_name, order_by=order_by,
+                   aggregate_by=aggregate_by, aggregate=aggregate,
+                   min_time=parse_time(min_time, "--min-time"),
+                   max_time=parse_time(max_time, "--max-time"))
+    if torch_program is not None:
+        return _torch_profile(torch_program, trace, model_path, warmup, iterations, filters,
+                              print_only, skip_runs, as_json)
+    if trace is None:
+        raise UsageError("give TRACE (a profile from verify run --profile), or --torch PROGRAM")
     parsed = load_profile(trace, skip_runs=skip_runs)
     index = load_model_index(model_path) if model_path is not None else None
     clock = "host" if print_only == "host" else "device"
@@ -101,6 +125,60 @@ def profile(trace: Path, model_path: Path | None, top: int, types: tuple[str, ..
         else:
             console.print("no node matches the filters")
     return EXIT_OK
+
+
+def _torch_profile(program: str, trace: Path | None, model_path: Path | None, warmup: int,
+                   iterations: int, filters: dict, print_only: str | None,
+                   skip_runs: int | None, as_json: bool) -> int:
+    from verify.profile import analyze, load_profile
+    from verify.torchprofile import model_and_inputs, module_times, torch_profile
+
+    if trace is not None and model_path is None:
+        raise UsageError("--torch with a device TRACE needs --model (the exported .onnx or its "
+                         ".vtc) to map its ONNX nodes onto PyTorch modules")
+    model, inputs = model_and_inputs(model_path) if model_path is not None else (None, None)
+    device = load_profile(trace, skip_runs=skip_runs) if trace is not None else None
+    host = torch_profile(program, inputs, warmup, iterations)
+    report = analyze(host.profile, None, clock="host", modules=host.modules, **filters)
+    rows, unclaimed = (module_times(host, model, device) if device is not None and model
+                       else ((), 0.0))
+    if as_json:
+        doc = report.to_dict()
+        if print_only == "summary":
+            doc.pop("rows")
+        doc["torch"] = host.version
+        if device is not None:
+            doc["modules"] = [r.to_dict() for r in rows]
+            doc["device_unclaimed"] = unclaimed
+        emit_json(doc, "profile")
+        return EXIT_OK
+    console = render.console(width=200)
+    console.print(f"PyTorch {host.version}, {program}: {iterations} timed run(s) of the FX "
+                  f"interpreter after {warmup} warmup run(s)")
+    if print_only in (None, "summary"):
+        console.print(summary_table(report.summary, with_model=True))
+    if print_only != "summary":
+        console.print(rows_table(report) if report.rows else "no node matches the filters")
+    if device is not None:
+        console.print(module_table(rows, unclaimed, str(trace)))
+    return EXIT_OK
+
+
+def module_table(rows, unclaimed: float, trace: str):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SQUARE, title=f"per PyTorch module: this host vs {trace}")
+    for col in ("module", "PyTorch host", "FX nodes", "device", "ONNX nodes", "device/host"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        ratio = (f"{r.device / r.host:.2f}x" if r.device is not None and r.host
+                 else "-")
+        table.add_row(r.label, fmt_time(r.host), str(r.fx_nodes), fmt_time(r.device),
+                      str(r.onnx_nodes), ratio)
+    if unclaimed:
+        table.add_row("(device nodes from no module)", "-", "-", fmt_time(unclaimed), "-", "-")
+    return table
 
 
 # --- rendering ------------------------------------------------------------------------------------
@@ -127,20 +205,28 @@ def summary_table(s: "ProfileSummary", with_model: bool = True):
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    warm = {"trace": "as `verify run` recorded", "option": "--skip-runs"}.get(
+    warm = {"trace": "as `verify run` recorded", "option": "--skip-runs",
+            "torch": "--warmup"}.get(
         s.warmup_source or "", "")
     runs = f"{s.runs}" + (f" (dropped {s.skipped_runs} warmup run(s), {warm})"
                           if s.skipped_runs else "")
     table.add_row("runs analyzed", runs)
     if s.run_time is not None:
-        table.add_row("total host time", f"{fmt_time(s.run_time)} per run (model_run; min "
+        what = "interpreted run" if s.source.startswith("torch:") else "model_run"
+        table.add_row("total host time", f"{fmt_time(s.run_time)} per run ({what}; min "
                       f"{fmt_time(s.run_time_min)}, max {fmt_time(s.run_time_max)})")
-    table.add_row("total device time", f"{fmt_time(s.device_time)} per run"
-                  + ("" if s.device_events else " (sum of node times; CPU kernels run on the "
-                     "host thread)"))
+    if s.source.startswith("torch:"):
+        table.add_row("sum of node times", f"{fmt_time(s.kernel_time)} per run (each FX node "
+                      "timed alone)")
+    else:
+        table.add_row("total device time", f"{fmt_time(s.device_time)} per run"
+                      + ("" if s.device_events else " (sum of node times; CPU kernels run on "
+                         "the host thread)"))
     if s.host_overhead is not None:
         table.add_row("outside kernels", f"{fmt_time(s.host_overhead)} per run (feeding "
-                      "inputs, allocating outputs, scheduling)")
+                      "inputs, allocating outputs, scheduling"
+                      + (", the interpreter's own work" if s.source.startswith("torch:") else "")
+                      + ")")
     unknown = ""
     if s.unknown_computation:
         hint = "" if with_model else "; --model may tell"

@@ -1,13 +1,16 @@
 """Does `verify profile --torch` account for the model's time? The FX per-node profiler on
 torchvision's resnet18 (random weights, input 1x3x64x64).
 
-    python benchmarks/bench_torch_profile.py [--warmup 3] [--iterations 20]
+    python benchmarks/bench_torch_profile.py [--warmup 3] [--iterations 20] [--threads 1]
 
 Prints, from the same process and interleaved rounds: the sum of the per-node times (each FX
 node timed alone by the interpreter `profile --torch` uses), the whole interpreted run timed
 around the same runs, and the whole model run without the interpreter (the same decomposed
 graph module called directly, and the original exported program), with the ratios of the
 per-node sum to each. The target: the per-node sum within 10% of the whole-model time.
+--threads sets torch's intra-op threads (default 1: on a loaded 2-core machine two threads wait
+on each other and on other processes, and the wall times then measure the queue, not the model;
+0 keeps torch's own default).
 Needs torch (pip install 'onnx-verify[torch]') and torchvision.
 """
 
@@ -28,6 +31,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     try:
         import torch
@@ -35,6 +39,9 @@ def main() -> int:
         print("needs torch: pip install 'onnx-verify[torch]'", file=sys.stderr)
         return 2
     from verify.torchref import TorchProgram
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     program = TorchProgram(f"{ROOT / 'tests' / 'torch_models.py'}:resnet18")
     feeds = program.example_inputs()

@@ -71,3 +71,17 @@ def test_an_image_out_of_an_integer_range_on_one_side_is_refused(tmp_path: Path,
     with pytest.raises(InputError, match=rf"spans \{span[:-1]}\] with fractions or out of range"):
         build_cases(_infos(TensorProto.UINT8, [1, 3, 2, 4]), ["p.png"], pre=pre,
                     base_dir=tmp_path)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.DOUBLE])
+def test_integers_past_two_to_the_53_are_checked_exactly(tmp_path: Path, elem: int) -> None:
+    # 2**53 + 1 becomes 2**53 in float64: it was taken, silently changed (a mutant moving the
+    # one-by-one check's boundary survived; the boundary itself was the bug)
+    for value in (2**53 + 1, -(2**53) - 1, 2**60 + 1):
+        np.save(tmp_path / "a.npy", np.array([value, 0], np.int64))
+        with pytest.raises(InputError, match=f"int64 values like {value} are not exact in it$"):
+            build_cases(_infos(elem, [2]), ["a.npy"], base_dir=tmp_path)
+    for value in (2**53, 2**60, -(2**53)):  # powers of two are exact in both
+        np.save(tmp_path / "a.npy", np.array([value, 0], np.int64))
+        [case] = build_cases(_infos(elem, [2]), ["a.npy"], base_dir=tmp_path)
+        assert int(case["x"][0]) == value

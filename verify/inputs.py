@@ -624,8 +624,9 @@ def _cast(arr: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
             return out
         if src == "i" or src == "u":
             # below 2**53 float64 holds every int, so compare there; check the rest one by one
+            # (2**53 + 1 rounds to 2**53 in float64: the boundary itself goes one by one too)
             wide, back = arr.astype(np.float64), out.astype(np.float64)
-            big = np.abs(wide) > 2.0**53
+            big = np.abs(wide) >= 2.0**53
             inexact = [int(v) for v in arr[~big][back[~big] != wide[~big]].flat[:1]]
             inexact += [int(v) for v, o in zip(arr[big].flat, back[big].flat)
                         if not math.isfinite(o) or int(o) != int(v)][:1]

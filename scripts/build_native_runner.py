@@ -29,9 +29,11 @@ Everything comes from packages, pinned here, nothing from a project site:
 The headers ask for API version 29; a library serves every API version up to its own minor
 version (1.30 serves 1..30), and the runner says so plainly when a library is older.
 
-The build is cached: a bundle whose manifest records the same inputs (sources, pins, compiler,
-target) is left as is ("up to date"), and the CMake build folder is kept for incremental
-rebuilds. Exit codes: 0 built or up to date, 1 --print-bundle of a bundle not built, 2 usage
+The build is cached: a bundle whose manifest records the same inputs (the sources' sha256 —
+their contents, not their path —, pins, compiler, target) is left as is ("up to date") whichever
+checkout asks, and the CMake build folder is kept for incremental rebuilds: one per target and
+source folder (`.../verify/native/build/TARGET-KEY`), so worktrees and fresh clones at other
+paths never share CMake's cache. Exit codes: 0 built or up to date, 1 --print-bundle of a bundle not built, 2 usage
 (unknown target, Android without --ndk), 3 the build failed (the message says which step),
 130 interrupted.
 """
@@ -323,17 +325,9 @@ def build(target_name: str, *, out: Path | None = None, ndk: Path | None = None,
         if not force and not configure_only and _current(manifest_path, want):
             log(f"{out}: up to date")
             return out
-        build_dir = cache / "build" / target_name
-        if target_name.startswith("android-"):
-            # CMake keeps the first toolchain file a build folder saw: one folder per NDK.
-            tc = next(a for a in args if a.startswith("-DCMAKE_TOOLCHAIN_FILE="))
-            build_dir = build_dir.with_name(
-                f"{target_name}-{hashlib.sha256(tc.encode()).hexdigest()[:10]}")
-        build_dir.mkdir(parents=True, exist_ok=True)
+        build_dir = build_folder(target_name, args)
         t0 = time.monotonic()
-        log(f"cmake configure ({target_name})…")
-        run(["cmake", "-S", str(SOURCES), "-B", str(build_dir), *args],
-            what=f"cmake configure for {target_name}")
+        configure(target_name, build_dir, args)
         if configure_only:
             return build_dir
         log(f"cmake build ({target_name}, -j{jobs})…")
@@ -347,6 +341,59 @@ def build(target_name: str, *, out: Path | None = None, ndk: Path | None = None,
                    "library": {"file": f"lib/{target.lib_name}", "sha256": _sha256(library)}})
         log(f"built {out} in {time.monotonic() - t0:.1f} s")
         return out
+
+
+def build_folder(target_name: str, args: Sequence[str]) -> Path:
+    """The CMake build folder for target_name built from this checkout's sources.
+
+    One folder per (target, source folder, toolchain file): CMake refuses a build folder
+    configured from another source folder, and keeps the first toolchain file it saw, so
+    checkouts at different paths (worktrees, CI's fresh clone) never share one."""
+    key = "\0".join([str(SOURCES.resolve()),
+                      *(a for a in args if a.startswith("-DCMAKE_TOOLCHAIN_FILE="))])
+    return verify_cache() / "native" / "build" / \
+        f"{target_name}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def cmake_home(build_dir: Path) -> str | None:
+    """The source folder a build folder was configured from (None: not configured)."""
+    try:
+        text = (build_dir / "CMakeCache.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("CMAKE_HOME_DIRECTORY:"):
+            return line.split("=", 1)[1]
+    return None
+
+
+def configure(target_name: str, build_dir: Path, args: Sequence[str]) -> None:
+    """CMake's configure step; a folder configured from other sources starts afresh."""
+    home = cmake_home(build_dir)
+    if home is not None and os.path.realpath(home) != os.path.realpath(SOURCES):
+        log(f"{build_dir} was configured from {home}: configuring afresh")
+        shutil.rmtree(build_dir)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    log(f"cmake configure ({target_name})…")
+    run(["cmake", "-S", str(SOURCES), "-B", str(build_dir), *args],
+        what=f"cmake configure for {target_name}")
+
+
+def unit_tests(target_name: str = "linux-x86_64", jobs: int = 2) -> Path:
+    """The native unit tests (runner/native/tests/) built from this checkout's sources in its
+    build folder (incremental; the bundle may have come from another checkout's build)."""
+    target = TARGETS[target_name]
+    cache = verify_cache() / "native"
+    headers, _ = aar_files(cache)
+    args = cmake_args(target, headers, json_include(cache), None, None)
+    with open(cache / f"build-{target_name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        build_dir = build_folder(target_name, args)
+        if cmake_home(build_dir) is None or not (build_dir / "verify-runner-tests").is_file():
+            configure(target_name, build_dir, args)
+        run(["nice", "-n", "10", "cmake", "--build", str(build_dir), "--target",
+             "verify-runner-tests", "-j", str(jobs)], what=f"unit tests for {target_name}")
+    return build_dir / "verify-runner-tests"
 
 
 def _current(manifest_path: Path, want: dict[str, object]) -> bool:

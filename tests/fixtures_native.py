@@ -86,6 +86,12 @@ def runner_argv(kind: str) -> list[str]:
     return [str(native_bin())]
 
 
+@lru_cache(maxsize=None)
 def unit_test_bin() -> Path:
-    return bundle("linux-x86_64").parent.parent / "native" / "build" / "linux-x86_64" / \
-        "verify-runner-tests"
+    """runner/native/tests/ built from this checkout (its own build folder, incremental)."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    _set_xdg(_XDG_AT_START)
+    try:
+        return Path(build_script().unit_tests("linux-x86_64"))
+    finally:
+        _set_xdg(saved)

@@ -129,3 +129,82 @@ def test_minimal_arm64_root_has_no_python(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(tool), "--minimal", "--root", str(tmp_path / "no"),
                            "--print-prefix"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "no minimal arm64 root at" in proc.stderr
+
+
+def checkout_copy(dest: Path) -> Path:
+    """What the build reads of a checkout (runner/native, the script, the schema), copied to
+    another path: a second checkout, as a worktree or CI's fresh clone is."""
+    import shutil
+
+    shutil.copytree(REPO / "runner" / "native", dest / "runner" / "native",
+                    ignore=shutil.ignore_patterns("build"))
+    (dest / "scripts").mkdir()
+    shutil.copy2(SCRIPT, dest / "scripts" / SCRIPT.name)
+    (dest / "verify" / "runner").mkdir(parents=True)
+    shutil.copy2(REPO / "verify" / "runner" / "contract.schema.json",
+                 dest / "verify" / "runner" / "contract.schema.json")
+    return dest / "scripts" / SCRIPT.name
+
+
+def copy_script(copy: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(copy), *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=900)
+
+
+def test_another_checkout_reuses_the_bundle_and_has_its_own_cmake_folder(tmp_path: Path) -> None:
+    """Same sources at another path: the bundle is up to date (no cmake run); configuring
+    uses a build folder of its own (CMake refuses one configured from another source folder),
+    and a folder left configured from elsewhere is configured afresh, not reused."""
+    import shutil
+
+    bundle("linux-x86_64")
+    copy = checkout_copy(tmp_path / "other")
+    proc = copy_script(copy, "--target", "linux-x86_64")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().endswith(": up to date") and "cmake" not in proc.stderr
+    proc = copy_script(copy, "--target", "linux-x86_64", "--configure-only")
+    assert proc.returncode == 0, proc.stderr
+    build_dir = Path(proc.stdout.strip())
+    try:
+        ours = Path(script("--target", "linux-x86_64", "--configure-only").stdout.strip())
+        assert build_dir != ours and build_dir.parent == ours.parent
+        bnr = build_script()
+        assert bnr.cmake_home(build_dir) == str(tmp_path / "other" / "runner" / "native")
+        assert bnr.cmake_home(ours) == str(REPO / "runner" / "native")
+        # a folder configured from other sources (an older layout, a moved checkout)
+        cache = build_dir / "CMakeCache.txt"
+        cache.write_text(cache.read_text().replace(str(tmp_path / "other"), "/elsewhere"))
+        proc = copy_script(copy, "--target", "linux-x86_64", "--configure-only")
+        assert proc.returncode == 0, proc.stderr
+        assert "was configured from /elsewhere/runner/native: configuring afresh" in proc.stderr
+        assert bnr.cmake_home(build_dir) == str(tmp_path / "other" / "runner" / "native")
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_changed_sources_rebuild_from_another_checkout(tmp_path: Path) -> None:
+    """A source changed in another checkout: its bundle is stale and is rebuilt (cmake runs),
+    then up to date; this checkout's bundle stays up to date for this checkout."""
+    import shutil
+
+    ours = json.loads((bundle("linux-x86_64") / "manifest.json").read_text())
+    copy = checkout_copy(tmp_path / "other")
+    src = tmp_path / "other" / "runner" / "native" / "src" / "common.cpp"
+    src.write_text(src.read_text() + "\n// changed in another checkout\n")
+    out = tmp_path / "bundle"
+    build_dir = Path(copy_script(copy, "--target", "linux-x86_64",
+                                 "--configure-only").stdout.strip())
+    try:
+        proc = copy_script(copy, "--target", "linux-x86_64", "--out", str(out))
+        assert proc.returncode == 0, proc.stderr
+        assert "cmake build (linux-x86_64" in proc.stderr and f"built {out}" in proc.stderr
+        theirs = json.loads((out / "manifest.json").read_text())
+        assert theirs["source_sha256"] != ours["source_sha256"]
+        assert (out / "bin" / "verify-runner").is_file()
+        proc = copy_script(copy, "--target", "linux-x86_64", "--out", str(out))
+        assert proc.returncode == 0 and proc.stderr.strip().endswith(": up to date")
+        proc = script("--target", "linux-x86_64")
+        assert proc.returncode == 0 and proc.stderr.strip().endswith(": up to date")
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)

@@ -8,8 +8,7 @@ last test here checks that the README's table is the one this run produces.
 
 A stage listed in an entry's `known` is one that does not work yet on that model (the reason is
 shown in the table); the test fails when any other stage fails. The README check compares every
-other cell: whether a known issue shows can depend on the machine (the light models' dumps at
---opt-level all fail or pass with how the capture is cut into segments).
+other cell: whether a known issue shows can depend on the machine.
 """
 
 from __future__ import annotations
@@ -57,8 +56,6 @@ def _fetched(name: str, pack: tuple[str, ...], covers: str, **kw: object) -> Ent
     return Entry(name, _wheel(name), lambda: model_path(name), pack, covers, **kw)  # type: ignore[arg-type]
 
 
-_IR3_CAPTURE = ("the optimized graph's capture segments miss the shape inputs that IR 3 declares "
-                "as graph inputs (issue 14)")
 ENTRIES = [
     _fetched("ppocr_det", ("--shape", "x:1x3x320x320"), "opset 12, all dims symbolic, 320x320"),
     _fetched("ppocr_rec", ("--shape", "x:1x3x48x160"), "opset 12, unnamed H, symbolic W"),
@@ -87,8 +84,7 @@ ENTRIES = [
           "fp16 inside, Casts at the edges, judged by sqnr>=30", fault="graph_output_cast0",
           fault_value=1.5),
     *(Entry(f"light_{n}", "onnx (installed wheel)", lambda n=n: light_path(n), (),
-            "opset 9 (IR 3), constant weights: constant output",
-            known={"dump_all": _IR3_CAPTURE}) for n in LIGHT),
+            "opset 9 (IR 3), constant weights: constant output") for n in LIGHT),
 ]
 BY_NAME = {e.name: e for e in ENTRIES}
 RESULTS: dict[str, dict[str, object]] = {}

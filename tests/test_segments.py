@@ -213,3 +213,53 @@ def test_localize_on_silero_vad_names_the_injected_if_node(
     assert (doc["verdict"], doc["subgraph"], doc["mode"]) == ("faulty here", ["If_0"], "dump")
     assert run_cli(["run", doc["repro"], "--device", spec, "--iter", "1"], capsys)[0] == 1
     assert run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)[0] == 0
+
+
+@pytest.mark.parametrize("runner", ["python", "native"])
+def test_ir3_light_model_dumps_at_all_and_disable_and_diffs_clean(
+        runner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """light_inception_v1 (IR 3, its initializers also graph inputs): onnxruntime's optimized
+    graph keeps as graph inputs the initializers it folded away (Reshape's 'X__SHAPE'), which no
+    node reads and nothing feeds; with most sizes unknown, the capture measures them on the
+    graph as one segment (the file itself would ask for those inputs). Both runners dump it at
+    all and at disable, and the two dumps diff clean."""
+    from corpus import light_path
+    from fixtures_devices import run_cli
+
+    model = light_path("inception_v1")
+    optimized = onnx.load(graph_that_runs(model, "all", tmp_path))
+    g = optimized.graph
+    read = {n for node in g.node for n in node.input}
+    inits = {i.name for i in g.initializer}
+    dangling = [i.name for i in g.input if i.name not in read and i.name not in inits]
+    assert optimized.ir_version == 3 and any(n.endswith("__SHAPE") for n in dangling)
+    shapes = {i.name: tuple(d.dim_value for d in i.type.tensor_type.shape.dim)
+              for i in onnx.load(model).graph.input if i.name not in
+              {t.name for t in onnx.load(model).graph.initializer}}
+    sizes = tensor_sizes(optimized, [shapes])
+    assert sum(v is None for v in sizes.values()) > 1  # so the measuring run happens
+
+    device: list[str] = []
+    if runner == "native":
+        from fixtures_native import native_bin
+
+        profiles = tmp_path / "profiles"
+        profiles.mkdir()
+        (profiles / "nat.toml").write_text(
+            f'transport = "local"\nrunner = ["{native_bin()}"]\n', encoding="utf-8")
+        monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
+        device = ["--device", "nat"]
+    vtc = tmp_path / "m.vtc"
+    code, out, err = run_cli(["pack", model, "-o", vtc], capsys)
+    assert code == 0, err
+    dumps = {}
+    for level in ("all", "disable"):
+        dumps[level] = tmp_path / f"dump-{level}"
+        code, out, err = run_cli(["run", vtc, *device, "--iter", "1", "--warmup", "0",
+                                  "--opt-level", level, "--bin-io-dump", dumps[level]], capsys)
+        assert code == 0, err
+        assert "each node run once, in " in out + err
+    code, out, err = run_cli(["diff", dumps["all"], dumps["disable"]], capsys)
+    assert code == 0, out + err
+    assert "=== PASS" in out

@@ -845,8 +845,9 @@ def measure_sizes(np, ort, model, cases, session_job, scratch):
     job = dict(session_job, profile=os.path.join(scratch, "_measure"))
     sess = make_session(ort, model, job)
     names = [o.name for o in sess.get_outputs()]
+    wanted = set(i.name for i in sess.get_inputs())
     for feeds in cases:
-        run_once(sess, dict((k, v) for k, v in feeds.items()), names)
+        run_once(sess, dict((k, v) for k, v in feeds.items() if k in wanted), names)
     trace = sess.end_profiling()
     sess = None
     try:
@@ -879,7 +880,17 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
     unknown = [n for n in nodes if _alone(n, sizes)]
     if len(unknown) > 1:  # measure them (one plain profiled run) rather than isolate each
         names = collections.Counter(n.name for n in nodes)
-        measured = measure_sizes(np, ort, wire.path, cases, session_job, scratch)
+        # measured on the graph's nodes as one segment, not on the file itself: an optimized
+        # model of IR version 3 keeps as graph inputs the initializers its optimizer folded away
+        # (Reshape's "X__SHAPE", "OC2_DUMMY_N"), which no node reads and nothing feeds
+        whole = os.path.join(scratch, "_whole.onnx")
+        with open(whole, "wb") as out:
+            for piece in wire.segment_pieces(0, len(nodes), {}, wire.outputs):
+                out.write(piece)
+        try:
+            measured = measure_sizes(np, ort, whole, cases, session_job, scratch)
+        finally:
+            os.remove(whole)
         for node in unknown:
             got = measured.get(node.name) if node.name and names[node.name] == 1 else None
             for out, size in zip(node.outputs, got or []):

@@ -132,6 +132,20 @@ def test_altered_weight_differs_from_pytorch_already_on_the_host(
     assert ("  differs from PyTorch already on the host: onnxruntime on the packing host gives "
             "the same divergence (the export changed the numbers)") in out.splitlines()
 
+    # verify ci's HTML report says the same beside its first divergent layer
+    from fixtures_ci import local_suite, run_ci
+
+    suite = local_suite(tmp_path, testcases={"cnn": archive})
+    html = tmp_path / "ci.html"
+    run = run_ci([suite, "--baselines", tmp_path / "bl", "--only", "altered/local/opt-off",
+                  "--html", html], capsys, tmp_path)
+    assert run.code == 1
+    page = html.read_text()
+    assert (f"<li>first divergent tensor: <code>{node.output[0]}</code>" in page)
+    assert "<li>PyTorch module: <code>layer2.0.conv1 + layer2.0.bn1 (resnet.py:" in page
+    assert ("<li>differs from PyTorch already on the host: onnxruntime on the packing host "
+            "gives the same divergence (the export changed the numbers)</li>") in page
+
 
 def test_torchscript_export_maps_at_module_boundaries_without_false_divergence(
         exported: dict, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,384 @@
+"""Mutation testing of the verdict chain, on demand, module by module (mutmut 3).
+
+Usage:
+    python3 scripts/mutation.py                    # every module below, one after the other
+    python3 scripts/mutation.py compare check      # just these
+    python3 scripts/mutation.py --list             # the modules, their tests and mutant filters
+    python3 scripts/mutation.py check --children 1 # fewer parallel workers (default 2)
+
+What it does, per module: copies this working tree (the files git tracks or would track) into
+.mutation/MODULE/, writes a [tool.mutmut] section there that mutates that one file and runs only
+the test files listed for it (mutmut then runs, for each mutant, just the tests that call the
+mutated function), runs `nice -n 15 mutmut run`, and reads back each mutant's status. mutmut
+does not mutate decorated functions (@property, @lru_cache), so a few hand-written mutants of
+the properties that carry a verdict (`HAND_MUTANTS`) are applied to the copy and run against
+their tests the same way. Ends with one line per module and the total score (killed / all
+mutants, a mutant with no test counts as surviving) and writes the surviving mutants' diffs to
+.mutation/survivors.md. docs/mutation.md keeps the latest figures and a reason per survivor.
+
+Needs mutmut (pip install 'verify[mutation]'). Tests marked arm64/gpu/hardware never run, nor
+the ssh/adb test files: none of the modules below needs a transport to be judged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+WORK = REPO / ".mutation"
+MUTMUT = "mutmut==3.8.1"  # pinned: the statuses and config keys read here are 3.8's
+
+
+@dataclass(frozen=True)
+class Module:
+    source: str                       # the file mutated
+    tests: tuple[str, ...]            # the test files that exercise it (mutmut picks per mutant)
+    only: tuple[str, ...] = ()        # mutant-name globs to run (default: every mutant of it)
+    skip_lines: tuple[str, ...] = ()  # regexes of source lines left unmutated, with the reason
+    why_skip: str = ""
+
+
+_MESSAGES = r"raise \w+Error\("  # a raise's message wording: tested where users rely on it
+
+MODULES: dict[str, Module] = {
+    "compare": Module("verify/compare.py", ("tests/test_compare.py", "tests/test_tolerance.py",
+                                            "tests/test_tolerance_specs.py"),
+                      only=("verify.compare.x_compare__*", "verify.compare.x_saturating_floor__*",
+                            "verify.compare.xǁMagnitudeRuleǁ*", "verify.compare.xǁAllcloseRuleǁ__*",
+                            "verify.compare.xǁToleranceSetǁ*", "verify.compare.xǁToleranceOverrideǁ*",
+                            "verify.compare.x_parse_tolerance__*", "verify.compare.x__parse_number__*",
+                            "verify.compare.x__check_value__*", "verify.compare.x_topk_agreement__*",
+                            "verify.compare.x_tol_rank__*", "verify.compare.x_first_divergent__*"),
+                      skip_lines=(_MESSAGES,)),
+    "tolerance": Module("verify/tolerance.py", ("tests/test_tolerance.py",
+                                                "tests/test_verdict_edges.py",
+                                                "tests/test_cli_foundation.py"),
+                        skip_lines=(_MESSAGES,)),
+    "check": Module("verify/check.py", ("tests/test_verdict_edges.py",
+                                        "tests/test_cli_foundation.py"),
+                    skip_lines=(_MESSAGES,)),
+    "scan": Module("verify/scan.py", ("tests/test_compare.py", "tests/test_speedups.py"),
+                   only=("verify.scan.x__np_block__*", "verify.scan.x__np_rows__*",
+                         "verify.scan.x__rows__*", "verify.scan.x__chunks__*",
+                         "verify.scan.x_count_unequal__*", "verify.scan.x_scan__*",
+                         "verify.scan.x_cosine__*", "verify.scan.x_sqnr_db__*",
+                         "verify.scan.x_choose_engine__*"),
+                   skip_lines=(_MESSAGES, r"^def _nb_rows_py"),
+                   why_skip="_nb_rows_py is compiled by numba: a mutmut trampoline cannot be"),
+    "diff": Module("verify/diff.py", ("tests/test_diff.py", "tests/test_diff_cases.py",
+                                      "tests/test_diff_perturb.py", "tests/test_verdict_edges.py"),
+                   only=("verify.diff.x__walk__*", "verify.diff.x_diff_cases__*",
+                         "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*",
+                         "verify.diff.x__open_source__*", "verify.diff.x__dump_side__*",
+                         "verify.diff.x__archive_source__*", "verify.diff.x__streamed__*"),
+                   skip_lines=(_MESSAGES,)),
+    "execute": Module("verify/execute.py", ("tests/test_verdict_edges.py",
+                                            "tests/test_cli_foundation.py"),
+                      only=("verify.execute.x_run__*", "verify.execute.x_prepare__*",
+                            "verify.execute.x_output_floors__*"),
+                      skip_lines=(_MESSAGES,)),
+    "capture": Module("verify/capture.py", ("tests/test_capture.py", "tests/test_verdict_edges.py",
+                                            "tests/test_dump_run.py"),
+                      only=("verify.capture.x_plan_dump__*", "verify.capture.x_compile_dump_filter__*",
+                            "verify.capture.x__reindex__*"),
+                      skip_lines=(_MESSAGES,)),
+    "testcase": Module("verify/testcase.py", ("tests/test_verdict_edges.py",
+                                              "tests/test_archive_roundtrip.py",
+                                              "tests/test_cli_foundation.py",
+                                              "tests/test_diff_cases.py"),
+                       only=("verify.testcase.x_read_archive__*",
+                             "verify.testcase.xǁArchiveReaderǁ*",
+                             "verify.testcase.xǁTestcaseǁcase_indices__*"),
+                       skip_lines=(_MESSAGES,)),
+    "inputs": Module("verify/inputs.py", ("tests/test_inputs.py", "tests/test_inputs_casts.py",
+                                          "tests/test_verdict_edges.py"),
+                     only=("verify.inputs.x__cast__*", "verify.inputs.x__image_cast__*",
+                           "verify.inputs.x__int_limits__*", "verify.inputs.x__kind__*"),
+                     skip_lines=(_MESSAGES,)),
+    "search": Module("verify/localize/search.py", ("tests/test_localize.py",
+                                                   "tests/test_localize_subgraph.py",
+                                                   "tests/test_localize_refs.py"),
+                     skip_lines=(_MESSAGES,)),
+}
+
+
+@dataclass(frozen=True)
+class HandMutant:
+    """One mutant mutmut cannot make: `old` replaced by `new` in `source`."""
+
+    name: str
+    source: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+HAND_MUTANTS: dict[str, tuple[HandMutant, ...]] = {
+    "check": (HandMutant("CaseCheck.passed all->any", "verify/check.py",
+                         "else all(d.passed for d in self.diffs)",
+                         "else any(d.passed for d in self.diffs)",
+                         ("tests/test_verdict_edges.py",)),
+              HandMutant("CaseCheck.passed None check dropped", "verify/check.py",
+                         "return None if self.diffs is None else all(",
+                         "return all(", ("tests/test_cli_foundation.py",))),
+    "execute": (HandMutant("RunOutcome.passed all->any", "verify/execute.py",
+                           "return all(verdicts) if verdicts else None",
+                           "return any(verdicts) if verdicts else None",
+                           ("tests/test_verdict_edges.py",)),
+                HandMutant("RunOutcome.passed no-check -> True", "verify/execute.py",
+                           "return all(verdicts) if verdicts else None",
+                           "return all(verdicts)", ("tests/test_cli_foundation.py",))),
+    "diff": (HandMutant("DiffRow.passed missing row -> False", "verify/diff.py",
+                        "return None if self.diff is None else self.diff.passed",
+                        "return False if self.diff is None else self.diff.passed",
+                        ("tests/test_diff.py",)),
+             HandMutant("DiffReport.failing keeps passing rows", "verify/diff.py",
+                        "if r.passed is False)", "if r.passed is not True)",
+                        ("tests/test_diff.py",))),
+}
+
+@dataclass
+class Result:
+    module: str
+    statuses: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return sum(1 for s in self.statuses.values() if s == status)
+
+    @property
+    def killed(self) -> int:
+        return self.count("killed") + self.count("timeout") + self.count("segfault")
+
+    @property
+    def total(self) -> int:
+        return sum(1 for s in self.statuses.values() if s not in ("skipped", "not checked"))
+
+
+_KILLED = ("killed", "timeout", "segfault")
+
+
+def _copy_tree(dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO,
+                           check=True, capture_output=True).stdout.split(b"\0")
+    for raw in files:
+        rel = raw.decode()
+        if not rel or rel.startswith(".mutation/") or not (REPO / rel).is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, dest / rel)
+
+
+def _toml_list(items: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join('"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for s in items) + "]"
+
+
+def _configure(dest: Path, mod: Module) -> None:
+    pytest_args = ["-p", "no:cacheprovider", "-m", "not arm64 and not gpu and not hardware"]
+    section = (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["verify/"]\n'
+        f"only_mutate = {_toml_list([mod.source])}\n"
+        f"pytest_add_cli_args_test_selection = {_toml_list(mod.tests)}\n"
+        f"pytest_add_cli_args = {_toml_list(pytest_args)}\n"
+        f"do_not_mutate_patterns = {_toml_list(mod.skip_lines)}\n"
+        'also_copy = ["goldens", "scripts", "devices", "examples", "benchmarks"]\n'
+        "use_git_change_detection = false\n")
+    with open(dest / "pyproject.toml", "a", encoding="utf-8") as f:
+        f.write(section)
+
+
+def _env(dest: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    # The mutated copy, for the tests and for the `verify` processes they start. Through a
+    # folder of its own holding a link to mutants/verify: mutmut drops sys.path entries equal
+    # to the folder it is in, and when it is in mutants/ an editable install of verify would
+    # then be imported instead, unmutated.
+    root = dest / ".importroot"
+    root.mkdir(exist_ok=True)
+    if not (root / "verify").is_symlink():
+        (root / "verify").symlink_to(dest / "mutants" / "verify", target_is_directory=True)
+    env["PYTHONPATH"] = str(root)
+    env.pop("VERIFY_NO_NUMBA", None)
+    return env
+
+
+def _run_mutmut(dest: Path, mod: Module, children: int, log: Path,
+                names: list[str] | None = None) -> dict[str, str]:
+    cmd = ["nice", "-n", "15", sys.executable, "-m", "mutmut", "run", "--max-children",
+           str(children), *(names if names is not None else mod.only)]
+    for _attempt in range(2):
+        with open(log, "wb") as out:
+            proc = subprocess.run(cmd, cwd=dest, env=_env(dest), stdout=out,
+                                  stderr=subprocess.STDOUT)
+        # mutmut 3.8's first run in a fresh folder can record no test for any function and
+        # stop; a second run (its stats file now exists) collects them
+        if b"could not find any test case for any mutant" not in log.read_bytes():
+            break
+    statuses = _read_statuses(dest, mod)
+    if proc.returncode != 0 and not statuses:
+        raise SystemExit(f"mutmut failed for {mod.source} (exit {proc.returncode}); see {log}")
+    return statuses
+
+
+def _read_statuses(dest: Path, mod: Module) -> dict[str, str]:
+    """Each mutant's status as `mutmut results` reports it, limited to the module's filter."""
+    listing = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
+                             cwd=dest, env=_env(dest), capture_output=True, text=True)
+    statuses = {}
+    for line in listing.stdout.splitlines():
+        name, sep, status = line.strip().rpartition(": ")
+        if sep and name.startswith("verify."):
+            statuses[name] = status
+    if mod.only:
+        import fnmatch
+
+        statuses = {k: v for k, v in statuses.items()
+                    if any(fnmatch.fnmatchcase(k, g) for g in mod.only)}
+    return statuses
+
+
+def _recheck(dest: Path, mod: Module, children: int, log: Path) -> dict[str, str]:
+    """The last run's statuses, with its survivors run again against the current tests."""
+    if (REPO / mod.source).read_bytes() != (dest / mod.source).read_bytes():
+        raise SystemExit(f"{mod.source} changed since its last mutation run: run it in full")
+    before = _read_statuses(dest, mod)
+    for folder in (dest / "tests", dest / "mutants" / "tests"):
+        shutil.rmtree(folder)
+        shutil.copytree(REPO / "tests", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
+    _configure(dest, mod)  # the module's test files as listed now
+    again = [k for k, v in before.items() if v not in _KILLED + ("skipped", "not checked")]
+    if again:
+        after = _run_mutmut(dest, mod, children, log, names=again)
+        before.update({k: after.get(k, "not checked") for k in again})
+    return before
+
+
+def _run_hand(dest: Path, mutants: tuple[HandMutant, ...]) -> dict[str, str]:
+    statuses = {}
+    for hm in mutants:
+        path = dest / hm.source
+        src = path.read_text(encoding="utf-8")
+        if src.count(hm.old) != 1:
+            statuses[f"hand: {hm.name}"] = "stale (source changed: update HAND_MUTANTS)"
+            continue
+        path.write_text(src.replace(hm.old, hm.new), encoding="utf-8")
+        try:
+            env = dict(os.environ, PYTHONPATH=str(dest))
+            proc = subprocess.run(["nice", "-n", "15", sys.executable, "-m", "pytest", "-x", "-q",
+                                   "-p", "no:cacheprovider", "-m",
+                                   "not arm64 and not gpu and not hardware", *hm.tests],
+                                  cwd=dest, env=env, capture_output=True, text=True)
+        finally:
+            path.write_text(src, encoding="utf-8")
+        statuses[f"hand: {hm.name}"] = "killed" if proc.returncode == 1 else "survived"
+    return statuses
+
+
+def _survivor_diffs(dest: Path, names: list[str]) -> str:
+    parts = []
+    for name in names:
+        if name.startswith("hand: "):
+            parts.append(f"### {name}\n")
+            continue
+        shown = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=dest,
+                               env=_env(dest), capture_output=True, text=True).stdout
+        lines = [ln for ln in shown.splitlines()
+                 if ln.startswith(("-", "+")) and not ln.startswith(("---", "+++"))]
+        parts.append(f"### {name}\n```diff\n" + "\n".join(lines) + "\n```\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"of {', '.join(MODULES)} (default: all)")
+    ap.add_argument("--children", type=int, default=2, help="parallel mutant workers")
+    ap.add_argument("--list", action="store_true", help="print the modules and exit")
+    ap.add_argument("--report", action="store_true",
+                    help="print the figures of the last runs again (nothing is run)")
+    ap.add_argument("--survivors", action="store_true",
+                    help="after adding tests: re-run only the mutants that survived the last run "
+                         "of each module (its source unchanged), with the tests as they are now")
+    args = ap.parse_args(argv)
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        ap.error(f"unknown module(s) {', '.join(unknown)}; choose from {', '.join(MODULES)}")
+    if args.list:
+        for name, mod in MODULES.items():
+            print(f"{name}: {mod.source}; tests {' '.join(mod.tests)}"
+                  + (f"; only {' '.join(mod.only)}" if mod.only else ""))
+        return 0
+    try:
+        import mutmut  # noqa: F401  (only whether it is installed)
+    except ImportError:
+        print(f"mutmut is not installed: pip install '{MUTMUT}' (or the project's "
+              "'mutation' extra)", file=sys.stderr)
+        return 2
+    WORK.mkdir(exist_ok=True)
+    results: list[Result] = []
+    survivors_md = []
+    for name in args.modules or list(MODULES):
+        mod = MODULES[name]
+        dest = WORK / name
+        start = time.monotonic()
+        print(f"== {name}: {mod.source} against {' '.join(mod.tests)}", flush=True)
+        res = Result(name)
+        if args.report:
+            if not (dest / "mutants").is_dir():
+                print("   not run yet")
+                continue
+            res.statuses = _read_statuses(dest, mod)
+            hand = WORK / f"{name}.hand.json"
+            if hand.is_file():
+                res.statuses.update(json.loads(hand.read_text(encoding="utf-8")))
+        elif args.survivors and (dest / "mutants").is_dir():
+            res.statuses = _recheck(dest, mod, args.children, WORK / f"{name}.log")
+        else:
+            _copy_tree(dest)
+            _configure(dest, mod)
+            res.statuses = _run_mutmut(dest, mod, args.children, WORK / f"{name}.log")
+        if not args.report or not (WORK / f"{name}.hand.json").is_file():
+            hand_statuses = _run_hand(dest, HAND_MUTANTS.get(name, ()))
+            (WORK / f"{name}.hand.json").write_text(json.dumps(hand_statuses), encoding="utf-8")
+            res.statuses.update(hand_statuses)
+        res.seconds = time.monotonic() - start
+        results.append(res)
+        bad = sorted(k for k, v in res.statuses.items() if v not in (*_KILLED, "skipped",
+                                                                    "not checked"))
+        print(f"   {res.killed}/{res.total} killed ({_pct(res.killed, res.total)}) in "
+              f"{res.seconds:.0f} s; {len(bad)} surviving"
+              + (f", {res.count('not checked')} not checked (run cut short)"
+                 if res.count("not checked") else ""), flush=True)
+        if bad:
+            survivors_md.append(f"## {name} ({mod.source})\n\n" + "\n".join(
+                f"- {k}: {res.statuses[k]}" for k in bad) + "\n\n" + _survivor_diffs(dest, bad))
+    killed = sum(r.killed for r in results)
+    total = sum(r.total for r in results)
+    print("\nmodule       killed / mutants   score")
+    for r in results:
+        print(f"{r.module:<12} {r.killed:>6} / {r.total:<7}   {_pct(r.killed, r.total)}")
+    print(f"{'total':<12} {killed:>6} / {total:<7}   {_pct(killed, total)}")
+    (WORK / "survivors.md").write_text("# Surviving mutants\n\n" + "\n".join(survivors_md),
+                                       encoding="utf-8")
+    print(f"surviving mutants with their diffs: {WORK / 'survivors.md'}")
+    return 0
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100.0 * k / n:.1f}%" if n else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -224,3 +224,69 @@ def test_a_version_1_label_on_a_checksummed_archive_is_corrupt(
     code, _, err = verify(capsys, "inspect", bad)
     assert code == 2
     assert err.strip().splitlines()[-1].startswith(f"error: {bad}: corrupt archive: ")
+
+
+def test_a_flipped_layer_reference_stops_every_verdict_on_the_local_device(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path, tmp_path: Path) -> None:
+    """run, bench and localize do not read the per-layer references (localize only some): a
+    background check reads them all while the device works and is joined before the verdict,
+    so a flipped bit there is exit 2 and one line, never PASS/FAIL; intact, the same commands
+    give their verdict (exit 0)."""
+    bad = copy(cnn_vtc, tmp_path / "bad.vtc")
+    flip_in(bad, "cases/0/layers/5", 0)
+    with h5py.File(bad) as f:
+        name = f["cases/0/layers/5"].attrs["name"].decode()
+    line = (f"error: {bad}: corrupt archive: cases/0/layers/5 ({name!r}) does not match its "
+            "checksum (re-pack it, or get an intact copy)")
+    commands = [("run", "--iter", "1", "--warmup", "0"),
+                ("run", "--iter", "1", "--warmup", "0", "--bin-io-dump", "DUMP"),
+                ("bench", "--iter", "1", "--warmup", "0", "--opt-levels", "disable,all"),
+                ("localize",), ("localize", "--no-dump")]
+    for command, *rest in commands:
+        code, out, _ = verify(capsys, command, cnn_vtc,
+                              *(tmp_path / "good" if a == "DUMP" else a for a in rest))
+        assert code == 0, (command, out)
+        code, out, err = verify(capsys, command, bad,
+                                *(tmp_path / "dump" if a == "DUMP" else a for a in rest))
+        assert (code, only_line(err)) == (2, line), command
+        assert "PASS" not in out and "FAIL" not in out and "CLEAN" not in out, command
+    assert (tmp_path / "good" / "manifest.json").is_file()
+    assert not (tmp_path / "dump").exists()  # the corrupt run's dump went, with its folder
+
+
+def test_a_flipped_layer_reference_is_a_bad_testcase_in_ci(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path, tmp_path: Path) -> None:
+    """A ci job on an archive whose per-layer references are damaged is a bad testcase (exit
+    2, the dataset named), not a PASS or a gate failure."""
+    from fixtures_ci import local_suite, run_ci
+
+    (tmp_path / "bad").mkdir()
+    bad = copy(cnn_vtc, tmp_path / "bad" / "cnn.vtc")
+    flip_in(bad, "cases/0/layers/5", 0)
+    suite = local_suite(tmp_path, testcases={"cnn": bad})
+    # a job judged at its outputs only: nothing but the background check reads the references
+    text = suite.read_text(encoding="utf-8")
+    assert text.count("layers = true") == 1
+    suite.write_text(text.replace("layers = true", "layers = false"), encoding="utf-8")
+    ran = run_ci([suite, "--only", "cnn/local/opt-off"], capsys, tmp_path)
+    assert ran.code == 2, ran.err
+    assert "cases/0/layers/5" in json.dumps(ran.report) and "checksum" in json.dumps(ran.report)
+
+
+@pytest.mark.parametrize("shape", [(), (0, 3), (1, 3, 7, 5), (2, 1, 40), (5,), (3, 4, 1)])
+def test_the_background_check_reads_in_bounded_blocks_covering_the_tensor_in_order(
+        shape: tuple[int, ...]) -> None:
+    """Whatever the shape (a batch of 1 included), blocks of at most the limit (or one
+    element), concatenated in order, give the tensor's bytes: its digest is the stored one."""
+    from verify.archive_verify import blocks
+    from verify.digest import TensorHasher, tensor_digest
+
+    value = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    limit = 24  # bytes: 6 float32
+    h = TensorHasher("t", value.dtype, value.shape)
+    parts = list(blocks(value.shape, value.dtype.itemsize, limit))
+    for part in parts:
+        assert value[part].nbytes <= limit or value[part].size <= 1 or value.size == 0
+        h.update(value[part])
+    assert h.hexdigest() == tensor_digest("t", value)
+    assert len(parts) >= value.nbytes // limit

@@ -33,7 +33,7 @@ from verify.check import check_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
-from verify.execute import output_floors, prepare
+from verify.execute import Prepared, output_floors, prepare
 from verify.pipeline import OPT_LEVELS, ProgressFactory, RunOptions, Status, run_on_device
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
@@ -265,7 +265,15 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError(f"setting {dup!r} is given twice")
     if request.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    tc, tolerances, indices, profile = prepare(request)
+    prepared = prepare(request)
+    with prepared.layer_check:  # joined before the report (a verdict) is returned
+        return _bench(request, prepared, status, progress)
+
+
+def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
+           progress: ProgressFactory | None) -> BenchReport:
+    tc, tolerances, indices, profile, _ = prepared
+    labels = [s.label for s in request.settings]
     feeds = [tc.cases[i].inputs for i in indices]
     floors = output_floors(tc)
     say = status or (lambda _m: None)

@@ -40,6 +40,7 @@ from verify.pipeline import (
     Status,
     run_on_device,
 )
+from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase, read_archive
 from verify.tolerance import tolerance_set
 
@@ -114,16 +115,26 @@ class Prepared(NamedTuple):
     tolerances: ToleranceSet
     indices: tuple[int, ...]
     profile: Profile
+    layer_check: LayerCheck  # the per-layer references, checked while the device works
 
 
 def prepare(request: ArchiveRequest) -> Prepared:
     """The set-up every command that runs an archive does first (bad input fails here, before
-    any device time is spent)."""
+    any device time is spent). The archive's per-layer references, which these commands do not
+    read, are checked in a background thread from here on: wrap the device work and the verdict
+    in `with prepared.layer_check:` so a mismatch is exit 2 and no verdict."""
     tc = read_archive(request.archive)
-    check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model"))
-    tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-    return Prepared(tc, tolerances, tc.case_indices(request.case_index),
-                    resolve_profile(request.device, request.insecure_host_key))
+    check = LayerCheck(tc.path if tc.has_layers and tc.checked else None)
+    try:
+        check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model"))
+        tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
+        return Prepared(tc, tolerances, tc.case_indices(request.case_index),
+                        resolve_profile(request.device, request.insecure_host_key), check)
+    except BaseException:
+        check.cancel()
+        raise
+
+
 
 
 def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
@@ -140,7 +151,14 @@ def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.n
 
 def run(request: RunRequest, *, status: Status | None = None,
         progress: ProgressFactory | None = None) -> RunOutcome:
-    tc, tolerances, indices, profile = prepare(request)
+    prepared = prepare(request)
+    with prepared.layer_check:  # joined before the outcome (a verdict) is returned
+        return _run(request, prepared, status, progress)
+
+
+def _run(request: RunRequest, prepared: Prepared, status: Status | None,
+         progress: ProgressFactory | None) -> RunOutcome:
+    tc, tolerances, indices, profile, _ = prepared
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
     options = RunOptions(iterations=request.iterations, warmup=request.warmup,
@@ -154,6 +172,9 @@ def run(request: RunRequest, *, status: Status | None = None,
         device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
                                    progress=progress, profile_dest=request.profile_path,
                                    dump=dump_spec)
+        # joined before anything is judged or written: corrupt references are exit 2 (and the
+        # dump pulled so far goes with them)
+        prepared.layer_check.result()
         written: dict[str, str] = {}
         if device_run.profile_file is not None:
             written["profile"] = str(device_run.profile_file)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from verify.shapes import tensor_sizes
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
 from verify.testcase import Testcase
 from verify.tolerance import layered_record
+
+if TYPE_CHECKING:
+    from verify.execute import Prepared
 
 MODES = ("auto", "dump", "bisect")
 FAULTY = "faulty here"
@@ -139,7 +142,13 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         raise UsageError("--fanout must be at least 2")
     from verify.execute import prepare
 
-    tc, tolerances, _, profile = prepare(req)  # also validates --case
+    prepared = prepare(req)  # also validates --case
+    with prepared.layer_check:  # joined before the result (a verdict) is returned
+        return _localize(req, prepared, status)
+
+
+def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -> LocalizeResult:
+    tc, tolerances, _, profile, _ = prepared
     model = parse_model(tc.model_bytes, str(req.archive))
     ng = node_graph(model)
     if not len(ng):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import h5py
@@ -159,6 +160,7 @@ def test_a_dataset_over_the_size_limit_is_refused_before_it_is_read(
                               "limit (raise it with verify --max-tensor-mb N or "
                               "$VERIFY_MAX_TENSOR_MB)")
     assert verify(capsys, "--max-tensor-mb", "2", "inspect", packed)[0] == 0
+    assert "VERIFY_MAX_TENSOR_MB" not in os.environ  # the option lasts one command only
     code, _, err = verify(capsys, "--max-tensor-mb", "0", "inspect", packed)
     assert code == 2 and "expected a number of MB > 0" in err
 

@@ -70,7 +70,16 @@ def _max_tensor_mb(ctx: click.Context, param: click.Parameter, value: float | No
         raise UsageError(f"--max-tensor-mb {value:g}: expected a number of MB > 0")
     from verify.schema import MAX_TENSOR_MB_ENV
 
+    previous = os.environ.get(MAX_TENSOR_MB_ENV)
     os.environ[MAX_TENSOR_MB_ENV] = repr(value)  # read where archives are opened
+
+    def restore() -> None:  # main() may run again in this process (tests, embedding)
+        if previous is None:
+            os.environ.pop(MAX_TENSOR_MB_ENV, None)
+        else:
+            os.environ[MAX_TENSOR_MB_ENV] = previous
+
+    ctx.call_on_close(restore)
 
 
 @click.group(context_settings=CONTEXT)

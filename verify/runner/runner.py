@@ -136,10 +136,12 @@ def make_session(ort, model_bytes, job):
     # onnxruntime's own log goes to this process's stderr; verify shows the runner's errors
     # from the result file, so by default only errors are logged ("ort_log_severity" 0-4)
     severity = job.get("ort_log_severity", 3)
-    if severity in (0, 1, 2, 3, 4):
-        so.log_severity_level = severity
-        if hasattr(ort, "set_default_logger_severity"):
-            ort.set_default_logger_severity(severity)
+    if severity not in (0, 1, 2, 3, 4):
+        severity = 3
+    so.log_severity_level = severity
+    # While the session is made, warnings are logged too: they are captured (never shown
+    # unless asked for or the session fails) and say why a provider fell back (CUDA, cuDNN).
+    _default_log_severity(ort, min(severity, 2))
     level = job.get("opt_level", "disable")
     if level not in OPT_LEVELS:
         raise JobError("input", "unknown opt_level %r" % level)
@@ -170,8 +172,13 @@ def make_session(ort, model_bytes, job):
     options = job.get("provider_options") or {}
     provider_list = [(p, dict(options.get(p, {}))) for p in providers]
     try:
-        sess, log = _with_stderr_captured(lambda: ort.InferenceSession(
-            model_bytes, sess_options=so, providers=provider_list))
+        try:
+            sess, log = _with_stderr_captured(lambda: ort.InferenceSession(
+                model_bytes, sess_options=so, providers=provider_list))
+        finally:
+            _default_log_severity(ort, severity)
+        if severity < 3:  # the user asked for onnxruntime's log
+            sys.stderr.write(log)
     except Exception as exc:
         text = str(exc)
         if "NOT_IMPLEMENTED" in text or "Could not find an implementation" in text \
@@ -185,6 +192,11 @@ def make_session(ort, model_bytes, job):
     if problem:
         raise JobError("provider", problem)
     return sess
+
+
+def _default_log_severity(ort, severity):
+    if hasattr(ort, "set_default_logger_severity"):
+        ort.set_default_logger_severity(severity)
 
 
 def _with_stderr_captured(make):

@@ -114,6 +114,15 @@ def sh(argv: list[str], **kw) -> float:
     return wall
 
 
+def start_cpu(argv: list[str], runs: int = 5) -> float:
+    """The least CPU time (user + sys) of `runs` starts of argv."""
+    best = float("inf")
+    for _ in range(runs):
+        sh(argv)
+        best = min(best, CPU["cpu"])
+    return best
+
+
 def ensure_polygraphy() -> str | None:
     try:
         import polygraphy  # noqa: F401
@@ -199,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"floor: a plain run (no dump) {t_plain:.2f} s, of which `verify --help` "
               f"{t_cli:.2f} s and python + numpy + onnxruntime import {t_ort:.2f} s; "
               f"two plain runs + diff = {floor:.1f} s")
+        c_ort, c_cli = start_cpu([sys.executable, "-c", "import numpy, onnxruntime"]), \
+            start_cpu([*verify, "--help"])
+        print(f"start CPU (user+sys, best of 5): `verify --help` {c_cli:.3f} s vs `python -c "
+              f"'import numpy, onnxruntime'` {c_ort:.3f} s = {c_cli / c_ort:.2f}x (target <= 1)")
         if args.skip_polygraphy:
             print("polygraphy end to end: skipped (--skip-polygraphy)")
             return 0

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from helpers_cli import verify
 
@@ -26,7 +27,8 @@ def flat(text: str) -> str:
 
 
 def test_top_level_help_shows_diff_as_actual_then_reference(capsys) -> None:
-    assert [p.name for p in cli.commands["diff"].params[:2]] == ["actual", "reference"]
+    diff = cli.get_command(click.Context(cli), "diff")
+    assert diff is not None and [p.name for p in diff.params[:2]] == ["actual", "reference"]
     code, out, _ = verify(capsys, "--help")
     assert code == 0
     assert "verify diff phone/ cpu/ ACTUAL REFERENCE: first divergent layer" in flat(out)

@@ -15,6 +15,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import onnxruntime as ort
+import click
 import pytest
 
 from helpers_cli import only_line, verify
@@ -61,7 +62,9 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _commands(group, prefix=()):  # type: ignore[no-untyped-def]
-    for name, command in group.commands.items():
+    ctx = click.Context(group)  # the lazy commands too (verify/cli's LAZY_COMMANDS)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         if hasattr(command, "commands"):
             yield from _commands(command, (*prefix, name))
         else:

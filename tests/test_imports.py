@@ -176,3 +176,34 @@ def test_without_torch_the_option_says_what_to_install(argv: list[str], option: 
                                    "pip install 'onnx-verify[torch]' (PyTorch, CPU build: "
                                    "torch==2.13.0+cpu)")
     assert not (tmp_path / "x.vtc").exists()
+
+
+def test_top_level_help_imports_no_numpy_rich_or_command_module() -> None:
+    """`verify --help` lists the commands without importing them (LAZY_COMMANDS), nor numpy or
+    rich: its start stays under a bare `import numpy, onnxruntime` (benchmarks/bench_diff.py)."""
+    code = ("import sys\n"
+            "from verify.cli import main\n"
+            "try:\n"
+            "    main(['--help'])\n"
+            "except SystemExit:\n"
+            "    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'rich')\n"
+            "             or m.endswith('_cmd') or m == 'verify.cli.render'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Commands:" in proc.stdout and "localize" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_lazy_commands_short_help_is_each_commands_own() -> None:
+    import click
+
+    from verify.cli import LAZY_COMMANDS, cli
+
+    ctx = click.Context(cli)
+    assert sorted(LAZY_COMMANDS) == cli.list_commands(ctx)
+    for name, (module, short) in LAZY_COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None and f"verify.cli.{module}" in sys.modules
+        assert command.get_short_help_str(10_000) == short, name

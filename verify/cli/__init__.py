@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -14,7 +15,6 @@ from typing import Any
 import click
 
 from verify import DISTRIBUTION, __version__
-from verify.files import json_value, os_reason
 from verify.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
@@ -51,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exc.exit_code
     except OSError as exc:  # one the code did not convert where it happened: still one line
         where = f"{exc.filename}: " if exc.filename else ""
+        from verify.files import os_reason  # numpy: not imported for --help
+
         click.echo(f"error: {where}{os_reason(exc)}", err=True)
         code = EXIT_USAGE
     except Exception:  # a bug: show everything
@@ -82,7 +84,68 @@ def _max_tensor_mb(ctx: click.Context, param: click.Parameter, value: float | No
     ctx.call_on_close(restore)
 
 
-@click.group(context_settings=CONTEXT)
+# The commands, each in its module (verify/cli/NAME_cmd.py), imported only when that command
+# runs, completes or shows its help, so `verify --help` does not pay for numpy, rich or the
+# features (click's lazy-subcommand pattern). The short help `verify --help` lists is held here;
+# tests/test_imports.py checks it against each command's own docstring.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("bench_cmd", "Run ARCHIVE on one device under several settings and compare them: "
+                           "latency (avg, sd, min, max), speed-up over the first setting, and "
+                           "each setting's error against the ground truth with pass/fail."),
+    "ci": ("ci_cmd", "Run the nightly gates of a SUITE file and write reports."),
+    "devices": ("devices_cmd", "List device profiles, check that a device is reachable and "
+                               "ready, clean its cache."),
+    "diff": ("diff_cmd", "Compare ACTUAL against REFERENCE layer by layer and name the first "
+                         "divergent tensor."),
+    "export": ("export_cmd", "Write the ONNX model held in ARCHIVE to a file (open it in "
+                             "Netron, or any ONNX tool)."),
+    "inspect": ("inspect_cmd", "Show what a .vtc archive holds: model, inputs/outputs, cases, "
+                               "tolerances, provenance."),
+    "localize": ("localize_cmd", "Find the node that computes wrong on a device, and write a "
+                                 "one-node repro archive."),
+    "pack": ("pack_cmd", "Pack MODEL, its inputs and ground-truth outputs into one .vtc "
+                         "testcase archive."),
+    "profile": ("profile_cmd", "Summarize TRACE, a profile from `verify run --profile` (or any "
+                               "ONNX Runtime profile): total time first, then the top nodes "
+                               "with their self and cumulative time, FLOPs, achieved FLOP/s, "
+                               "bytes moved, bandwidth and shapes."),
+    "run": ("run_cmd", "Run ARCHIVE on a device, time it like load_and_run, and check the "
+                       "outputs."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands in LAZY_COMMANDS are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(LAZY_COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            importlib.import_module(f"verify.cli.{LAZY_COMMANDS[cmd_name][0]}")  # registers it
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click's, with the short help of a command not yet imported from LAZY_COMMANDS."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = []
+        for name in names:
+            cmd = self.commands.get(name)
+            if cmd is not None:
+                if cmd.hidden:
+                    continue
+                rows.append((name, cmd.get_short_help_str(limit)))
+            else:
+                rows.append((name, click.Command(name, help=LAZY_COMMANDS[name][1])
+                             .get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="verify",
                       message=f"%(prog)s %(version)s (distribution {DISTRIBUTION})")
 @click.option("--max-tensor-mb", type=float, default=None, expose_value=False, is_eager=True,
@@ -217,26 +280,7 @@ def emit_json(data: Mapping[str, Any], kind: str) -> None:
     """Print one JSON document on stdout, headed by its format name and version."""
     if kind not in JSON_KINDS:
         raise ValueError(f"unknown JSON document kind {kind!r}")
+    from verify.files import json_value
+
     doc = {"format": f"verify-{kind}", "version": JSON_VERSION, **data}
     click.echo(json.dumps(doc, indent=2, sort_keys=False, default=json_value))
-
-
-
-
-def _register() -> None:
-    """Import the command modules; each adds its commands to `cli`."""
-    from verify.cli import (  # noqa: F401,E501
-        bench_cmd,
-        ci_cmd,
-        devices_cmd,
-        diff_cmd,
-        export_cmd,
-        inspect_cmd,
-        localize_cmd,
-        pack_cmd,
-        profile_cmd,
-        run_cmd,
-    )
-
-
-_register()

@@ -339,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
             if not (dest / "mutants").is_dir():
                 print("   not run yet")
                 continue
-            res.statuses = _read_statuses(dest, mod)
+            saved = WORK / f"{name}.statuses.json"  # what the last run or re-run concluded
+            res.statuses = (json.loads(saved.read_text(encoding="utf-8")) if saved.is_file()
+                            else _read_statuses(dest, mod))
             hand = WORK / f"{name}.hand.json"
             if hand.is_file():
                 res.statuses.update(json.loads(hand.read_text(encoding="utf-8")))
@@ -349,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             _copy_tree(dest)
             _configure(dest, mod)
             res.statuses = _run_mutmut(dest, mod, args.children, WORK / f"{name}.log")
+        if not args.report:  # mutmut may reset what a re-run did not touch: keep ours
+            (WORK / f"{name}.statuses.json").write_text(json.dumps(res.statuses),
+                                                        encoding="utf-8")
         if not args.report or not (WORK / f"{name}.hand.json").is_file():
             hand_statuses = _run_hand(dest, HAND_MUTANTS.get(name, ()))
             (WORK / f"{name}.hand.json").write_text(json.dumps(hand_statuses), encoding="utf-8")

@@ -4,13 +4,17 @@ Usage:
     python scripts/fuzz_archives.py                       # 2,000 archive mutants, 200 manifests
     python scripts/fuzz_archives.py --archives 300 --manifests 100 --seconds 50 --seed 1
     python scripts/fuzz_archives.py --local-every 25      # also a real local run every 25th
+    python scripts/fuzz_archives.py --local-layers        # ... and of every mutant changed
+                                                          # only in its per-layer references
 
 Each archive mutant (bit flips, overwritten or zeroed bytes, truncation, and edits made through
 h5py: an attribute, a name, a value, a dataset removed or added) goes through `verify inspect`
 and `verify run` (on an ssh device on a closed port: reaching the device is exit 3, so a
-mutant that got past the archive checks shows; with --local-every, also a real local run).
-A mutant whose stored content changed (read back raw with h5py, compared with the original)
-must never reach a verdict (exit 0 or 1) nor the device; no mutant may end in exit 4 (a bug).
+mutant that got past the archive checks shows; with --local-every / --local-layers, also a
+real local run). A mutant whose stored content changed (read back raw with h5py, compared with
+the original) must never reach a verdict (exit 0 or 1) — a local run included, whose per-layer
+references are checked in the background while the device works — nor the device with
+content run reads changed; no mutant may end in exit 4 (a bug).
 Dump manifest mutants go through `verify diff`. Prints counts as JSON; exit 1 when a rule broke.
 """
 
@@ -175,7 +179,8 @@ def build_bases(folder: Path) -> list[Path]:
 
 
 def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
-                  local_every: int, keep: Path | None = None) -> dict[str, Any]:
+                  local_every: int, keep: Path | None = None,
+                  local_layers: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     bases = build_bases(work)
     originals = {b: (b.read_bytes(), logical(b), logical(b, layers=False)) for b in bases}
@@ -210,8 +215,11 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
         runs = [("inspect", ["inspect", str(mutant)]),
                 ("run", ["run", str(mutant), "--device", CLOSED_PORT_DEVICE, "--iter", "1",
                          "--warmup", "0"])]
-        if local_every and done % local_every == 0:
+        layers_only = changed and not used_changed
+        if (local_every and done % local_every == 0) or (local_layers and layers_only):
             runs.append(("local run", ["run", str(mutant), "--iter", "1", "--warmup", "0"]))
+            if layers_only:
+                stats["local runs on per-layer-only changes"] += 1
         for what, args in runs:
             code, err = run_cli(args)
             if keep is not None and (code == 4 or (changed and code in (0, 1, 3))):
@@ -221,7 +229,9 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
             last = tail(err)
             if code == 4:
                 problems.append(f"{kind} on {base.name}: {what} exit 4: {tail(err, 5)}")
-            elif (used_changed if what != "inspect" else changed) and code in (0, 1):
+            elif (used_changed if what == "run" else changed) and code in (0, 1):
+                # a local run gets to its verdict: the per-layer references it does not read
+                # are checked in the background meanwhile, so any changed byte is exit 2
                 problems.append(f"{kind} on {base.name}: {what} gave a verdict (exit {code}) "
                                 "on changed content")
             elif used_changed and code == 3 and what == "run":
@@ -304,12 +314,13 @@ def fuzz_manifests(work: Path, count: int, deadline: float, seed: int) -> dict[s
 
 
 def fuzz(archives: int, manifests: int, seconds: float, seed: int,
-         local_every: int = 0, keep: Path | None = None) -> dict[str, Any]:
+         local_every: int = 0, keep: Path | None = None,
+         local_layers: bool = False) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     with tempfile.TemporaryDirectory(prefix="verify-fuzz-") as tmp:
         work = Path(tmp)
         a = fuzz_archives(work, archives, deadline - seconds * 0.2 * bool(manifests), seed,
-                          local_every, keep)
+                          local_every, keep, local_layers)
         m = fuzz_manifests(work, manifests, deadline, seed)
     return {"seed": seed, "archive": a, "manifest": m,
             "problems": a["problems"] + m["problems"]}
@@ -323,11 +334,14 @@ def main_() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--local-every", type=int, default=0,
                         help="also run every Nth archive mutant on the local device (slow)")
+    parser.add_argument("--local-layers", action="store_true",
+                        help="also run on the local device every mutant changed only in its "
+                             "per-layer references (those no closed-port run can judge)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy the mutants that broke a rule (or reached a device) here")
     args = parser.parse_args()
     result = fuzz(args.archives, args.manifests, args.seconds, args.seed, args.local_every,
-                  args.keep)
+                  args.keep, args.local_layers)
     print(json.dumps(result, indent=1))
     return 1 if result["problems"] else 0
 

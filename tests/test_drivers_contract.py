@@ -278,3 +278,24 @@ def test_devices_check_shows_the_cache_and_clean_keep_mb_trims_it(
     assert not (cache / "0.bin").exists()
     code, _, err = verify(capsys, "devices", "clean", "box", "--keep-mb", "-1")
     assert (code, err.strip()) == (2, "error: --keep-mb -1: expected a number of MB >= 0")
+
+
+def test_a_download_onto_a_full_host_disk_is_one_output_line(driver: Driver,
+                                                            tmp_path: Path) -> None:
+    """A full disk on the host while fetching is the user's side, on every transport: the one
+    OutputError line (exit 2) the local driver gives, naming the file; no temp file left."""
+    from test_os_conditions import tmpfs
+
+    from verify.errors import EXIT_USAGE, OutputError
+
+    src = tmp_path / "big.bin"
+    src.write_bytes(os.urandom(1 << 20))
+    remote = f"{driver.base_dir}/big.bin"
+    driver.put(src, remote)
+    with tmpfs(tmp_path / "full", size="256k") as full:
+        dest = full / "out" / "big.bin"
+        with pytest.raises(OutputError) as info:
+            driver.get(remote, dest)
+        assert info.value.exit_code == EXIT_USAGE
+        assert str(info.value) == f"{dest}: cannot write: No space left on device"
+        assert list(full.iterdir()) == []  # the temp file and the folder made for it are gone

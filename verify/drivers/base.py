@@ -11,6 +11,7 @@ string to a remote shell quotes them at its boundary with `shlex.join`, never by
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import posixpath
 import secrets
@@ -22,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-from verify.errors import RemoteCommandFailed
-from verify.files import atomic_path, made_dirs
+from verify.errors import DeviceError, OutputError, RemoteCommandFailed
+from verify.files import atomic_path, made_dirs, os_reason
 
 Progress = Callable[[int], None]
 """Called with the number of bytes moved since the last call."""
@@ -202,7 +203,14 @@ class Driver(ABC):
         With `move` the device no longer needs the file, and a transport that can hand it over
         without copying (the local one, on one file system) does so."""
         with made_dirs(local.parent), atomic_path(local) as tmp:
-            (self._move_impl if move else self._get_impl)(remote, tmp, progress)
+            try:
+                (self._move_impl if move else self._get_impl)(remote, tmp, progress)
+            except DeviceError as exc:
+                host = _host_write_error(exc)
+                if host is None:
+                    raise
+                # the host's disk, not the device: the one line the local driver gives, exit 2
+                raise OutputError(f"{local}: cannot write: {os_reason(host)}") from None
         self.stats.bytes_got += local.stat().st_size
         self.stats.files_got += 1
 
@@ -331,3 +339,20 @@ class Driver(ABC):
             self._remove_impl(path)
         except Exception:  # noqa: BLE001 - cleanup after a failure must not mask it
             pass
+
+
+# errnos only writing the host's file can raise during a download (never a socket's)
+_HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def _host_write_error(exc: BaseException) -> OSError | None:
+    """The OSError behind a transport's error when it is the host's disk (full, read-only,
+    over quota) that failed a download: ssh and adb wrap every OSError as the device's."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in _HOST_ERRNOS:
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -271,7 +271,8 @@ def session_options(where: str = "") -> Callable[[Callable[..., Any]], Callable[
 # (README, "JSON output"). A version goes up when a key changes meaning or goes away; new keys
 # do not change it. `verify ci --json` prints its report (verify-ci-report, verify/ci/report.py).
 JSON_KINDS = ("pack", "inspect", "inspect-model", "run", "diff", "diff-case", "localize",
-              "profile", "bench", "export", "devices-list", "devices-check", "devices-clean",
+              "profile", "bench", "export", "devices-list", "devices-check", "devices-conformance",
+              "devices-clean",
               "ci-list", "ci-report")
 JSON_VERSION = 1
 

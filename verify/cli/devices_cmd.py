@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import click
 
@@ -19,9 +16,6 @@ from verify.cli import (
     render,
 )
 from verify.errors import EXIT_OK
-
-if TYPE_CHECKING:
-    from verify.devices import Profile
 
 
 # --- devices-------------------------------------------------------------------------------
@@ -55,28 +49,14 @@ def devices_list(as_json: bool) -> int:
     return EXIT_OK
 
 
-def _device_command(name: str) -> Callable[[Callable[[Profile, bool], int]], click.Command]:
-    """`verify devices NAME SPEC [--insecure-host-key] [--json]`: the command function gets
-    SPEC's profile and --json (its docstring is the help)."""
-
-    def make(fn: Callable[[Profile, bool], int]) -> click.Command:
-        @devices.command(name, context_settings=CONTEXT)
-        @click.argument("spec", shell_complete=complete_device)
-        @insecure_host_key_option
-        @json_option
-        @functools.wraps(fn)
-        def command(spec: str, insecure_host_key: bool, as_json: bool) -> int:
-            from verify.execute import resolve_profile
-
-            return fn(resolve_profile(spec, insecure_host_key), as_json)
-
-        return command
-
-    return make
-
-
-@_device_command("check")
-def devices_check(profile: Profile, as_json: bool) -> int:
+@devices.command("check", context_settings=CONTEXT)
+@click.argument("spec", shell_complete=complete_device)
+@click.option("--conformance", is_flag=True,
+              help="Run the runner contract's checks against SPEC's runner (docs/"
+                   "runner-contract.md): a pass/fail line each; exit 1 if any fails.")
+@insecure_host_key_option
+@json_option
+def devices_check(spec: str, conformance: bool, insecure_host_key: bool, as_json: bool) -> int:
     """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
 
     Each of the profile's execution providers is tried: the Python runner makes a session with
@@ -92,8 +72,37 @@ def devices_check(profile: Profile, as_json: bool) -> int:
 
     Over ssh it also says how files travel: SFTP, or `cat` over exec when the server has no
     sftp subsystem (large downloads always stream through `cat`).
+
+    With --conformance it checks the profile's runner (yours, or the native one) against the
+    runner contract on that device, through its transport: --describe against the contract's
+    JSON Schema; a timed job on a tiny model it pushes, outputs against onnxruntime on this
+    host; a bad model, a bad input and a missing provider answered with a result of kind
+    model, input and provider; a job of an unknown version answered with exit 2 and no
+    result; a dump job whose records match the schema and whose final outputs are
+    bit-identical to the run's.
+
+    \b
+      verify devices check arm64-native --conformance
     """
-    from verify.errors import ProviderUnavailable
+    from verify.errors import EXIT_MISMATCH, ProviderUnavailable
+    from verify.execute import resolve_profile
+
+    profile = resolve_profile(spec, insecure_host_key)
+    if conformance:
+        from verify.conformance import run_checks
+
+        checks = run_checks(profile)
+        if as_json:
+            emit_json({"spec": profile.spec, "passed": all(c.passed for c in checks),
+                       "checks": [{"name": c.name, "passed": c.passed, "detail": c.detail}
+                                  for c in checks]}, "devices-conformance")
+        else:
+            for c in checks:
+                click.echo(f"{'PASS' if c.passed else 'FAIL'}  {c.name}: {c.detail}")
+            failed = sum(not c.passed for c in checks)
+            click.echo(f"{profile.spec}: " + (f"{failed} of {len(checks)} checks failed"
+                                              if failed else f"all {len(checks)} checks passed"))
+        return EXIT_MISMATCH if any(not c.passed for c in checks) else EXIT_OK
     from verify.pipeline import describe_device, provider_problems
 
     info = describe_device(profile)

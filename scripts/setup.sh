@@ -39,9 +39,12 @@ esac
 if [ "$with_tests" = 1 ]; then
   need=()
   for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core \
-             g++ g++-aarch64-linux-gnu cmake nlohmann-json3-dev npm ccache; do
+             g++ g++-aarch64-linux-gnu cmake nlohmann-json3-dev ccache; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
+  # npm may come with a nodejs that is not Debian's (NodeSource's bundles it, and Debian's npm
+  # then cannot be installed beside it): any working npm will do.
+  command -v npm >/dev/null 2>&1 || need+=(npm)
   if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"

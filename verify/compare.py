@@ -72,7 +72,8 @@ from typing import Any
 import numpy as np
 
 from verify.errors import UsageError
-from verify.scan import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Engine, Scan, choose_engine,
+from verify.scan import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Batch, Engine, Scan,
+                         choose_engine,
                          cosine, count_unequal, dtype_kind, dtype_name, expect_bytes, float_eps,
                          numba_available, scan, sqnr_db, tiny_of)
 
@@ -176,9 +177,13 @@ class MagnitudeRule:
     def resolved(self, dtype: np.dtype) -> MagnitudeRule:
         return MagnitudeRule(self.k_for(dtype), self.floor or 0.0)
 
-    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float) -> Scan:
+    def kernel_args(self) -> tuple[float, float, bool]:
+        return math.inf, 0.0, False
+
+    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float,
+             rows: np.ndarray | None = None) -> Scan:
         return scan(a, r, kd, eng, math.inf, 0.0, tiny, False,
-                    lambda peak: self.threshold(peak, r.dtype))
+                    lambda peak: self.threshold(peak, r.dtype), rows)
 
     def verdict(self, s: Scan, a: np.ndarray, r: np.ndarray) -> Verdict:
         threshold = self.threshold(s.ref_peak, r.dtype)
@@ -204,8 +209,12 @@ class AllcloseRule:
     def resolved(self, dtype: np.dtype) -> AllcloseRule:
         return self
 
-    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float) -> Scan:
-        return scan(a, r, kd, eng, self.atol, self.rtol, tiny, True, None)
+    def kernel_args(self) -> tuple[float, float, bool]:
+        return self.atol, self.rtol, True
+
+    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float,
+             rows: np.ndarray | None = None) -> Scan:
+        return scan(a, r, kd, eng, self.atol, self.rtol, tiny, True, None, rows)
 
     def verdict(self, s: Scan, a: np.ndarray, r: np.ndarray) -> Verdict:
         ok = s.n_outside == 0
@@ -225,8 +234,12 @@ class ExactRule:
     def resolved(self, dtype: np.dtype) -> ExactRule:
         return self
 
-    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float) -> Scan:
-        s = scan(a, r, kd, eng, 0.0, 0.0, tiny, False, None)
+    def kernel_args(self) -> tuple[float, float, bool]:
+        return 0.0, 0.0, False
+
+    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float,
+             rows: np.ndarray | None = None) -> Scan:
+        s = scan(a, r, kd, eng, 0.0, 0.0, tiny, False, None, rows)
         if dtype_kind(r.dtype) != "float":  # exact integer count, not via float64
             s = dataclasses.replace(s, n_outside=count_unequal(a, r))
         return s
@@ -323,8 +336,12 @@ class GateRule:
         base = self.base.resolved(dtype) if self.base is not None else None
         return GateRule(self.gates, base)
 
-    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float) -> Scan:
-        return (self.base or ExactRule()).scan(a, r, kd, eng, tiny)
+    def kernel_args(self) -> tuple[float, float, bool]:
+        return (self.base or ExactRule()).kernel_args()
+
+    def scan(self, a: np.ndarray, r: np.ndarray, kd: np.dtype, eng: str, tiny: float,
+             rows: np.ndarray | None = None) -> Scan:
+        return (self.base or ExactRule()).scan(a, r, kd, eng, tiny, rows)
 
     def verdict(self, s: Scan, a: np.ndarray, r: np.ndarray) -> Verdict:
         base = self.base.verdict(s, a, r) if self.base is not None else None
@@ -585,6 +602,49 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
     Integer and bool tensors are judged exactly whatever the rule. `topk` adds top-1/top-5
     agreement for classifier-shaped outputs. `engine` picks the kernel (see the module doc).
     """
+    p = _prepare(name, actual, reference, rule, engine)
+    return p if isinstance(p, TensorDiff) else _finish(p, topk)
+
+
+BatchItem = tuple[str, np.ndarray, np.ndarray, "Rule | None", bool, tuple[int, int]]
+
+
+def compare_batch(items: Sequence[BatchItem], batch: Batch,
+                  engine: Engine = "auto") -> list[TensorDiff]:
+    """`compare` for many small pairs held in `batch` (name, actual, reference, rule, topk and
+    the span `Batch.add` gave), in order: the kernel runs once per engine and rule setting
+    over all of them, and each diff is identical to `compare`'s on that pair alone."""
+    prepared = [_prepare(name, a, r, rule, engine) for name, a, r, rule, _, _ in items]
+    groups: dict[tuple[str, float, float, float, bool], list[int]] = {}
+    for i, p in enumerate(prepared):
+        if (isinstance(p, _Prepared) and p.kd == np.float32 and p.a.dtype == np.float32
+                and p.r.dtype == np.float32):
+            groups.setdefault((p.eng, *p.judge.kernel_args()[:2], tiny_of(p.r.dtype),
+                               p.judge.kernel_args()[2]), []).append(i)
+    rows: dict[int, np.ndarray] = {}
+    for (eng, atol, rtol, tiny, want_tr), idx in groups.items():
+        got = batch.rows([items[i][5] for i in idx], eng, atol, rtol, tiny, want_tr)
+        rows.update(zip(idx, got, strict=True))
+    return [p if isinstance(p, TensorDiff) else _finish(p, items[i][4], rows.get(i))
+            for i, p in enumerate(prepared)]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A pair past the checks that need no pass over the data, its engine chosen."""
+
+    a: np.ndarray
+    r: np.ndarray
+    judge: Rule
+    base: dict[str, Any]
+    reasons: list[str]
+    kr: str
+    kd: np.dtype
+    eng: str
+
+
+def _prepare(name: str, actual: Any, reference: Any, rule: Rule | None,
+             engine: Engine) -> TensorDiff | _Prepared:
     a, r = np.asarray(actual), np.asarray(reference)
     rule = rule if rule is not None else MagnitudeRule()
     shape_a, shape_r = tuple(int(s) for s in a.shape), tuple(int(s) for s in r.shape)
@@ -624,7 +684,13 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
     small_float = all(dtype_kind(d) == "float" and d.itemsize <= 4 for d in (a.dtype, r.dtype))
     kd = np.dtype(np.float32 if small_float else np.float64)
     eng = choose_engine(engine, a.nbytes + r.nbytes)
-    s = judge.scan(a, r, kd, eng, tiny_of(r.dtype))
+    return _Prepared(a, r, judge, base, reasons, kr, kd, eng)
+
+
+def _finish(p: _Prepared, topk: bool, rows: np.ndarray | None = None) -> TensorDiff:
+    a, r, judge, reasons, kr = p.a, p.r, p.judge, p.reasons, p.kr
+    size = int(a.size)
+    s = judge.scan(a, r, p.kd, p.eng, tiny_of(r.dtype), rows)
     v = judge.verdict(s, a, r)
     threshold, tol_units = v.threshold, v.tol_units
     if kr == "float" and s.max_rel * float_eps_or_f32(r.dtype) > 1.0:
@@ -638,7 +704,7 @@ def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
         reasons.append(v.reason)
     n_outside = (s.n_outside if v.n_outside is None else v.n_outside) + s.nonfinite_mismatch
     return TensorDiff(
-        **base, passed=not reasons, reason="; ".join(reasons), size=size,
+        **p.base, passed=not reasons, reason="; ".join(reasons), size=size,
         max_abs=s.max_abs, max_rel=s.max_rel,
         mean_abs=s.sum_abs / s.n_compared if s.n_compared else 0.0,
         cosine=cosine(s.sum_aa, s.sum_rr, s.sum_dd), sqnr_db=sqnr_db(s.sum_rr, s.sum_dd),

@@ -146,19 +146,19 @@ def _np_block(x: np.ndarray, y: np.ndarray, atol: float, rtol: float, tiny: floa
     row[_NCMP] = n
 
 
-def _np_rows(x: np.ndarray, y: np.ndarray, blocks: np.ndarray, atol: float, rtol: float,
-             tiny: float, want_tr: bool) -> np.ndarray:
-    rows = np.zeros((blocks.size, _NCOL))
-    starts = blocks.tolist()
+def _np_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray, atol: float,
+             rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
+    """One row per block x[starts[j]:stops[j]] (blocks of at most _NP_BLOCK elements)."""
+    rows = np.zeros((starts.size, _NCOL))
+    los, his = starts.tolist(), stops.tolist()
 
     def work(first: int, step: int) -> None:
         scratch = _np_scratch(min(_NP_BLOCK, x.size))
-        for j in range(first, len(starts), step):
-            lo = starts[j] * _NP_BLOCK
-            _np_block(x[lo:lo + _NP_BLOCK], y[lo:lo + _NP_BLOCK], atol, rtol, tiny, want_tr,
-                      rows[j], scratch)
+        for j in range(first, len(los), step):
+            lo, hi = los[j], his[j]
+            _np_block(x[lo:hi], y[lo:hi], atol, rtol, tiny, want_tr, rows[j], scratch)
 
-    threads = min(_NP_THREADS, len(starts) // 2)
+    threads = min(_NP_THREADS, len(los) // 2)
     if threads <= 1:
         work(0, 1)
     else:  # numpy releases the GIL inside each block's ufuncs
@@ -180,12 +180,12 @@ _fmax: Any = max
 _prange: Any = range
 
 
-def _nb_rows_py(a, r, blocks, bs, atol, rtol, tiny, want_tr, out):  # pragma: no cover (jitted)
-    """_np_block's columns _MAXD.._NCMP for each listed block, assuming every value finite."""
-    n = a.size
-    for j in _prange(blocks.size):
-        lo = blocks[j] * bs
-        hi = min(n, lo + bs)
+def _nb_rows_py(a, r, starts, stops, atol, rtol, tiny, want_tr, out):  # pragma: no cover (jitted)
+    """_np_block's columns _MAXD.._NCMP for each block a[starts[j]:stops[j]], assuming every
+    value finite."""
+    for j in _prange(starts.size):
+        lo = starts[j]
+        hi = stops[j]
         av = a[lo:hi]  # indices from 0: provably non-negative, so plain vector loads (with
         rv = r[lo:hi]  # a[lo + i], negative-index handling made LLVM gather element by element)
         maxd = 0.0
@@ -268,7 +268,7 @@ def _load_numba() -> Any:
                 # platform where numba cannot build it falls back to numpy instead of failing
                 one = np.ones(1, np.float32)
                 one.flags.writeable = False
-                kernel(one, one, np.zeros(1, np.int64), 1, 0.0, 0.0, 1.0, False,
+                kernel(one, one, np.zeros(1, np.int64), np.ones(1, np.int64), 0.0, 0.0, 1.0, False,
                        np.zeros((1, _NCOL)))
             except Exception as exc:  # noqa: BLE001 (numba's errors share no base class)
                 _nb_state, _nb_error = "missing", f"numba cannot build the kernel: {exc}"
@@ -329,24 +329,75 @@ def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, t
     the work to those block indices."""
     bs = _NB_BLOCK if engine == "numba" else _NP_BLOCK
     blocks = np.arange(-(-x.size // bs), dtype=np.int64) if select is None else select
+    starts = blocks * bs
+    return _rows_at(x, y, engine, starts, np.minimum(starts + bs, x.size), atol, rtol, tiny,
+                    want_tr)
+
+
+def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stops: np.ndarray,
+             atol: float, rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
+    """One row per block x[starts[j]:stops[j]], each at most one engine block long."""
     if engine == "numpy":
-        return _np_rows(x, y, blocks, atol, rtol, tiny, want_tr)
+        return _np_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
     kernel = _load_numba()
     if kernel is None:
         raise ImportError(f"{_nb_error}; use engine='numpy' or 'auto'")
-    rows = np.zeros((blocks.size, _NCOL))
+    rows = np.zeros((starts.size, _NCOL))
     xv, yv = x.view(), y.view()
     xv.flags.writeable = yv.flags.writeable = False  # one compiled signature, memmaps included
     with _nb_lock:
-        kernel(xv, yv, blocks, bs, atol, rtol, tiny, want_tr, rows)
+        kernel(xv, yv, starts, stops, atol, rtol, tiny, want_tr, rows)
     bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
     if bad:  # NaN/Inf inside: redo those blocks in numpy
-        scratch = _np_scratch(min(bs, x.size))
+        scratch = _np_scratch(min(_NB_BLOCK, x.size))
         for j in bad:
-            lo = int(blocks[j]) * bs
+            lo, hi = int(starts[j]), int(stops[j])
             rows[j] = 0.0
-            _np_block(x[lo:lo + bs], y[lo:lo + bs], atol, rtol, tiny, want_tr, rows[j], scratch)
+            _np_block(x[lo:hi], y[lo:hi], atol, rtol, tiny, want_tr, rows[j], scratch)
     return rows
+
+
+class Batch:
+    """Many small float32 pairs in two reused buffers, each tensor starting on a block
+    boundary (a block never straddles two tensors), so one kernel call scans them all and
+    each tensor gets exactly the block rows a call of its own would give (same blocks, same
+    summation order: identical results, bit for bit)."""
+
+    BLOCK = max(_NP_BLOCK, _NB_BLOCK)
+
+    def __init__(self, capacity: int = 1 << 23) -> None:
+        self.capacity = capacity  # elements per side
+        self._x = np.empty(capacity, np.float32)
+        self._y = np.empty(capacity, np.float32)
+        self.used = 0
+
+    def room_for(self, n: int) -> bool:
+        return self.used + n <= self.capacity
+
+    def add(self, a: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+        """Copy a pair in (caller checks `room_for`): views of the copies and their span."""
+        lo, n = self.used, int(a.size)
+        xa, xr = self._x[lo:lo + n], self._y[lo:lo + n]
+        np.copyto(xa, a.reshape(-1))
+        np.copyto(xr, r.reshape(-1))
+        self.used = lo + -(-n // self.BLOCK) * self.BLOCK
+        return xa.reshape(a.shape), xr.reshape(r.shape), (lo, n)
+
+    def reset(self) -> None:
+        self.used = 0
+
+    def rows(self, spans: list[tuple[int, int]], engine: str, atol: float, rtol: float,
+             tiny: float, want_tr: bool) -> list[np.ndarray]:
+        """The per-block rows of each span, from one kernel call over all of them."""
+        bs = _NB_BLOCK if engine == "numba" else _NP_BLOCK
+        counts = [-(-n // bs) for _, n in spans]
+        starts = np.concatenate([np.arange(lo, lo + n, bs, dtype=np.int64) if n else
+                                 np.zeros(0, np.int64) for lo, n in spans])
+        stops = np.concatenate([np.minimum(np.arange(lo, lo + n, bs, dtype=np.int64) + bs,
+                                           lo + n) if n else np.zeros(0, np.int64)
+                                for lo, n in spans])
+        rows = _rows_at(self._x, self._y, engine, starts, stops, atol, rtol, tiny, want_tr)
+        return np.split(rows, np.cumsum(counts)[:-1])
 
 
 def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -401,11 +452,14 @@ class Scan:
 
 
 def scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, rtol: float,
-          tiny: float, want_tr: bool, threshold_of: Callable[[float], float] | None) -> Scan:
+          tiny: float, want_tr: bool, threshold_of: Callable[[float], float] | None,
+          rows: np.ndarray | None = None) -> Scan:
     """All metrics in one pass. With `threshold_of` (peak -> threshold: the magnitude rule's
     threshold is known only at the end), count |a-r| > threshold in a second pass over only
-    the blocks whose maximum exceeds it, so a passing tensor is read once."""
-    per_chunk = [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)]
+    the blocks whose maximum exceeds it, so a passing tensor is read once. `rows`: this pass's
+    block rows already computed (`Batch.rows`, for a C-contiguous pair of dtype `kd`)."""
+    per_chunk = ([rows] if rows is not None else
+                 [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)])
     rows = np.concatenate(per_chunk) if per_chunk else np.zeros((0, _NCOL))
     col = rows.sum(axis=0)
     top = rows.max(axis=0, initial=0.0)

@@ -100,12 +100,15 @@ def test_compare_batch_equals_compare_field_by_field(engine: str, spec: list[str
     assert got[4].nan_actual == 2 and got[4].inf_reference == 2
 
 
-def test_batch_blocks_never_straddle_tensors() -> None:
+@pytest.mark.parametrize("engine", ["numpy"] + (["numba"] if numba_available() else []))
+def test_batch_blocks_never_straddle_tensors(engine: str) -> None:
     batch = Batch(1 << 18)
-    spans = [batch.add(np.ones(n, np.float32), np.ones(n, np.float32))[2] for n in (5, 70_000)]
-    assert spans == [(0, 5), (Batch.BLOCK, 70_000)]
+    spans = [batch.add(np.full(n, v, np.float32), np.zeros(n, np.float32))[2]
+             for n, v in ((5, 1.0), (70_000, 2.0))]
+    assert spans == [(0, 5), (Batch.ALIGN, 70_000)]
     assert not batch.room_for(1 << 18)
-    rows = batch.rows(spans, "numpy", 0.0, 0.0, 1.0, False)
+    rows = batch.rows(spans, engine, 0.0, 0.0, 1.0, False)
     assert [r.shape[0] for r in rows] == [1, 2]
     assert [int(r[:, scan_mod._NCMP].sum()) for r in rows] == [5, 70_000]
+    assert [float(r[:, scan_mod._SAA].sum()) for r in rows] == [5.0, 280_000.0]
 

@@ -305,7 +305,7 @@ def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
 
 
 BATCH_BELOW = 1 << 18  # elements: float32 pairs smaller than this (1 MiB a side) are batched
-BATCH_ELEMENTS = 1 << 23  # elements a side per batch (32 MiB a side)
+BATCH_ELEMENTS = 1 << 22  # elements a side per batch (16 MiB a side)
 
 
 def _batchable(a: np.ndarray, r: np.ndarray) -> bool:

@@ -358,14 +358,15 @@ def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stop
 
 
 class Batch:
-    """Many small float32 pairs in two reused buffers, each tensor starting on a block
-    boundary (a block never straddles two tensors), so one kernel call scans them all and
-    each tensor gets exactly the block rows a call of its own would give (same blocks, same
-    summation order: identical results, bit for bit)."""
+    """Many small float32 pairs packed in two reused buffers (each on a 64-byte boundary), so
+    one kernel call scans them all: its blocks are listed per tensor (start, stop), so a block
+    never straddles two tensors and each tensor gets exactly the block rows a call of its own
+    would give (same blocks, same summation order: identical results, bit for bit). Padding
+    every tensor to a whole block instead spread 54 MB of det-640's small tensors over 120 MB."""
 
-    BLOCK = max(_NP_BLOCK, _NB_BLOCK)
+    ALIGN = 16  # elements (64 bytes)
 
-    def __init__(self, capacity: int = 1 << 23) -> None:
+    def __init__(self, capacity: int = 1 << 22) -> None:
         self.capacity = capacity  # elements per side
         self._x = np.empty(capacity, np.float32)
         self._y = np.empty(capacity, np.float32)
@@ -380,7 +381,7 @@ class Batch:
         xa, xr = self._x[lo:lo + n], self._y[lo:lo + n]
         np.copyto(xa, a.reshape(-1))
         np.copyto(xr, r.reshape(-1))
-        self.used = lo + -(-n // self.BLOCK) * self.BLOCK
+        self.used = lo + -(-n // self.ALIGN) * self.ALIGN
         return xa.reshape(a.shape), xr.reshape(r.shape), (lo, n)
 
     def reset(self) -> None:

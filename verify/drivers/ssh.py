@@ -178,12 +178,7 @@ class SshDriver(Driver):
                       argv: Sequence[str]) -> tuple[int, bytes, bytes]:
         """Run one command string; kill its process group and raise DeviceTimeout on overrun."""
         where = self.describe_address()
-        try:
-            chan = self._transport(what).open_session(timeout=self.config.connect_timeout)
-        except ConnectError:
-            raise
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise self._lost(what, exc, ConnectError) from exc
+        chan = self._open_channel(what)
         deadline = time.monotonic() + timeout
         stdout = _MarkedStream(marker)
         err = bytearray()
@@ -265,15 +260,19 @@ class SshDriver(Driver):
         self._sftp, self._files = sftp, SFTP
         return sftp
 
-    def _exec_transfer(self, what: str, remote: str,
-                       move: Callable[[paramiko.Channel], ssh_files.Outcome]) -> None:
-        """Run one exec-channel transfer; a refusal or a failed check is a TransferError."""
+    def _open_channel(self, what: str) -> paramiko.Channel:
+        """A new session channel on the connection; a lost link is a ConnectError."""
         try:
-            chan = self._transport(what).open_session(timeout=self.config.connect_timeout)
+            return self._transport(what).open_session(timeout=self.config.connect_timeout)
         except ConnectError:
             raise
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, ConnectError) from exc
+
+    def _exec_transfer(self, what: str, remote: str,
+                       move: Callable[[paramiko.Channel], ssh_files.Outcome]) -> None:
+        """Run one exec-channel transfer; a refusal or a failed check is a TransferError."""
+        chan = self._open_channel(what)
         try:
             chan.settimeout(self.config.command_timeout)
             outcome = move(chan)

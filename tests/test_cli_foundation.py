@@ -353,6 +353,23 @@ def test_inspect_shows_stored_tolerances(capsys: pytest.CaptureFixture[str], tmp
     assert doc["tolerances"] == {"atol": 1e-4, "specs": ["prod:k=2^-12"]}
 
 
+def test_an_escaped_eof_error_is_a_bug_not_an_interrupt(
+        capsys: pytest.CaptureFixture[str], cnn_vtc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """paramiko raises EOFError when a link dies; one that escapes a driver reaches click, which
+    turns it into Abort. It was reported as "interrupted", exit 130, as if the user had pressed
+    Ctrl-C."""
+    from verify import execute
+
+    def lost_link(*_args: object, **_kwargs: object) -> None:
+        raise EOFError()
+
+    monkeypatch.setattr(execute, "run", lost_link)
+    code, _, err = verify(capsys, "run", cnn_vtc)
+    assert code == 4
+    assert "Traceback (most recent call last)" in err and "EOFError" in err
+    assert "interrupted" not in err
+
+
 def test_a_bug_is_exit_4_with_the_traceback(capsys: pytest.CaptureFixture[str], cnn_vtc: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from verify import execute

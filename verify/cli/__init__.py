@@ -43,9 +43,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         code = EXIT_USAGE
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
-        code = EXIT_INTERRUPTED
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        if isinstance(exc.__cause__, EOFError):
+            # click turns an EOFError that escaped the command into Abort: not Ctrl-C but a bug
+            # (a library's EOFError some boundary failed to convert), so not "interrupted"
+            click.echo("".join(traceback.format_exception(exc.__cause__)), err=True)
+            click.echo("error: internal error (a bug in verify; please report it with the "
+                       "trace above)", err=True)
+            code = EXIT_INTERNAL
+        else:
+            click.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
     except VerifyError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code

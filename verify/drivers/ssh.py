@@ -221,7 +221,7 @@ class SshDriver(Driver):
             raise
         finally:
             ready.close()
-            chan.close()
+            _close_quietly(chan)
 
     def _kill_group(self, pid: int | None) -> None:
         if pid is None or not self._alive():
@@ -279,7 +279,7 @@ class SshDriver(Driver):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
         finally:
-            chan.close()
+            _close_quietly(chan)
         if outcome.status == -1 and not self._probe():
             raise TransferError(f"{self.describe_address()}: connection lost while {what}")
         problem = outcome.problem(remote)
@@ -372,6 +372,17 @@ class SshDriver(Driver):
 
 
 # --- helpers --------------------------------------------------------------------------------
+def _close_quietly(chan: paramiko.Channel) -> None:
+    """Close a channel whose link may have just died. paramiko sends the close message and
+    raises EOFError when the socket is gone; from a `finally` that would replace the error
+    being raised (a TransferError, say) with an EOFError, which click turns into "interrupted",
+    exit 130."""
+    try:
+        chan.close()
+    except (paramiko.SSHException, OSError, EOFError):
+        pass
+
+
 def _flag(value: object, name: str) -> bool:
     if isinstance(value, bool):
         return value

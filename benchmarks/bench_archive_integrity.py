@@ -13,12 +13,11 @@ records sha256 digests instead.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from bench_timing import median_s
 
 import h5py
 import numpy as np
@@ -61,15 +60,6 @@ def read_plain(path: Path) -> None:
                 f[f"cases/0/{kind}/{k}"][()]
 
 
-def timed(fn: Callable[[], object], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=int, default=100)
@@ -78,12 +68,12 @@ def main() -> int:
     tc = make_testcase(args.mb)
     with tempfile.TemporaryDirectory() as tmp:
         plain, fl, ours = (Path(tmp) / n for n in ("plain.h5", "fletcher.h5", "verify.vtc"))
-        w_plain = timed(lambda: write_plain(plain, tc, False), args.rounds)
-        w_fl = timed(lambda: write_plain(fl, tc, True), args.rounds)
-        w_ours = timed(lambda: write_archive(ours, tc), args.rounds)
-        r_plain = timed(lambda: read_plain(plain), args.rounds)
-        r_fl = timed(lambda: read_plain(fl), args.rounds)
-        r_ours = timed(lambda: read_archive(ours), args.rounds)
+        w_plain = median_s(lambda: write_plain(plain, tc, False), args.rounds)
+        w_fl = median_s(lambda: write_plain(fl, tc, True), args.rounds)
+        w_ours = median_s(lambda: write_archive(ours, tc), args.rounds)
+        r_plain = median_s(lambda: read_plain(plain), args.rounds)
+        r_fl = median_s(lambda: read_plain(fl), args.rounds)
+        r_ours = median_s(lambda: read_archive(ours), args.rounds)
         size = ours.stat().st_size / 2**20
     print(f"archive: {size:.0f} MB, medians of {args.rounds} rounds")
     print(f"{'':28} {'write s':>8} {'x plain':>8} {'read s':>8} {'x plain':>8}")

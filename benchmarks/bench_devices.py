@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
+
+from bench_timing import median_s
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -37,15 +37,6 @@ def _missing_extra(module: str, extra: str) -> str | None:
     if importlib.util.find_spec(module) is None:
         return f"{module} is not installed: pip install 'onnx-verify[{extra}]'"
     return None
-
-
-def median_s(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def bench(profile: Profile, big: Path, vtc: Path, runs: int, work: Path) -> dict[str, float]:

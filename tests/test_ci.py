@@ -44,6 +44,8 @@ def test_sample_suite_on_local_and_arm64_writes_all_four_reports(
                       "--markdown", out / "ci.md", "--html", out / "ci.html"], capsys, tmp_path)
     assert run.code == 0, run.out + run.err
     for job in run.report["jobs"]:   # judged over the control probe, not recorded
+        if job["device"]["arch"] == "aarch64":
+            continue                     # the emulator's latency is not judged (sample.toml)
         lat = run.gate(job["id"], "latency")
         assert lat["status"] == "pass" and lat["details"]["control"] == "probe", lat
         assert lat["details"]["machine"] == job["machine"] != ""
@@ -55,7 +57,7 @@ def test_sample_suite_on_local_and_arm64_writes_all_four_reports(
     arm = run.job("two_io/arm64/opt-all")
     assert arm["device"]["arch"] == "aarch64" and arm["latency"]["n"] == 20
     assert {g["gate"]: g["status"] for g in arm["gates"]} == {
-        "accuracy": "pass", "regression": "pass", "latency": "pass"}
+        "accuracy": "pass", "regression": "pass"}
     assert run.gate("cnn/local/opt-all", "determinism")["status"] == "pass"
     # every figure is in the JSON: per-output errors and every latency sample
     prob = run.job("cnn/local/opt-all")["outputs"][0]

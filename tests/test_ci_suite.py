@@ -57,6 +57,9 @@ def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -
     (("[[testcase]]", '[[testcase]]\ngates = ["speed"]'),
      "error: S: line 13: testcase[0].gates: unknown gate 'speed' (known: accuracy, regression, "
      "latency, determinism)\n"),
+    (('name = "local"', 'name = "local"\ngates = ["speed"]'),
+     "error: S: line 8: device[0].gates: unknown gate 'speed' (known: accuracy, regression, "
+     "latency, determinism)\n"),
     (("[[device]]", '[gate.latency]\ncontrol = "job"\n\n[[device]]'),
      "error: S: line 7: gate.latency.control: must be one of none, probe\n"),
     (("two_io.vtc", "nothing*.vtc"), None),
@@ -97,7 +100,18 @@ def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:
     assert jobs["cnn/local/opt-off"].options.opt_level == "disable"
     assert "determinism" in jobs["cnn/local/opt-all"].gates
     assert "determinism" not in local.gates
+    assert local.gates == ("accuracy", "regression", "latency")   # the suite's
+    assert arm.gates == ("accuracy", "regression")                 # the device's
     assert suite.baselines == SAMPLE.parent / "../baselines"
+
+
+def test_gates_a_testcase_names_win_over_the_device_s(tmp_path: Path) -> None:
+    text = GOOD.replace('name = "local"', 'name = "local"\ngates = ["accuracy"]') + (
+        f'\n[[testcase]]\nname = "own"\npath = "{TESTCASES / "two_io.vtc"}"\n'
+        'gates = ["determinism", "latency"]\n')
+    (tmp_path / "s.toml").write_text(text)
+    jobs = {j.id: j.gates for j in expand(load_suite(tmp_path / "s.toml"))}
+    assert jobs == {"two_io/local/o1": ("accuracy",), "own/local/o1": ("determinism", "latency")}
 
 
 def test_gate_accuracy_layers_is_every_testcase_default(tmp_path: Path, capsys) -> None:

@@ -48,7 +48,8 @@ def expand(suite: Suite) -> list[Job]:
                     iterations=_first(tc.iterations, device.iterations, suite.iterations),
                     warmup=_first(tc.warmup, device.warmup, suite.warmup),
                     timeout=_first(tc.timeout, device.timeout, suite.timeout),
-                    retries=suite.retries, gates=tc.gates,
+                    retries=suite.retries,
+                    gates=_first(tc.gates, device.gates, suite.gates),
                     tolerance=tc.tolerance.over(suite.tolerance), settings=suite.settings,
                     layers=tc.layers))
     return jobs

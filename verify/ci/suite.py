@@ -70,6 +70,7 @@ class Device:
     warmup: int | None = None
     timeout: float | None = None
     group: str = ""      # devices sharing a group run one job at a time among them
+    gates: tuple[str, ...] | None = None   # over the suite's; a testcase's own win
 
     @property
     def lane(self) -> str:
@@ -95,7 +96,7 @@ class TestcaseEntry:
     archive: Path
     devices: tuple[str, ...]
     options: tuple[str, ...]
-    gates: tuple[str, ...]
+    gates: tuple[str, ...] | None      # None: the device's, else the suite's
     iterations: int | None = None
     warmup: int | None = None
     timeout: float | None = None
@@ -209,7 +210,7 @@ _SUITE_KEYS = ("name", "baselines", "iterations", "warmup", "timeout", "retries"
 _TOL_KEYS = ("atol", "rtol", "tensors")
 _GATE_KEYS = {"accuracy": ("layers",), "regression": ("factor", "min_units"),
               "latency": ("threshold", "confidence", "min_delta_ms", "control"), "determinism": ()}
-_DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout", "group")
+_DEVICE_KEYS = ("name", "spec", "iterations", "warmup", "timeout", "group", "gates")
 _OPTION_KEYS = ("name", "opt_level", "threads", "providers")
 _TESTCASE_KEYS = ("name", "path", "devices", "options", "gates", "iterations", "warmup",
                   "timeout", "layers", "tolerance")
@@ -236,14 +237,14 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
     s = r.table(data.get("suite", {}), ["suite"], _SUITE_KEYS)
     name = r.get(s, ["suite"], "name", "name", path.stem)
     baselines = base / r.get(s, ["suite"], "baselines", "str", "baselines")
-    gates = _gates(r, s, ["suite"], DEFAULT_GATES)
+    gates = _gates(r, s, ["suite"], DEFAULT_GATES) or ()
     settings = _settings(r, data.get("gate", {}))
     acc = data.get("gate", {}).get("accuracy", {})   # checked by _settings: a table
     layers = r.get(acc, ["gate", "accuracy"], "layers", "bool", False)  # the testcases' default
     tolerance = _tolerance(r, s.get("tolerance", {}), ["suite", "tolerance"])
     devices = _devices(r, data.get("device", []), base)
     options = _options(r, data.get("options", [{}]))
-    testcases = _testcases(r, data.get("testcase", []), base, devices, options, gates, layers)
+    testcases = _testcases(r, data.get("testcase", []), base, devices, options, layers)
     if not testcases:
         raise r.fail(["testcase"], "the suite lists no testcase; add a [[testcase]] with a path")
     return Suite(path=path, name=name, baselines=baselines,
@@ -256,8 +257,10 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
 
 
 def _gates(r: _Reader, data: Mapping[str, Any], where: list[str | int],
-           default: tuple[str, ...]) -> tuple[str, ...]:
+           default: tuple[str, ...] | None) -> tuple[str, ...] | None:
     gates = r.get(data, where, "gates", "strings", default)
+    if gates is None:
+        return None
     for g in gates:
         if g not in GATES:
             raise r.fail([*where, "gates"], f"unknown gate {g!r} (known: {', '.join(GATES)})")
@@ -342,7 +345,8 @@ def _devices(r: _Reader, items: Any, base: Path) -> dict[str, Device]:
         devices[name] = Device(name, spec or name, r.get(d, where, "iterations", "count"),
                                r.get(d, where, "warmup", "int"),
                                r.get(d, where, "timeout", "positive"),
-                               r.get(d, where, "group", "name", ""))
+                               r.get(d, where, "group", "name", ""),
+                               _gates(r, d, where, None))
     if not devices:
         devices["local"] = Device("local", "local")
     return devices
@@ -374,7 +378,7 @@ def _pick(r: _Reader, data: Mapping[str, Any], where: list[str | int], key: str,
 
 
 def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device],
-               options: Mapping[str, OptionSet], gates: tuple[str, ...],
+               options: Mapping[str, OptionSet],
                layers: bool) -> tuple[TestcaseEntry, ...]:
     entries: list[TestcaseEntry] = []
     names: dict[str, Path] = {}
@@ -394,7 +398,7 @@ def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device]
                                           f"{pattern!r} matches {len(found)}")
         common = dict(devices=_pick(r, t, where, "devices", devices),
                       options=_pick(r, t, where, "options", options),
-                      gates=_gates(r, t, where, gates),
+                      gates=_gates(r, t, where, None),
                       iterations=r.get(t, where, "iterations", "count"),
                       warmup=r.get(t, where, "warmup", "int"),
                       timeout=r.get(t, where, "timeout", "positive"),

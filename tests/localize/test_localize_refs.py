@@ -13,7 +13,7 @@ from verify import capture
 from verify.graph import tensor_order
 from verify.localize.search import References
 
-CNN = Path(__file__).resolve().parent.parent / "goldens" / "models" / "cnn.onnx"
+CNN = Path(__file__).resolve().parents[2] / "goldens" / "models" / "cnn.onnx"
 
 
 def test_rounds_share_one_host_capture_and_its_scratch_goes_at_the_end(

@@ -26,7 +26,7 @@ from verify.drivers import make_driver  # noqa: E402
 from verify.dump import open_dump  # noqa: E402
 from verify.errors import TransferError  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from helpers_cli import verify
 
 from verify.cli import JSON_KINDS, JSON_VERSION, cli, complete_device
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "goldens" / "models" / "cnn.onnx"
 IMAGE = REPO / "goldens" / "images" / "sample.png"
 

@@ -23,7 +23,7 @@ import pytest
 from fixtures_devices import DeviceEnv, run_cli, run_json
 from fixtures_native import bundle, native_bin, validate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def minimal_root() -> Path:

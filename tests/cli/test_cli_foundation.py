@@ -22,10 +22,10 @@ from helpers_cli import only_line, verify
 from verify import __version__
 from verify.cli import cli, main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "goldens" / "models"
 IMAGE = REPO / "goldens" / "images" / "sample.png"
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 
 from fixtures_native import RUNNERS, runner_argv, validate
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "goldens" / "models"
 
 

@@ -259,7 +259,7 @@ def test_runner_crash_exits_3(residual_vtc: Path, device_env,
 def test_a_runner_that_returns_no_outputs_is_a_device_error_not_a_clean_result(
         residual_vtc: Path, device_env, capsys: pytest.CaptureFixture[str],
         extra: list[str]) -> None:
-    runner = Path(__file__).resolve().parent / "nan_runner.py"
+    runner = Path(__file__).resolve().parents[1] / "nan_runner.py"
     device_env.write_profile("mute", {"transport": "local",
                                       "runner": [sys.executable, str(runner), "--drop"]})
     code, out, err = run_cli(["localize", residual_vtc, "--device", "mute", *extra], capsys)

@@ -22,7 +22,7 @@ from fixtures_ci import (
     wrapped_runner_profile,
 )
 
-XSD = Path(__file__).resolve().parent / "ci_junit.xsd"
+XSD = Path(__file__).resolve().parents[1] / "ci_junit.xsd"
 PLOT_BLUE = (0x09, 0x69, 0xDA)   # the error curve's colour in verify/ci/html.py
 PLOT_RED = (0xCF, 0x22, 0x2E)    # the tolerance line and first-divergent marker
 

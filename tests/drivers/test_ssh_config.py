@@ -28,7 +28,7 @@ from verify.drivers import make_driver  # noqa: E402
 from verify.drivers.ssh_route import route  # noqa: E402
 from verify.errors import EXIT_DEVICE, ConnectError, ProfileError, UsageError  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

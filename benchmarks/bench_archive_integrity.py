@@ -48,8 +48,8 @@ def write_plain(path: Path, tc: Testcase, fletcher: bool) -> None:
         for kind, values in (("inputs", tc.cases[0].inputs), ("outputs", tc.cases[0].outputs)):
             for k, v in enumerate(values.values()):
                 f.create_dataset(f"cases/0/{kind}/{k}", data=v,
-                                 **({"chunks": (256, 1024), "fletcher32": True} if fletcher
-                                    else opts))
+                                 **({"chunks": (min(256, len(v)), 1024), "fletcher32": True}
+                                    if fletcher else opts))
 
 
 def read_plain(path: Path) -> None:

@@ -43,7 +43,7 @@ from verify import schema
 from verify.errors import UsageError
 from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_attrs,
                           node_cost, ort_node_name)
-from verify.trace import NodeStats, Profile, ShapeVariant
+from verify.trace import NodeStats, ShapeVariant, TraceProfile
 # The trace side lives in verify.trace; these are re-exported for the CLI, tests and benchmarks.
 from verify.trace import load_profile, parse_profile  # noqa: F401
 
@@ -294,7 +294,7 @@ class ProfileReport:
                 "rows": [r.to_dict() for r in self.rows]}
 
 
-def analyze(profile: Profile, model: Any = None, *, top: int = 3, types: Iterable[str] = (),
+def analyze(profile: TraceProfile, model: Any = None, *, top: int = 3, types: Iterable[str] = (),
             name: str | None = None, order_by: str = "time", aggregate_by: str | None = None,
             aggregate: str | None = None, min_time: float | None = None,
             max_time: float | None = None, clock: str = "device",
@@ -403,7 +403,7 @@ def _row(name: str, op_type: str, provider: str | None, nodes: int, calls: int, 
         inputs=inputs, outputs=outputs)
 
 
-def _summary(p: Profile, rows: list[ProfileRow], clock: str) -> ProfileSummary:
+def _summary(p: TraceProfile, rows: list[ProfileRow], clock: str) -> ProfileSummary:
     runs = max(p.runs, 1)
     kernel = math.fsum(s.total for s in p.nodes) / runs
     device = math.fsum(s.device_total if s.device_total is not None else s.total

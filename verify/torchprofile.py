@@ -2,7 +2,7 @@
 
 The program runs through a timing `torch.fx.Interpreter` (`torchref.TorchProgram.timed`):
 warmup runs, then timed iterations; each FX node's wall time becomes a node of a
-`trace.Profile`, so `profile.analyze` gives the same summary, top-N, filters, ordering,
+`trace.TraceProfile`, so `profile.analyze` gives the same summary, top-N, filters, ordering,
 aggregation (by op, or by PyTorch module) and JSON as an onnxruntime trace. The whole
 interpreted run is timed around the same runs ("total host time"), so the summary shows how
 much of it the per-node times account for.
@@ -28,14 +28,14 @@ from verify import schema
 from verify.errors import UsageError
 from verify.origin import torch_origins
 from verify.files import read_user_file
-from verify.trace import NodeStats, Profile, ShapeVariant
+from verify.trace import NodeStats, ShapeVariant, TraceProfile
 
 PROVIDER = "PyTorch CPU"
 
 
 @dataclass(frozen=True)
 class TorchProfile:
-    profile: Profile
+    profile: TraceProfile
     modules: Mapping[str, str]      # FX node name → module path
     version: str
     spec: str
@@ -64,7 +64,7 @@ def torch_profile(spec: str, inputs: Sequence[np.ndarray] | None, warmup: int,
                                node_index=index, calls=len(times), total=math.fsum(times),
                                min=min(times), max=max(times), device_total=None,
                                variants=(variant,)))
-    profile = Profile(source=f"torch:{spec}", runs=iterations, skipped_runs=warmup,
+    profile = TraceProfile(source=f"torch:{spec}", runs=iterations, skipped_runs=warmup,
                       run_times=tuple(totals), nodes=tuple(nodes), session_init=None,
                       model_load=None, device_events=False,
                       warmup_source="torch" if warmup else None)
@@ -114,7 +114,7 @@ class ModuleTime:
                 "fx_nodes": self.fx_nodes, "onnx_nodes": self.onnx_nodes}
 
 
-def module_times(host: TorchProfile, model: onnx.ModelProto, device: Profile,
+def module_times(host: TorchProfile, model: onnx.ModelProto, device: TraceProfile,
                  clock: str = "device") -> tuple[tuple[ModuleTime, ...], float]:
     """Per module group: PyTorch's time here beside the device's time for the ONNX nodes
     that came from it; and the device's time per run in nodes no module claims (layout

@@ -55,7 +55,7 @@ class NodeStats:
 
 
 @dataclass(frozen=True)
-class Profile:
+class TraceProfile:
     """A parsed trace: per-run totals and per-node statistics (nodes in execution order)."""
 
     source: str
@@ -84,7 +84,7 @@ class _Call:
     device: float | None = None
 
 
-def load_profile(path: Path, *, skip_runs: int | None = None) -> Profile:
+def load_profile(path: Path, *, skip_runs: int | None = None) -> TraceProfile:
     """Parse onnxruntime's profile JSON at `path`, without its warmup runs.
 
     The warmup runs are those `verify run --profile` recorded in the trace; `skip_runs`
@@ -132,7 +132,7 @@ def warmup_runs(data: object) -> tuple[int, ...] | None:
 
 
 def parse_profile(data: object, *, source: str = "<profile>",
-                  skip_runs: int | None = None) -> Profile:
+                  skip_runs: int | None = None) -> TraceProfile:
     """Parse an already-decoded trace (see load_profile)."""
     if skip_runs is not None and skip_runs < 0:
         raise UsageError(f"cannot skip {skip_runs} runs; give 0 or more")
@@ -192,7 +192,7 @@ def parse_profile(data: object, *, source: str = "<profile>",
             raise ProfileError(f"{source}: cannot skip warmup runs: the profile has no "
                                "model_run events")
         run_count = sum(1 for c in calls if c.name == calls[0].name)
-    return Profile(source=source, runs=run_count, skipped_runs=len(skipped),
+    return TraceProfile(source=source, runs=run_count, skipped_runs=len(skipped),
                    run_times=tuple(d / 1e6 for _, d in runs),
                    nodes=_node_stats(calls), session_init=_sec(init), model_load=_sec(load),
                    device_events=device_events,

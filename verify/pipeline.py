@@ -32,6 +32,7 @@ from verify.errors import (
     UsageError,
 )
 from verify.graph import sha256_bytes
+from verify.reference import requested_ort_log
 from verify.runner import runner as _runner
 from verify.runner.runner import CONTRACT, CONTRACT_VERSION
 
@@ -112,6 +113,7 @@ class DeviceRun:
     dump: DumpCapture | None = None
     peak_rss_bytes: int | None = None     # the runner's, as it reported it
     model_sha256: str = ""
+    ort_log: str = ""                     # the runner's stderr, when --ort-log asked for it
 
 
 def runner_argv(profile: Profile, runner_path: str | None) -> list[str]:
@@ -247,6 +249,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 }
                 if options.control_probe:
                     job["control_probe"] = True
+                if requested_ort_log() is not None:
+                    job["ort_log_severity"] = requested_ort_log()
                 plan = None
                 if dump is not None and options.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
@@ -294,7 +298,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                              profile_file=profile_file,
                              workdir=workdir if options.keep else None, dump=capture,
                              peak_rss_bytes=result.get("peak_rss_bytes"),
-                             model_sha256=model_sha256)
+                             model_sha256=model_sha256,
+                             ort_log=res.stderr if requested_ort_log() is not None else "")
 
 
 _OPTIMIZED = "optimized.onnx"

@@ -16,14 +16,29 @@ _UNSUPPORTED = ("NOT_IMPLEMENTED", "Could not find an implementation",
 
 
 ORT_LOG_ENV = "VERIFY_ORT_LOG"
+# `verify --ort-log LEVEL` (or $VERIFY_ORT_LOG): a name or onnxruntime's number for it
+ORT_LOG_LEVELS = {"verbose": 0, "info": 1, "warning": 2, "error": 3, "fatal": 4}
+
+
+def parse_ort_log(text: str) -> int | None:
+    """A log level given by name or number (0 verbose .. 4 fatal); None when it is neither."""
+    text = text.strip().lower()
+    if text in ORT_LOG_LEVELS:
+        return ORT_LOG_LEVELS[text]
+    return int(text) if text in ("0", "1", "2", "3", "4") else None
+
+
+def requested_ort_log() -> int | None:
+    """The level the user asked for (`verify --ort-log`, $VERIFY_ORT_LOG), or None."""
+    return parse_ort_log(os.environ.get(ORT_LOG_ENV, ""))
 
 
 def ort_log_severity() -> int:
     """onnxruntime's own log level for sessions verify makes on this host: 4 (fatal only: its
-    errors reach the user as verify's one-line messages) unless VERIFY_ORT_LOG asks for more
-    (0 verbose, 1 info, 2 warning, 3 error)."""
-    text = os.environ.get(ORT_LOG_ENV, "").strip()
-    return int(text) if text in ("0", "1", "2", "3", "4") else 4
+    errors reach the user as verify's one-line messages) unless `verify --ort-log` or
+    VERIFY_ORT_LOG asks for more (0 verbose, 1 info, 2 warning, 3 error)."""
+    level = requested_ort_log()
+    return 4 if level is None else level
 
 
 def reference_session(model_bytes: bytes, where: str):

@@ -92,6 +92,27 @@ def _max_tensor_mb(ctx: click.Context, param: click.Parameter, value: float | No
     ctx.call_on_close(restore)
 
 
+def _ort_log(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is None:
+        return
+    from verify.reference import ORT_LOG_ENV, ORT_LOG_LEVELS, parse_ort_log
+
+    level = parse_ort_log(value)
+    if level is None:
+        raise UsageError(f"--ort-log {value!r}: expected one of {', '.join(ORT_LOG_LEVELS)} "
+                         "(or 0..4)")
+    previous = os.environ.get(ORT_LOG_ENV)
+    os.environ[ORT_LOG_ENV] = str(level)  # read where sessions are made and jobs written
+
+    def restore() -> None:
+        if previous is None:
+            os.environ.pop(ORT_LOG_ENV, None)
+        else:
+            os.environ[ORT_LOG_ENV] = previous
+
+    ctx.call_on_close(restore)
+
+
 # The commands, each in its module (verify/cli/NAME_cmd.py), imported only when that command
 # runs, completes or shows its help, so `verify --help` does not pay for numpy, rich or the
 # features (click's lazy-subcommand pattern). The short help `verify --help` lists is held here;
@@ -160,6 +181,11 @@ class LazyGroup(click.Group):
               callback=_max_tensor_mb, metavar="MB",
               help="Refuse an archive dataset declaring more than MB (default 2048, or "
                    "$VERIFY_MAX_TENSOR_MB); checked before anything is read.")
+@click.option("--ort-log", default=None, expose_value=False, is_eager=True, callback=_ort_log,
+              metavar="LEVEL",
+              help="Show onnxruntime's own log at LEVEL (verbose, info, warning, error, fatal; "
+                   "or $VERIFY_ORT_LOG=0..4), from the sessions made here and from the "
+                   "device's runner. Off by default: its errors come as verify's one line.")
 def cli() -> None:
     """Check that an ONNX model computes the same thing on a device as on your reference.
 

@@ -88,6 +88,8 @@ def run(archive: Path, device_spec: str, iterations: int, warmup: int, providers
     live = None if as_json else render.RunPrinter()
     outcome = execute.run(request, status=live.status if live else None,
                           progress=render.progress_factory() if live else None)
+    if outcome.run.ort_log:  # asked for with --ort-log: onnxruntime's log on the device
+        click.echo(outcome.run.ort_log.rstrip("\n"), err=True)
     if as_json:
         emit_json(render.run_document(outcome), "run")
     else:

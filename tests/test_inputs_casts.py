@@ -5,6 +5,7 @@ integer inputs whose range is broken on one side only."""
 
 from __future__ import annotations
 
+import re
 import warnings
 from pathlib import Path
 
@@ -85,3 +86,35 @@ def test_integers_past_two_to_the_53_are_checked_exactly(tmp_path: Path, elem: i
         np.save(tmp_path / "a.npy", np.array([value, 0], np.int64))
         [case] = build_cases(_infos(elem, [2]), ["a.npy"], base_dir=tmp_path)
         assert int(case["x"][0]) == value
+
+
+@pytest.mark.parametrize("elem, largest, past", [
+    (TensorProto.BFLOAT16, 3.0e38, 1e39),      # past it: inf
+    (TensorProto.FLOAT8E4M3FN, 448.0, 1000.0),  # no inf in this format: past it is NaN
+    (TensorProto.FLOAT8E5M2, 57344.0, 1e6),
+])
+def test_low_precision_float_inputs_take_floats_and_refuse_overflow(tmp_path: Path, elem: int,
+                                                                    largest: float,
+                                                                    past: float) -> None:
+    """bfloat16 and float8 inputs (ml_dtypes' types, numpy kind 'V' for most) are float inputs:
+    float data is cast into them, and a value they cannot hold is an error, never an inf or a
+    NaN fed to the model (a float8e4m3fn cast turned 1000.0 into NaN silently)."""
+    dt = onnx.helper.tensor_dtype_to_np_dtype(elem)
+    infos = _infos(elem, [2])
+    np.save(tmp_path / "ok.npy", np.array([largest, -1.5], np.float32))
+    [case] = build_cases(infos, ["ok.npy"], base_dir=tmp_path)
+    assert case["x"].dtype == dt
+    assert [float(v) for v in case["x"].astype(np.float64)] == pytest.approx([largest, -1.5],
+                                                                            rel=2**-7)
+    np.save(tmp_path / "past.npy", np.array([past, 1.0], np.float64))
+    with pytest.raises(InputError, match=re.escape(f"takes {dt.name}, but float64 values up to "
+                                                   f"{past:g} overflow it") + "$"):
+        build_cases(infos, ["past.npy"], base_dir=tmp_path)
+    # integers go in where exact (bfloat16 holds 8 significant bits: 256 yes, 257 no)
+    if elem == TensorProto.BFLOAT16:
+        np.save(tmp_path / "i.npy", np.array([256, -3], np.int32))
+        [case] = build_cases(infos, ["i.npy"], base_dir=tmp_path)
+        assert [float(v) for v in case["x"].astype(np.float64)] == [256.0, -3.0]
+        np.save(tmp_path / "i.npy", np.array([257, -3], np.int32))
+        with pytest.raises(InputError, match="int32 values like 257 are not exact in it$"):
+            build_cases(infos, ["i.npy"], base_dir=tmp_path)

@@ -617,7 +617,8 @@ def _cast(arr: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
             out = arr.astype(dt)
         if src == "f":
-            overflow = np.isinf(out.astype(np.float64)) & np.isfinite(arr)
+            # past the largest value: inf, or NaN in formats without inf (float8e4m3fn)
+            overflow = ~np.isfinite(out.astype(np.float64)) & np.isfinite(arr)
             if overflow.any():
                 raise InputError(f"{prefix}, but {arr.dtype.name} values up to "
                                  f"{np.abs(arr[overflow]).max():g} overflow it")

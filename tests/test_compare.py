@@ -16,6 +16,7 @@ from verify.compare import (
     MagnitudeRule,
     TensorDiff,
     ToleranceSet,
+    TopKAgreement,
     compare,
     first_divergent,
     numba_available,
@@ -386,6 +387,44 @@ def test_topk_agreement() -> None:
     assert topk_agreement(r[:, :1], r[:, :1]) is None
     assert compare("p", a, r, topk=True).topk == t
     assert compare("p", a, r).topk is None
+
+
+def test_topk_agreement_on_a_classifier_batch_with_one_row_changed() -> None:
+    """What `verify diff` prints beside a classifier's output: a batch of three images whose
+    second one now gets another class (top-1 2 of 3), while its five best classes stay the
+    same set; and the shapes that are not a classifier's get no figure at all."""
+    r = np.array([[0.1, 0.7, 0.05, 0.04, 0.02, 0.03, 0.06],
+                  [0.6, 0.3, 0.02, 0.025, 0.03, 0.015, 0.01],
+                  [0.0, 0.0, 0.1, 0.8, 0.05, 0.04, 0.01]], np.float32)
+    a = r.copy()
+    a[1, 1] = 0.65  # row 1's argmax moves from class 0 to class 1; the top-5 set is kept
+    t = topk_agreement(a, r)
+    assert t is not None and (t.rows, t.top1, t.top5) == (3, pytest.approx(2 / 3), 1.0)
+    a[2, 0] = 0.09  # row 2: class 0 enters the top five, class 6 (0.01) leaves it
+    t = topk_agreement(a, r)
+    assert (t.rows, t.top1, t.top5) == (3, pytest.approx(2 / 3), pytest.approx(2 / 3))
+    # fewer than five classes: top-5 is every class, so it always agrees; a top-1 flip shows
+    r3 = np.array([[0.2, 0.5, 0.3]], np.float64)
+    a3 = np.array([[0.5, 0.2, 0.3]], np.float64)
+    assert topk_agreement(a3, r3) == TopKAgreement(1, 0.0, 1.0)
+    # two classes are enough to be a classifier; one is not
+    assert topk_agreement(np.array([1.0, 0.0]), np.array([0.0, 1.0])) == TopKAgreement(1, 0.0, 1.0)
+    assert topk_agreement(np.array([1.0]), np.array([1.0])) is None
+    # integer scores (a quantized classifier) are ranked too, and may be compared with floats
+    qi = np.array([[3, 9, 1, 0, 2, 5]], np.int8)
+    assert topk_agreement(qi, qi) == TopKAgreement(1, 1.0, 1.0)
+    assert topk_agreement(qi, qi.astype(np.float32)) == TopKAgreement(1, 1.0, 1.0)
+    qa = qi.copy()
+    qa[0, 3] = 10  # class 3 takes top-1 and enters the top five (class 2 leaves it)
+    assert topk_agreement(qa, qi) == TopKAgreement(1, 0.0, 0.0)
+    # not classifier-shaped: other shapes on the two sides, bools, strings, 3-D
+    assert topk_agreement(r[:, :6], r) is None and topk_agreement(r, r[:2]) is None
+    assert topk_agreement(r > 0.1, r > 0.1) is None
+    assert topk_agreement(np.array(["a", "b"]), np.array(["a", "b"])) is None
+    assert topk_agreement(r[None], r[None]) is None
+    # an empty batch agrees trivially
+    empty = np.zeros((0, 4), np.float32)
+    assert topk_agreement(empty, empty) == TopKAgreement(0, 1.0, 1.0)
 
 
 def test_first_divergent_is_the_first_failing_in_order() -> None:

@@ -5,6 +5,8 @@ tests/test_corpus_gates.py."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -68,3 +70,40 @@ def test_gates_judge_alone_and_beside_a_value_rule() -> None:
     assert compare("x", a, r, parse_tolerance("x:cos>=0.99,sqnr>=10").rule).passed
     db = compare("x", a, r, parse_tolerance("x:sqnr>=40").rule)
     assert not db.passed and db.reason.endswith("dB < 40 dB") and db.tol_units > 1
+
+
+def test_gates_hold_at_their_bound_and_rank_by_their_distance_from_it() -> None:
+    """A gate holds when the figure equals its bound (`sqnr>=20` at exactly 20 dB, `p50_abs<=V`
+    at exactly V), and `tol_units` (what diff --top and localize rank by) is the distance from
+    the gate: 10 dB better than asked is 0.1, an equal tensor 0, a reference of zeros against
+    a nonzero actual infinitely bad."""
+    r = np.zeros(100, np.float32)
+    r[0] = 10.0
+    a = r.copy()
+    a[1] = 1.0  # sum r^2 / sum (a-r)^2 = 100: 20 dB exactly
+    at = compare("x", a, r, parse_tolerance("x:sqnr>=20").rule)
+    assert at.sqnr_db == 20.0 and at.passed and at.tol_units == pytest.approx(1.0)
+    better = compare("x", a, r, parse_tolerance("x:sqnr>=10").rule)
+    assert better.passed and better.tol_units == pytest.approx(0.1, rel=1e-12)
+    worse = compare("x", a, r, parse_tolerance("x:sqnr>=30").rule)
+    assert not worse.passed and worse.tol_units == pytest.approx(10.0, rel=1e-12)
+    equal = compare("x", r, r, parse_tolerance("x:sqnr>=30").rule)
+    assert equal.passed and equal.sqnr_db == math.inf and equal.tol_units == 0.0
+    zeros = np.zeros(4, np.float32)
+    lost = compare("x", zeros + np.float32(1), zeros, parse_tolerance("x:sqnr>=30").rule)
+    assert not lost.passed and lost.sqnr_db == -math.inf and lost.tol_units == math.inf
+    # the median of |a-r| exactly at the bound: 2^-10 on every element (exact in float32)
+    q = np.linspace(1.0, 2.0, 64).astype(np.float32)
+    off = q + np.float32(2.0 ** -10)
+    assert np.all(np.abs(off.astype(np.float64) - q) == 2.0 ** -10)
+    held = compare("x", off, q, parse_tolerance("x:p50_abs<=2^-10").rule)
+    assert held.passed and held.tol_units == 1.0
+    assert not compare("x", off, q, parse_tolerance("x:p50_abs<=2^-11").rule).passed
+
+
+def test_a_quantile_gate_on_a_tensor_with_no_finite_element_holds() -> None:
+    """An output masked to NaN on both sides (same places) has no finite error to take a
+    percentile of: nothing differs, so the gate holds (0, not an error or a NaN verdict)."""
+    r = np.full((2, 3), np.nan, np.float32)
+    d = compare("masked", r, r.copy(), parse_tolerance("masked:p99_abs<=1e-3").rule)
+    assert d.passed and d.tol_units == 0.0 and d.reason == ""

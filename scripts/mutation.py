@@ -242,6 +242,11 @@ def _env(dest: Path) -> dict[str, str]:
         (root / "verify").symlink_to(dest / "mutants" / "verify", target_is_directory=True)
     env["PYTHONPATH"] = str(root)
     env.pop("VERIFY_NO_NUMBA", None)
+    # mutmut forks each mutant's worker from a pytest that has run the numba kernel: numba's
+    # default threading layer here is GNU OpenMP, which kills a forked child that runs a
+    # parallel kernel again (SIGTERM: mutmut's "suspicious") or hangs it (a "timeout"),
+    # whatever the mutant. The workqueue layer survives a fork and computes the same results.
+    env["NUMBA_THREADING_LAYER"] = "workqueue"
     return env
 
 
@@ -280,6 +285,44 @@ def _read_statuses(dest: Path, mod: Module) -> dict[str, str]:
     return statuses
 
 
+FRESH_LIMIT_S = 300  # a mutant whose tests still run this long in a process of their own hangs
+
+
+def _fresh(dest: Path, statuses: dict[str, str]) -> dict[str, str]:
+    """Timeouts and 'suspicious' ends, run again one by one in a fresh pytest (no fork).
+
+    mutmut forks each mutant's worker from one warmed-up pytest; a test that runs the numba
+    kernel (parallel threads) in a forked child can hang there whatever the mutant, and load on
+    a shared machine can push a worker past mutmut's wall limit (15x the tests' own time).
+    Neither says whether a test catches the mutant. Here each one runs alone, with the tests
+    mutmut picked for its function: exit 1 is `killed`, 0 `survived`, still running after
+    FRESH_LIMIT_S a real hang (`timeout`, counted as killed: a user would see it hang)."""
+    stats_path = dest / "mutants" / "mutmut-stats.json"
+    tests_by_fn = json.loads(stats_path.read_text(encoding="utf-8"))[
+        "tests_by_mangled_function_name"] if stats_path.is_file() else {}
+    out = dict(statuses)
+    for name, status in sorted(statuses.items()):
+        if status not in ("timeout", "suspicious"):
+            continue
+        tests = sorted(tests_by_fn.get(name.rpartition("__mutmut_")[0], ()))
+        if not tests:
+            out[name] = "no tests"
+            continue
+        env = dict(_env(dest), MUTANT_UNDER_TEST=name)
+        cmd = ["nice", "-n", "15", sys.executable, "-m", "pytest", "-x", "-q", "-p",
+               "no:cacheprovider", "-m",
+               "not arm64 and not gpu and not hardware", *tests]
+        try:
+            proc = subprocess.run(cmd, cwd=dest / "mutants", env=env, capture_output=True,
+                                  timeout=FRESH_LIMIT_S)
+            out[name] = {0: "survived", 1: "killed", 5: "no tests"}.get(proc.returncode,
+                                                                       "suspicious")
+        except subprocess.TimeoutExpired:
+            out[name] = "timeout"
+        print(f"   fresh run of {name} ({status}): {out[name]}", flush=True)
+    return out
+
+
 def _recheck(dest: Path, mod: Module, children: int, log: Path) -> dict[str, str]:
     """The last run's statuses, with its survivors run again against the current tests."""
     if (REPO / mod.source).read_bytes() != (dest / mod.source).read_bytes():
@@ -290,7 +333,9 @@ def _recheck(dest: Path, mod: Module, children: int, log: Path) -> dict[str, str
         shutil.copytree(REPO / "tests", folder, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
     _configure(dest, mod)  # the module's test files as listed now
-    again = [k for k, v in before.items() if v not in _KILLED + ("skipped", "not checked")]
+    # timeouts and suspicious ends too: forked workers that ran numba died whatever the mutant
+    # before NUMBA_THREADING_LAYER was set (see _env), and load can push a worker past its limit
+    again = [k for k, v in before.items() if v not in ("killed", "skipped", "not checked")]
     if again:
         after = _run_mutmut(dest, mod, children, log, names=again)
         before.update({k: after.get(k, "not checked") for k in again})
@@ -377,11 +422,13 @@ def main(argv: list[str] | None = None) -> int:
             if hand.is_file():
                 res.statuses.update(json.loads(hand.read_text(encoding="utf-8")))
         elif args.survivors and (dest / "mutants").is_dir():
-            res.statuses = _recheck(dest, mod, args.children, WORK / f"{name}.log")
+            res.statuses = _fresh(dest, _recheck(dest, mod, args.children,
+                                                 WORK / f"{name}.log"))
         else:
             _copy_tree(dest)
             _configure(dest, mod)
-            res.statuses = _run_mutmut(dest, mod, args.children, WORK / f"{name}.log")
+            res.statuses = _fresh(dest, _run_mutmut(dest, mod, args.children,
+                                                    WORK / f"{name}.log"))
         if not args.report:  # mutmut may reset what a re-run did not touch: keep ours
             (WORK / f"{name}.statuses.json").write_text(json.dumps(res.statuses),
                                                         encoding="utf-8")

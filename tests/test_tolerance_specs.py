@@ -26,6 +26,12 @@ from verify.errors import UsageError
     ("x:atol=1e-3,cos>=0.9,p50.5_abs<=1e-4",
      GateRule((CosineGate(0.9), QuantileGate(50.5, 1e-4)), AllcloseRule(1e-3, 0.0))),
     ("x:sqnr>=30,k=1e-3", GateRule((SqnrGate(30.0),), MagnitudeRule(1e-3, None))),
+    # the ends of each range are in it: cos in [-1, 1], the percentile in [0, 100]
+    ("x:cos>=1", GateRule((CosineGate(1.0),), None)),
+    ("x:cos>=-1", GateRule((CosineGate(-1.0),), None)),
+    ("x:p100_abs<=0", GateRule((QuantileGate(100.0, 0.0),), None)),
+    ("x:p0_abs<=1", GateRule((QuantileGate(0.0, 1.0),), None)),
+    ("x:p0.5_abs<=1", GateRule((QuantileGate(0.5, 1.0),), None)),
 ])
 def test_specs_parse_into_their_rules(spec: str, rule: object) -> None:
     parsed = parse_tolerance(spec)
@@ -44,6 +50,9 @@ def test_specs_parse_into_their_rules(spec: str, rule: object) -> None:
     ("x:p100.5_abs<=1", "the percentile in p100.5_abs must lie in [0, 100]"),
     ("x:p50_abs<=-1", "p50_abs must be finite and >= 0, got -1"),
     ("x:cos>=-1.5", "cos>= takes a value in [-1, 1]"),
+    ("x:cos>=1.5", "cos>= takes a value in [-1, 1]"),
+    ("x:cos>=high", "'high' is not a number (write 1e-3 or 2^-12)"),
+    ("x:sqnr>=40 dBm", "'40 dBm' is not a number (write 1e-3 or 2^-12)"),
     ("x:snr>=3", "unknown gate 'snr>=3' (use cos>=V, sqnr>=DB or pNN_abs<=V)"),
 ])
 def test_bad_specs_name_what_is_wrong(spec: str, message: str) -> None:
@@ -107,3 +116,43 @@ def test_a_quantile_gate_on_a_tensor_with_no_finite_element_holds() -> None:
     r = np.full((2, 3), np.nan, np.float32)
     d = compare("masked", r, r.copy(), parse_tolerance("masked:p99_abs<=1e-3").rule)
     assert d.passed and d.tol_units == 0.0 and d.reason == ""
+
+
+def test_a_gate_beside_a_value_rule_reports_both() -> None:
+    """`out:atol=...,cos>=...`: the value rule's threshold and units are the diff's (the gate
+    has no threshold of its own), the worse of the two units ranks it, every failing part is
+    named, and a magnitude rule beside a gate takes its k from the tensor's dtype."""
+    r = np.linspace(1.0, 2.0, 100).astype(np.float32)
+    a = r + np.float32(0.01)  # cos stays ~1; 0.01 is ten times atol=1e-3
+    both = compare("x", a, r, parse_tolerance("x:atol=1e-3,cos>=0.9").rule)
+    assert not both.passed and both.reason.startswith("100 of 100 elements outside allclose")
+    assert both.threshold == pytest.approx(1e-3) and both.tol_units == pytest.approx(10, rel=1e-3)
+    ok = compare("x", a, r, parse_tolerance("x:atol=0.1,cos>=0.9").rule)
+    assert ok.passed and ok.threshold == pytest.approx(0.1) and ok.n_outside == 0
+    # two gates failing: both named, in order
+    two = compare("x", a, r, parse_tolerance("x:cos>=1,sqnr>=80").rule)
+    assert not two.passed and math.isnan(two.threshold)
+    cos_why, sqnr_why = two.reason.split("; ")
+    assert cos_why.startswith("cos ") and cos_why.endswith(" < 1")
+    assert sqnr_why.startswith("sqnr ") and sqnr_why.endswith(" dB < 80 dB")
+    # a magnitude rule with a gate: float16's k (2^-1), not float32's (2^-14)
+    h = np.linspace(1.0, 2.0, 100).astype(np.float16)
+    off = h + np.float16(2.0 ** -6)  # 1/64 off at a peak of 2: inside 2^-1 * 2, outside 2^-14 * 2
+    mag = compare("x", off, h, parse_tolerance("x:floor=0,cos>=0.9").rule)
+    assert mag.passed and mag.threshold == 1.0 and mag.rule == "magnitude k=0.5 + cos>=0.9"
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in dot")  # scan.py's float64 sums
+def test_a_cosine_gate_at_its_bound_and_its_distance_from_it() -> None:
+    """cos>=1 holds for equal tensors (the bound itself); tol_units is (1-cos)/(1-min): a
+    tensor at cos 0.999 under cos>=0.99 is at 0.1; a cosine that cannot be computed (float64
+    squares past 1e308) fails the gate and ranks infinitely bad."""
+    r = np.linspace(-1.0, 1.0, 101)
+    assert compare("x", r, r.copy(), parse_tolerance("x:cos>=1").rule).passed
+    a = r + 0.045 * np.cos(np.arange(101))
+    d = compare("x", a, r, parse_tolerance("x:cos>=0.99").rule)
+    assert d.passed and d.tol_units == pytest.approx((1.0 - d.cosine) / 0.01, rel=1e-9)
+    assert 0.01 < d.tol_units < 1.0
+    huge = np.full(4, 1e200)
+    n = compare("x", huge, huge * 1.5, parse_tolerance("x:cos>=0.9").rule)
+    assert math.isnan(n.cosine) and not n.passed and n.tol_units == math.inf

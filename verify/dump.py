@@ -192,11 +192,16 @@ def load_npy(path: Path, entry: DumpEntry, what: str,
         raise DumpError(f"{what}: {path.name} is not a valid .npy file ({exc})") from None
     with fh:
         try:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+            known = _expected_header(fh, entry)
+            if known is not None:
+                shape, fortran, dtype = known
             else:
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+                fh.seek(0)
+                version = np.lib.format.read_magic(fh)
+                if version == (1, 0):
+                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+                else:
+                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
             offset = fh.tell()
             size = os.fstat(fh.fileno()).st_size
         except (ValueError, OSError, EOFError) as exc:
@@ -223,6 +228,28 @@ def load_npy(path: Path, entry: DumpEntry, what: str,
     if got != buf.size:
         raise DumpError(f"{what}: {path.name} is truncated (read {got} of {buf.size} bytes)")
     return buf.view(dtype).reshape(shape, order=order)
+
+
+def _expected_header(fh: Any, entry: DumpEntry) -> tuple[tuple[int, ...], bool, np.dtype] | None:
+    """(shape, fortran order, dtype) when the file's .npy 1.0 header is, byte for byte, the one
+    `np.save` writes for the manifest's dtype and shape, with the file positioned at the data;
+    else None (the caller parses it with numpy's reader). numpy's reader evaluates the header
+    with `ast.literal_eval`: ~0.2 ms a file, a tenth of a whole det-640 diff (issue 14)."""
+    head = fh.read(10)
+    if len(head) < 10 or head[:8] != b"\x93NUMPY\x01\x00":
+        return None
+    try:
+        dtype = np.dtype(entry.dtype)
+    except TypeError:
+        return None
+    shape = tuple(int(d) for d in entry.shape)
+    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
+        np.lib.format.dtype_to_descr(dtype), shape)
+    length = int.from_bytes(head[8:10], "little")
+    got = fh.read(length)
+    if got.rstrip(b" \n") != text.encode("latin1") or not got.endswith(b"\n"):
+        return None
+    return shape, False, dtype
 
 
 def map_readonly(fh: Any, offset: int, length: int) -> memoryview:

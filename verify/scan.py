@@ -132,10 +132,16 @@ def _np_block(x: np.ndarray, y: np.ndarray, atol: float, rtol: float, tiny: floa
     np.fmax(ay, tiny, out=t)
     np.divide(d, t, out=t)
     row[_MAXREL] = t.max(initial=0.0)
-    np.multiply(ay, rtol, out=t)
-    t += atol
-    np.greater(d, t, out=gt)
-    row[_NV] = np.count_nonzero(gt)
+    if math.isinf(atol) and not want_tr:  # the magnitude rule's scan: nothing is outside
+        row[_NV] = 0  # (d is finite here), so the per-element threshold is never built
+    elif rtol == 0.0 and not want_tr:  # a constant threshold (the magnitude rule's recount)
+        np.greater(d, atol, out=gt)
+        row[_NV] = np.count_nonzero(gt)
+    else:
+        np.multiply(ay, rtol, out=t)
+        t += atol
+        np.greater(d, t, out=gt)
+        row[_NV] = np.count_nonzero(gt)
     if want_tr:
         np.fmax(t, _DEN_MIN, out=t)
         np.divide(d, t, out=t)

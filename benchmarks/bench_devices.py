@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from verify.devices import Profile  # noqa: E402
 from verify.drivers import make_driver  # noqa: E402
+from verify.options import TimedRuns  # noqa: E402
 from verify.pipeline import RunOptions, run_on_device  # noqa: E402
 from verify.testcase import read_archive  # noqa: E402
 
@@ -42,7 +43,7 @@ def _missing_extra(module: str, extra: str) -> str | None:
 def bench(profile: Profile, big: Path, vtc: Path, runs: int, work: Path) -> dict[str, float]:
     tc = read_archive(vtc)
     feeds = [tc.cases[0].inputs]
-    options = RunOptions(iterations=1, warmup=0)
+    options = RunOptions(timed=TimedRuns(iterations=1, warmup=0))
     out: dict[str, float] = {}
     with make_driver(profile) as d:
         d.makedirs(d.base_dir)

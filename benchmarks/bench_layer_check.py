@@ -27,6 +27,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from verify import execute  # noqa: E402
 from verify.archive_verify import LayerCheck  # noqa: E402
+from verify.options import ArchiveSelection, TimedRuns  # noqa: E402
 
 
 def cpu() -> float:
@@ -42,7 +43,7 @@ def measure(fn: Callable[[], object]) -> tuple[float, float]:
 
 
 def plain_run(archive: Path) -> Callable[[], object]:
-    request = execute.RunRequest(archive=archive, device="local", iterations=1, warmup=0)
+    request = execute.RunRequest(ArchiveSelection(archive), timed=TimedRuns(1, 0))
 
     def go() -> object:
         outcome = execute.run(request)

@@ -39,6 +39,7 @@ def _bench(folder: Path, fanout: int) -> int:
     from verify.cli import main as cli
     from verify.execute import RunRequest, run
     from verify.localize import LocalizeRequest, localize
+    from verify.options import ArchiveSelection, DeviceTarget, TimedRuns
 
     model_path = folder / "resnet50_like.onnx"
     if not model_path.exists():
@@ -54,9 +55,10 @@ def _bench(folder: Path, fanout: int) -> int:
     os.environ["VERIFY_DEVICES"] = str(profiles)
     os.environ["CI"] = "1"
 
-    run(RunRequest(archive=vtc, iterations=1, warmup=0))  # warm the device cache
+    once = RunRequest(ArchiveSelection(vtc), timed=TimedRuns(1, 0))
+    run(once)  # warm the device cache
     t0 = time.perf_counter()
-    run(RunRequest(archive=vtc, iterations=1, warmup=0))
+    run(once)
     baseline = time.perf_counter() - t0
     print(f"baseline: verify run --iter 1 of {vtc.name}: {baseline:.2f} s")
     print(f"{'fault at':<10} {'node':<22} {'mode':<7} {'found':<22} {'trips':>5} "
@@ -70,8 +72,8 @@ def _bench(folder: Path, fanout: int) -> int:
             'transport = "local"\nrunner = [' + ", ".join(f'"{w}"' for w in runner) + "]\n")
         for mode in ("dump", "bisect"):
             t0 = time.perf_counter()
-            result = localize(LocalizeRequest(archive=vtc, device=name, mode=mode,
-                                              fanout=fanout, out_dir=folder))
+            result = localize(LocalizeRequest(ArchiveSelection(vtc), DeviceTarget(name),
+                                              mode=mode, fanout=fanout, out_dir=folder))
             took = time.perf_counter() - t0
             found = result.suspect.name if result.suspect else "-"
             print(f"{int(depth * 100):>3}%       {node:<22} {mode:<7} {found:<22} "

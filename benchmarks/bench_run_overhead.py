@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from verify.execute import RunRequest, run  # noqa: E402
+from verify.options import ArchiveSelection, SessionSettings, TimedRuns  # noqa: E402
 from verify.pack import PackOptions, pack  # noqa: E402
 
 
@@ -63,8 +64,8 @@ def bare_loop(model: Path, feeds_file: Path, iterations: int, threads: int) -> l
 
 
 def verify_loop(archive: Path, iterations: int, threads: int) -> list[float]:
-    outcome = run(RunRequest(archive=archive, device="local", iterations=iterations, warmup=1,
-                             opt_level="all", threads=threads))
+    outcome = run(RunRequest(ArchiveSelection(archive), timed=TimedRuns(iterations, 1),
+                             session=SessionSettings("all", threads)))
     assert outcome.passed, "the sample must pass its own check"
     return list(outcome.run.cases[0].iter_ms)
 

@@ -149,6 +149,7 @@ def test_bench_opt_levels_side_by_side_with_their_errors(
 def test_layout_nchw_turns_the_layout_transform_off(cnn_two_cases: Path, private_cache: Path,
                                                     tmp_path: Path) -> None:
     from verify.devices import resolve
+    from verify.options import TimedRuns
     from verify.pipeline import RunOptions, run_on_device
     from verify.profile import load_profile
     from verify.testcase import read_archive
@@ -158,8 +159,7 @@ def test_layout_nchw_turns_the_layout_transform_off(cnn_two_cases: Path, private
     for layout in ("auto", "nchw"):
         s = parse_setting(f"opt=all,layout={layout}")
         run = run_on_device(resolve("local"), tc.model_bytes, [tc.cases[0].inputs],
-                            RunOptions(iterations=1, warmup=0, opt_level=s.opt_level,
-                                       session_config=s.config(), profile=True),
+                            RunOptions(session=s.session(), timed=TimedRuns(1, 0), profile=True),
                             profile_dest=tmp_path / f"{layout}.json")
         assert run.profile_file is not None
         ops[layout] = {n.op_type for n in load_profile(run.profile_file).nodes}

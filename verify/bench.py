@@ -26,7 +26,6 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from verify.check import check_outputs
@@ -34,7 +33,14 @@ from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
 from verify.execute import Prepared, output_floors, prepare
-from verify.pipeline import OPT_LEVELS, ProgressFactory, RunOptions, Status, run_on_device
+from verify.options import (
+    OPT_LEVELS,
+    ArchiveSelection,
+    DeviceTarget,
+    SessionSettings,
+    TimedRuns,
+)
+from verify.pipeline import ProgressFactory, RunOptions, Status, run_on_device
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
@@ -51,14 +57,11 @@ NOISY_CV = 0.10  # sd above this fraction of the mean earns a note
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One way to run the model; `label` is how tables and JSON name it."""
+class Setting(SessionSettings):
+    """One way to run the model: session settings and a layout; `label` is how tables and
+    JSON name it."""
 
-    opt_level: str = "all"
-    threads: int = 0
-    providers: tuple[str, ...] = ()
     layout: str = "auto"
-    session_config: tuple[tuple[str, str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -79,6 +82,11 @@ class Setting:
             cfg[DISABLE_OPTIMIZERS] = ";".join(
                 x for x in (cfg.get(DISABLE_OPTIMIZERS), LAYOUT_TRANSFORMERS) if x)
         return cfg
+
+    def session(self) -> SessionSettings:
+        """The settings a job runs with: the layout folded into the session config."""
+        return SessionSettings(self.opt_level, self.threads, self.providers,
+                               tuple(self.config().items()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "opt_level": self.opt_level, "threads": self.threads,
@@ -182,25 +190,18 @@ def grid(opt_levels: Iterable[str] = ("all",), threads: Iterable[int] = (0,),
          providers: Iterable[tuple[str, ...]] = ((),),
          layouts: Iterable[str] = ("auto",)) -> list[Setting]:
     """Every combination, in the order given (the first is the baseline)."""
-    return [Setting(o, t, p, lay) for o, t, p, lay in
+    return [Setting(opt_level=o, threads=t, providers=p, layout=lay) for o, t, p, lay in
             itertools.product(opt_levels, threads, providers, layouts)]
 
 
 # --- running ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BenchRequest:
-    archive: Path
+    selection: ArchiveSelection
     settings: tuple[Setting, ...]
-    device: str = "local"
-    iterations: int = 10
-    warmup: int = 1
+    device: DeviceTarget = DeviceTarget()
+    timed: TimedRuns = TimedRuns()
     repeat: int = 1
-    case_index: int | None = None
-    timeout: float | None = None
-    insecure_host_key: bool = False
-    atol: float | None = None
-    rtol: float | None = None
-    tol_specs: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,7 @@ def bench(request: BenchRequest, *, status: Status | None = None,
         raise UsageError(f"setting {dup!r} is given twice")
     if request.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    prepared = prepare(request)
+    prepared = prepare(request.selection, request.device)
     with prepared.layer_check:  # joined before the report (a verdict) is returned
         return _bench(request, prepared, status, progress)
 
@@ -284,9 +285,8 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
     for round_no in range(request.repeat):
         for s in request.settings:
             say(f"round {round_no + 1}/{request.repeat}: {s.label}")
-            options = RunOptions(iterations=request.iterations, warmup=request.warmup,
-                                 opt_level=s.opt_level, threads=s.threads, providers=s.providers,
-                                 session_config=s.config(), timeout=request.timeout)
+            options = RunOptions(session=s.session(), timed=request.timed,
+                                 timeout=request.device.timeout)
             run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress)
             device = run.device
             prepare_ms.setdefault(s.label, run.prepare_ms)
@@ -302,8 +302,9 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
                                   base.avg / timings[s.label].avg if timings[s.label].avg > 0
                                   else math.inf, prepare_ms[s.label], tuple(diffs[s.label]))
                     for s in request.settings)
-    return BenchReport(str(request.archive), {"spec": profile.spec, **dict(device)}, indices,
-                       request.iterations, request.warmup, request.repeat, results,
+    return BenchReport(str(request.selection.archive), {"spec": profile.spec, **dict(device)},
+                       indices, request.timed.iterations, request.timed.warmup, request.repeat,
+                       results,
                        tuple(timing_notes(results)))
 
 

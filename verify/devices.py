@@ -169,6 +169,14 @@ def resolve(spec: str) -> Profile:
     return Profile(name=spec, transport=transport, address=target)
 
 
+def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
+    """`resolve`, with --insecure-host-key passed on to the ssh driver through the options."""
+    profile = resolve(spec)
+    if insecure_host_key:
+        profile = replace(profile, options={**profile.options, "insecure_host_key": True})
+    return profile
+
+
 def _on_gpu(profile: Profile, index: int, spec: str) -> Profile:
     """The cuda profile with its CUDA provider pointed at GPU `index`."""
     options = {k: dict(v) for k, v in profile.provider_options.items()}

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from verify import devices
 from verify.archive_check import check_cases
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
@@ -31,6 +30,13 @@ from verify.files import (
 )
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
+from verify.options import (
+    ArchiveSelection,
+    DeviceTarget,
+    DumpOptions,
+    SessionSettings,
+    TimedRuns,
+)
 from verify.pipeline import (
     DeviceRun,
     DumpCapture,
@@ -47,28 +53,15 @@ from verify.tolerance import tolerance_set
 
 @dataclass(frozen=True)
 class RunRequest:
-    archive: Path
-    device: str = "local"
-    iterations: int = 10
-    warmup: int = 1
-    providers: Sequence[str] = ()
-    opt_level: str = "all"
-    threads: int = 0
+    selection: ArchiveSelection
+    device: DeviceTarget = DeviceTarget()
+    session: SessionSettings = SessionSettings()
+    timed: TimedRuns = TimedRuns()
+    dump: DumpOptions = DumpOptions()      # every layer, as a folder and/or text (dump.py)
     input_overrides: Sequence[str] = ()
-    case_index: int | None = None
     bin_out_dump: Path | None = None
     profile_path: Path | None = None
-    timeout: float | None = None
     keep: bool = False
-    insecure_host_key: bool = False
-    atol: float | None = None
-    rtol: float | None = None
-    tol_specs: Sequence[str] = ()
-    bin_io_dump: Path | None = None       # a dump directory of every layer (dump.py)
-    io_dump: Path | None = None           # the text form, one block per tensor
-    dump_budget_mb: float | None = None   # live tensors per dump segment (default: sized to it)
-    dump_filter: str | None = None        # regex on tensor or node names
-    dump_stats_only: bool = False         # stats computed on the device, no tensor transferred
     control_probe: bool = False           # time the runner's control probe per iteration (ci)
 
 
@@ -89,25 +82,6 @@ class RunOutcome:
         return all(verdicts) if verdicts else None
 
 
-class ArchiveRequest(Protocol):
-    """What run and bench requests share: an archive, its cases, tolerances and a device."""
-
-    @property
-    def archive(self) -> Path: ...
-    @property
-    def device(self) -> str: ...
-    @property
-    def case_index(self) -> int | None: ...
-    @property
-    def insecure_host_key(self) -> bool: ...
-    @property
-    def atol(self) -> float | None: ...
-    @property
-    def rtol(self) -> float | None: ...
-    @property
-    def tol_specs(self) -> Sequence[str]: ...
-
-
 class Prepared(NamedTuple):
     """An archive opened for running: its cases chosen, tolerances layered, device resolved."""
 
@@ -118,30 +92,22 @@ class Prepared(NamedTuple):
     layer_check: LayerCheck  # the per-layer references, checked while the device works
 
 
-def prepare(request: ArchiveRequest) -> Prepared:
+def prepare(selection: ArchiveSelection, device: DeviceTarget) -> Prepared:
     """The set-up every command that runs an archive does first (bad input fails here, before
     any device time is spent). The archive's per-layer references, which these commands do not
     read, are checked in a background thread from here on: wrap the device work and the verdict
     in `with prepared.layer_check:` so a mismatch is exit 2 and no verdict."""
-    tc = read_archive(request.archive)
+    tc = read_archive(selection.archive)
     check = LayerCheck(tc.path if tc.has_layers and tc.checked else None)
     try:
         check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model"))
-        tolerances = tolerance_set(tc.tolerances, request.atol, request.rtol, request.tol_specs)
-        return Prepared(tc, tolerances, tc.case_indices(request.case_index),
-                        resolve_profile(request.device, request.insecure_host_key), check)
+        tol = selection.tolerances
+        tolerances = tolerance_set(tc.tolerances, tol.atol, tol.rtol, tol.specs)
+        return Prepared(tc, tolerances, tc.case_indices(selection.case_index), device.profile(),
+                        check)
     except BaseException:
         check.cancel()
         raise
-
-
-
-
-def resolve_profile(spec: str, insecure_host_key: bool = False) -> Profile:
-    profile = devices.resolve(spec)
-    if insecure_host_key:
-        profile = replace(profile, options={**profile.options, "insecure_host_key": True})
-    return profile
 
 
 def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.ndarray]:
@@ -151,7 +117,7 @@ def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.n
 
 def run(request: RunRequest, *, status: Status | None = None,
         progress: ProgressFactory | None = None) -> RunOutcome:
-    prepared = prepare(request)
+    prepared = prepare(request.selection, request.device)
     with prepared.layer_check:  # joined before the outcome (a verdict) is returned
         return _run(request, prepared, status, progress)
 
@@ -161,13 +127,12 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     tc, tolerances, indices, profile, _ = prepared
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
-    options = RunOptions(iterations=request.iterations, warmup=request.warmup,
-                         opt_level=request.opt_level, threads=request.threads,
-                         providers=tuple(request.providers), profile=request.profile_path is not None,
-                         keep=request.keep, timeout=request.timeout,
-                         control_probe=request.control_probe)
-    made_dump_dir = request.bin_io_dump is not None and not Path(request.bin_io_dump).exists()
-    dump_spec = _dump_spec(request)
+    options = RunOptions(session=request.session, timed=request.timed,
+                         profile=request.profile_path is not None, keep=request.keep,
+                         timeout=request.device.timeout, control_probe=request.control_probe)
+    dump = request.dump
+    made_dump_dir = dump.bin_io_dump is not None and not Path(dump.bin_io_dump).exists()
+    dump_spec = _dump_spec(dump)
     try:
         device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
                                    progress=progress, profile_dest=request.profile_path,
@@ -190,13 +155,13 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
         if request.bin_out_dump is not None:
             written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
         if device_run.dump is not None:
-            written.update(write_layer_dumps(request, tc, indices, device_run))
+            written.update(write_layer_dumps(dump, tc, indices, device_run))
             notes.append(_dump_note(device_run.dump))
         return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
                           tolerances=tolerances, notes=tuple(notes), written=written)
     except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made)
-        if request.bin_io_dump is not None:
-            discard_dump(request.bin_io_dump, remove_dir=made_dump_dir)
+        if dump.bin_io_dump is not None:
+            discard_dump(dump.bin_io_dump, remove_dir=made_dump_dir)
         raise
 
 
@@ -231,15 +196,15 @@ def _dump_note(capture: DumpCapture) -> str:
                    f"in {capture.seconds:.2f} s")
 
 
-def _dump_spec(request: RunRequest) -> DumpSpec | None:
-    if request.bin_io_dump is None and request.io_dump is None:
-        if request.dump_stats_only or request.dump_filter is not None \
-                or request.dump_budget_mb is not None:
+def _dump_spec(request: DumpOptions) -> DumpSpec | None:
+    if not request.wanted:
+        if request.stats_only or request.dump_filter is not None \
+                or request.budget_mb is not None:
             raise UsageError("--dump-filter, --dump-budget-mb and --dump-stats-only need "
                              "--bin-io-dump DIR or --io-dump FILE")
         return None
-    if request.dump_budget_mb is not None and not request.dump_budget_mb > 0:
-        raise UsageError(f"--dump-budget-mb must be > 0, got {request.dump_budget_mb:g}")
+    if request.budget_mb is not None and not request.budget_mb > 0:
+        raise UsageError(f"--dump-budget-mb must be > 0, got {request.budget_mb:g}")
     compile_dump_filter(request.dump_filter)  # fail before anything runs
     if request.io_dump is not None and Path(request.io_dump).is_dir():
         raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "
@@ -247,13 +212,13 @@ def _dump_spec(request: RunRequest) -> DumpSpec | None:
     dest = None
     if request.bin_io_dump is not None:
         dest = prepare_dir(request.bin_io_dump)
-        dest = None if request.dump_stats_only else dest
-    budget = (int(request.dump_budget_mb * (1 << 20)) if request.dump_budget_mb is not None
+        dest = None if request.stats_only else dest
+    budget = (int(request.budget_mb * (1 << 20)) if request.budget_mb is not None
               else None)
     return DumpSpec(dest=dest, budget_bytes=budget, dump_filter=request.dump_filter)
 
 
-def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
+def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int],
                       device_run: DeviceRun) -> dict[str, str]:
     """The dump's manifest (written last, completing the folder) and the text io-dump."""
     capture = device_run.dump
@@ -275,12 +240,12 @@ def write_layer_dumps(request: RunRequest, tc: Testcase, indices: Sequence[int],
                                                   "first")}})
         cases.append({"case": ci, "tensors": tensors})
     written: dict[str, str] = {}
-    opts = device_run.options
+    opts = device_run.options.session
     header = manifest_header(
         device=device_run.device, spec=device_run.spec, providers=device_run.providers,
         options={"opt_level": opts.opt_level, "threads": opts.threads,
                  "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
-                 "filter": request.dump_filter, "stats_only": request.dump_stats_only},
+                 "filter": request.dump_filter, "stats_only": request.stats_only},
         model_sha256=device_run.model_sha256, graph=plan.graph,
         outputs=plan.outputs)
     if request.bin_io_dump is not None:

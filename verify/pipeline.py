@@ -32,12 +32,11 @@ from verify.errors import (
     UsageError,
 )
 from verify.graph import sha256_bytes
+from verify.options import SessionSettings, TimedRuns
 from verify.reference import requested_ort_log
-from verify.runner import runner as _runner
 from verify.runner.runner import CONTRACT, CONTRACT_VERSION
 
 RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "runner.py"
-OPT_LEVELS = tuple(_runner.OPT_LEVELS)  # the contract's names, in order
 
 # A callback for the CLI: status(message) between phases, and a progress factory for transfers.
 Status = Callable[[str], None]
@@ -46,25 +45,15 @@ ProgressFactory = Callable[[str, int], "Progress | None"]
 
 @dataclass(frozen=True)
 class RunOptions:
-    iterations: int = 10
-    warmup: int = 1
-    opt_level: str = "all"
-    threads: int = 0
-    providers: tuple[str, ...] = ()          # empty: the profile's providers
+    """One job's options: the session, the timed runs, and what to bring back."""
+
+    session: SessionSettings = SessionSettings()
+    timed: TimedRuns = TimedRuns()
     provider_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    session_config: Mapping[str, str] = field(default_factory=dict)
     profile: bool = False
     keep: bool = False
     timeout: float | None = None
     control_probe: bool = False              # time the runner's control probe per iteration
-
-    def __post_init__(self) -> None:
-        if self.opt_level not in OPT_LEVELS:
-            raise UsageError(f"--opt-level must be one of {', '.join(OPT_LEVELS)}")
-        if self.iterations < 1:
-            raise UsageError("--iter must be at least 1")
-        if self.warmup < 0:
-            raise UsageError("--warmup must be 0 or more")
 
 
 @dataclass(frozen=True)
@@ -207,7 +196,8 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
     second run of the same testcase sends only the job file.
     """
     say = status or (lambda _msg: None)
-    providers = options.providers or profile.providers
+    session = options.session
+    providers = session.providers or profile.providers
     with tempfile.TemporaryDirectory(prefix="verify-run-") as tmp_name:
         tmp = Path(tmp_name)
         model_sha256 = sha256_bytes(model_bytes)
@@ -241,9 +231,9 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                     "providers": list(providers),
                     "provider_options": {k: dict(v) for k, v in
                                          {**profile.provider_options, **options.provider_options}.items()},
-                    "opt_level": options.opt_level, "threads": options.threads,
-                    "session_config": dict(options.session_config),
-                    "warmup": options.warmup, "iterations": options.iterations,
+                    "opt_level": session.opt_level, "threads": session.threads,
+                    "session_config": dict(session.session_config),
+                    "warmup": options.timed.warmup, "iterations": options.timed.iterations,
                     "outputs_dir": "out", "result": "result.json",
                     "profile": "profile.json" if options.profile else None,
                 }
@@ -252,7 +242,7 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 if requested_ort_log() is not None:
                     job["ort_log_severity"] = requested_ort_log()
                 plan = None
-                if dump is not None and options.opt_level != "disable":
+                if dump is not None and session.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
                 elif dump is not None:  # the model itself: the timed runner dumps it first
                     plan = plan_dump(model_bytes, None, dump.dump_filter, _shapes(cases))

@@ -482,7 +482,7 @@ def test_a_layers_job_with_determinism_runs_the_device_twice_not_three_times(
     runs: list[bool] = []
     real = execute.run
     monkeypatch.setattr(execute, "run", lambda req, **kw: runs.append(
-        req.bin_io_dump is not None) or real(req, **kw))
+        req.dump.bin_io_dump is not None) or real(req, **kw))
     suite = local_suite(tmp_path)
     run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-all"],
                  capsys, tmp_path)

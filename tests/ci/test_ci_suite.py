@@ -97,7 +97,7 @@ def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:
     local = jobs["two_io/local/opt-all"]
     assert (local.iterations, local.warmup, local.timeout, local.retries) == (30, 3, 300.0, 1)
     assert jobs["int_bool/local/opt-all"].tolerance.specs == ("selected:exact", "prob:k=2^-14")
-    assert jobs["cnn/local/opt-off"].options.opt_level == "disable"
+    assert jobs["cnn/local/opt-off"].options.session.opt_level == "disable"
     assert "determinism" in jobs["cnn/local/opt-all"].gates
     assert "determinism" not in local.gates
     assert local.gates == ("accuracy", "regression", "latency")   # the suite's

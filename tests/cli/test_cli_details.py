@@ -15,7 +15,8 @@ import click
 import pytest
 from helpers_cli import verify
 
-from verify.cli import JSON_KINDS, JSON_VERSION, cli, complete_device
+from verify.cli import JSON_KINDS, JSON_VERSION, cli
+from verify.cli.groups import complete_device
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "goldens" / "models" / "cnn.onnx"

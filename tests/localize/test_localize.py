@@ -157,10 +157,12 @@ def test_per_layer_run_in_several_chunks_finds_the_same_node(cnn_vtc: Path, faul
     """A budget below the model's activations splits the per-layer run into several round
     trips; the search sees the same tensors and reaches the same verdict as in one trip."""
     from verify.localize import FAULTY, LocalizeRequest, localize
+    from verify.options import ArchiveSelection, DeviceTarget
 
     spec = faulty_profile("chunky", "scale", "block2/conv1", 1.01)
-    results = {budget: localize(LocalizeRequest(archive=cnn_vtc, device=spec, mode="dump",
-                                                budget_bytes=budget, write_repro=False))
+    results = {budget: localize(LocalizeRequest(ArchiveSelection(cnn_vtc), DeviceTarget(spec),
+                                                mode="dump", budget_bytes=budget,
+                                                write_repro=False))
                for budget in (512 << 20, 1 << 20)}
     trips = {budget: [r.purpose for r in res.rounds if r.purpose.startswith("per-layer run of ")]
              for budget, res in results.items()}

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from verify.ci.suite import Device, GateSettings, OptionSet, Suite, Tolerance
+from verify.ci.suite import Device, GateSettings, OptionSet, Suite
+from verify.options import ArchiveSelection, DeviceTarget, TimedRuns, Tolerances
 from verify.errors import UsageError
 
 
@@ -26,13 +27,26 @@ class Job:
     timeout: float | None
     retries: int
     gates: tuple[str, ...]
-    tolerance: Tolerance
+    tolerance: Tolerances
     settings: GateSettings
     layers: bool = False
 
     @property
     def id(self) -> str:
         return f"{self.testcase}/{self.device.name}/{self.options.name}"
+
+    @property
+    def selection(self) -> ArchiveSelection:
+        """Every case of the archive, with the job's tolerances over the archive's own."""
+        return ArchiveSelection(self.archive, None, self.tolerance)
+
+    @property
+    def target(self) -> DeviceTarget:
+        return DeviceTarget(self.device.spec, timeout=self.timeout)
+
+    @property
+    def timed(self) -> TimedRuns:
+        return TimedRuns(self.iterations, self.warmup)
 
 
 def expand(suite: Suite) -> list[Job]:

@@ -36,9 +36,9 @@ def _failure_text(r: JobResult) -> str:
 
 
 def _options(r: JobResult) -> str:
-    o = r.job.options
-    return (f"{o.name}: opt_level={o.opt_level} threads={o.threads} "
-            f"providers={','.join(o.providers) or 'the device default'}")
+    o, s = r.job.options, r.job.options.session
+    return (f"{o.name}: opt_level={s.opt_level} threads={s.threads} "
+            f"providers={','.join(s.providers) or 'the device default'}")
 
 
 def _system_out(r: JobResult) -> str:

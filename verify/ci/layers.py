@@ -13,6 +13,7 @@ from pathlib import Path
 from verify import diff, execute
 from verify.ci.jobs import Job
 from verify.ci.results import TensorError
+from verify.options import DumpOptions, TimedRuns
 
 RequestFactory = Callable[..., execute.RunRequest]
 
@@ -24,7 +25,8 @@ def run_with_dump(job: Job, request: RequestFactory
     from the unmarked model, so it is a second run of the job (the determinism gate's)."""
     with tempfile.TemporaryDirectory(prefix="verify-ci-dump-") as tmp:
         dump = Path(tmp) / "dump"
-        outcome = execute.run(request(job, bin_io_dump=dump, iterations=1, warmup=0))
+        outcome = execute.run(request(job, dump=DumpOptions(bin_io_dump=dump),
+                                      timed=TimedRuns(iterations=1, warmup=0)))
         reports = diff.diff_cases(dump, job.archive, outcome.tolerances, outcome.case_indices)
         return tuple(_attributed(TensorError.from_diff(report.case, row.index, row.diff, row.op),
                                  report if row is report.first_divergent else None)

@@ -41,6 +41,7 @@ from verify.errors import (
     UsageError,
     VerifyError,
 )
+from verify.options import TimedRuns
 
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0
@@ -134,12 +135,9 @@ def run_job(job: Job, ci: CiRun) -> JobResult:
 
 
 def _request(job: Job, **extra: Any) -> execute.RunRequest:
-    fields: dict[str, Any] = dict(
-        archive=job.archive, device=job.device.spec, iterations=job.iterations,
-        warmup=job.warmup, providers=job.options.providers, opt_level=job.options.opt_level,
-        threads=job.options.threads, timeout=job.timeout, atol=job.tolerance.atol,
-        rtol=job.tolerance.rtol, tol_specs=job.tolerance.specs)
-    return execute.RunRequest(**{**fields, **extra})
+    """The job as a run; `extra` sets the request's other fields (timed, dump, control_probe)."""
+    return execute.RunRequest(**{"selection": job.selection, "device": job.target,
+                                 "session": job.options.session, "timed": job.timed, **extra})
 
 
 def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:
@@ -200,7 +198,7 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))
     if "determinism" in job.gates:
-        again = second or _retrying(lambda: execute.run(_request(job, iterations=1, warmup=0)),
+        again = second or _retrying(lambda: execute.run(_request(job, timed=TimedRuns(1, 0))),
                                     job.retries, _Attempts())
         verdicts.append(gates.determinism([c.outputs for c in outcome.run.cases],
                                           [c.outputs for c in again.run.cases]))

@@ -18,7 +18,7 @@ from typing import Any
 from verify.compare import parse_tolerance
 from verify.errors import ProfileError, UsageError
 from verify.files import read_user_file
-from verify.pipeline import OPT_LEVELS
+from verify.options import OPT_LEVELS, SessionSettings, Tolerances
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,21 +33,6 @@ NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
 
 class SuiteError(ProfileError):
     """The suite file is malformed; the message names the line or key at fault (exit 2)."""
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Tolerances layered over an archive's own: tensor globs first, then a global atol/rtol."""
-
-    atol: float | None = None
-    rtol: float | None = None
-    specs: tuple[str, ...] = ()
-
-    def over(self, outer: Tolerance) -> Tolerance:
-        """This (more specific) layer in front of `outer`."""
-        return Tolerance(self.atol if self.atol is not None else outer.atol,
-                         self.rtol if self.rtol is not None else outer.rtol,
-                         (*self.specs, *outer.specs))
 
 
 @dataclass(frozen=True)
@@ -80,14 +65,15 @@ class Device:
 
 @dataclass(frozen=True)
 class OptionSet:
+    """An [[options]] table: session settings under a name."""
+
     name: str = "default"
-    opt_level: str = "all"
-    threads: int = 0
-    providers: tuple[str, ...] = ()
+    session: SessionSettings = SessionSettings()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "opt_level": self.opt_level, "threads": self.threads,
-                "providers": list(self.providers)}
+        s = self.session
+        return {"name": self.name, "opt_level": s.opt_level, "threads": s.threads,
+                "providers": list(s.providers)}
 
 
 @dataclass(frozen=True)
@@ -100,7 +86,7 @@ class TestcaseEntry:
     iterations: int | None = None
     warmup: int | None = None
     timeout: float | None = None
-    tolerance: Tolerance = Tolerance()
+    tolerance: Tolerances = Tolerances()
     layers: bool = False              # per-layer accuracy/regression (archive packed --layers)
 
 
@@ -115,7 +101,7 @@ class Suite:
     retries: int
     gates: tuple[str, ...]
     settings: GateSettings
-    tolerance: Tolerance
+    tolerance: Tolerances
     devices: Mapping[str, Device]
     options: Mapping[str, OptionSet]
     testcases: tuple[TestcaseEntry, ...]
@@ -295,7 +281,7 @@ def _settings(r: _Reader, data: Any) -> GateSettings:
                                    d.latency_min_delta_ms))
 
 
-def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerance:
+def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerances:
     r.table(data, where, _TOL_KEYS)
     tensors = data.get("tensors", {})
     if not isinstance(tensors, dict):
@@ -310,7 +296,7 @@ def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerance:
         except UsageError as exc:
             raise r.fail([*where, "tensors", glob_], str(exc)) from None
         specs.append(spec)
-    return Tolerance(r.get(data, where, "atol", "float"), r.get(data, where, "rtol", "float"),
+    return Tolerances(r.get(data, where, "atol", "float"), r.get(data, where, "rtol", "float"),
                      tuple(specs))
 
 
@@ -362,8 +348,9 @@ def _options(r: _Reader, items: Any) -> dict[str, OptionSet]:
         level = r.get(o, where, "opt_level", "str", "all")
         if level not in OPT_LEVELS:
             raise r.fail([*where, "opt_level"], f"must be one of {', '.join(OPT_LEVELS)}")
-        options[name] = OptionSet(name, level, r.get(o, where, "threads", "int", 0),
-                                  r.get(o, where, "providers", "strings", ()))
+        options[name] = OptionSet(name, SessionSettings(
+            level, r.get(o, where, "threads", "int", 0),
+            r.get(o, where, "providers", "strings", ())))
     return options or {"default": OptionSet()}
 
 

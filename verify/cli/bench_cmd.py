@@ -2,31 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import (
-    CONTEXT,
-    cli,
-    device_option,
-    emit_json,
-    insecure_host_key_option,
-    iteration_options,
-    json_option,
-    render,
-    timeout_option,
-    tolerance_options,
-)
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli.groups import archive_selection, device_target, timed_runs
 from verify.errors import EXIT_MISMATCH, EXIT_OK
 
 if TYPE_CHECKING:
     from verify.bench import BenchReport
+    from verify.options import ArchiveSelection, DeviceTarget, TimedRuns
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("archive", type=click.Path(path_type=Path))
-@device_option
+@archive_selection("Use only this case of the archive (default: all, pooled).")
+@device_target("each setting's job")
 @click.option("--opt-levels", default=None, metavar="LIST",
               help="Graph optimization levels to try, e.g. disable,all "
                    "(default: disable,basic,extended,all when no other setting is given; "
@@ -40,20 +30,13 @@ if TYPE_CHECKING:
 @click.option("--setting", "explicit", multiple=True, metavar="KEY=V[,KEY=V]",
               help="One setting, repeatable: opt=, threads=, provider=, layout=, spin=0|1, "
                    "prepack=0|1, or a dotted onnxruntime session config key.")
-@iteration_options("case and round")
+@timed_runs("case and round")
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Rounds over all settings, interleaved (A B A B …), pooled per setting.")
-@click.option("--case", "case_index", type=int, default=None,
-              help="Use only this case of the archive (default: all, pooled).")
-@timeout_option("each setting's job")
-@insecure_host_key_option
-@tolerance_options
 @json_option
-def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str | None,
-          providers: str | None, layouts: str | None, explicit: tuple[str, ...],
-          iterations: int, warmup: int, repeat: int, case_index: int | None,
-          timeout: float | None, insecure_host_key: bool, atol: float | None,
-          rtol: float | None, tol_specs: tuple[str, ...], as_json: bool) -> int:
+def bench(selection: "ArchiveSelection", device: "DeviceTarget", opt_levels: str | None,
+          threads: str | None, providers: str | None, layouts: str | None,
+          explicit: tuple[str, ...], timed: "TimedRuns", repeat: int, as_json: bool) -> int:
     """Run ARCHIVE on one device under several settings and compare them: latency (avg, sd,
     min, max), speed-up over the first setting, and each setting's error against the
     ground truth with pass/fail. Notes say when the spread is too large for a difference to
@@ -68,11 +51,7 @@ def bench(archive: Path, device_spec: str, opt_levels: str | None, threads: str 
     from verify.bench import bench as run_bench
 
     settings = settings_from(opt_levels, threads, providers, layouts, explicit)
-    request = BenchRequest(archive=archive, settings=tuple(settings), device=device_spec,
-                           iterations=iterations, warmup=warmup, repeat=repeat,
-                           case_index=case_index, timeout=timeout,
-                           insecure_host_key=insecure_host_key, atol=atol, rtol=rtol,
-                           tol_specs=tol_specs)
+    request = BenchRequest(selection, tuple(settings), device, timed, repeat)
     live = None if as_json else render.RunPrinter()
     report = run_bench(request, status=live.status if live else None)
     if as_json:

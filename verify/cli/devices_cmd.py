@@ -6,15 +6,8 @@ import math
 
 import click
 
-from verify.cli import (
-    CONTEXT,
-    cli,
-    complete_device,
-    emit_json,
-    insecure_host_key_option,
-    json_option,
-    render,
-)
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli.groups import complete_device, insecure_host_key_option
 from verify.errors import EXIT_OK
 
 
@@ -85,7 +78,7 @@ def devices_check(spec: str, conformance: bool, insecure_host_key: bool, as_json
       verify devices check arm64-native --conformance
     """
     from verify.errors import EXIT_MISMATCH, ProviderUnavailable
-    from verify.execute import resolve_profile
+    from verify.devices import resolve_profile
 
     profile = resolve_profile(spec, insecure_host_key)
     if conformance:
@@ -137,7 +130,7 @@ def devices_clean(spec: str, keep_mb: float | None, insecure_host_key: bool,
     """
     from verify.drivers import clean_device
     from verify.errors import UsageError
-    from verify.execute import resolve_profile
+    from verify.devices import resolve_profile
 
     if keep_mb is not None and not (keep_mb >= 0 and math.isfinite(keep_mb)):
         raise UsageError(f"--keep-mb {keep_mb:g}: expected a number of MB >= 0")

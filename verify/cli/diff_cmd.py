@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, tolerance_options
+from verify.cli import CONTEXT, cli, emit_json, json_option
+from verify.cli.groups import tolerance_group
 from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from verify.compare import ToleranceSet
     from verify.diff import DiffReport
+    from verify.options import Tolerances
 
 
 @cli.command(context_settings=CONTEXT)
@@ -26,11 +28,10 @@ if TYPE_CHECKING:
 @click.option("--only-failing", is_flag=True, help="Show only tensors over tolerance.")
 @click.option("--show-missing", is_flag=True,
               help="Also list each tensor present on one side only, with why.")
-@tolerance_options
+@tolerance_group
 @json_option
 def diff(actual: Path, reference: Path, case_index: int | None, top: int | None, only_failing: bool,
-         show_missing: bool, atol: float | None, rtol: float | None,
-         tol_specs: tuple[str, ...], as_json: bool) -> int:
+         show_missing: bool, tolerances: "Tolerances", as_json: bool) -> int:
     """Compare ACTUAL against REFERENCE layer by layer and name the first divergent tensor.
 
     Each is a dump folder (`verify run --bin-io-dump DIR`) or a .vtc archive: its per-layer
@@ -62,14 +63,15 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
 
     if top is not None and only_failing:
         raise UsageError("--top and --only-failing cannot be combined; pick one")
-    tolerance_set({}, atol, rtol, tol_specs)  # a bad option fails before any file is read
+    t = tolerances
+    tolerance_set({}, t.atol, t.rtol, t.specs)  # a bad option fails before any file is read
 
-    def tolerances(stored: dict) -> ToleranceSet:  # an archive side's record, ours on top
-        return tolerance_set(stored, atol, rtol, tol_specs)
+    def rules(stored: dict) -> ToleranceSet:  # an archive side's record, ours on top
+        return tolerance_set(stored, t.atol, t.rtol, t.specs)
 
     from verify.cli.render import RunPrinter
 
-    reports = diff_cases(actual, reference, tolerances,
+    reports = diff_cases(actual, reference, rules,
                          None if case_index is None else [case_index],
                          status=None if as_json else RunPrinter().status)
     passed = all(r.passed for r in reports)

@@ -8,35 +8,24 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from verify.cli import (
-    CONTEXT,
-    cli,
-    device_option,
-    emit_json,
-    insecure_host_key_option,
-    json_option,
-    render,
-    session_options,
-    timeout_option,
-    tolerance_options,
-)
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli.groups import archive_selection, device_target, session_settings
 from verify.errors import EXIT_MISMATCH, EXIT_OK
 from verify.graph import INPUT_OP
 
 if TYPE_CHECKING:
     from verify.compare import TensorDiff
     from verify.localize import LocalizeResult, NodeFinding, Step
+    from verify.options import ArchiveSelection, DeviceTarget, SessionSettings
 
 SHOW_PROPAGATED = 4    # propagated suspects listed in the text report (--json has all)
 SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
 
 
 @cli.command(context_settings=CONTEXT)
-@click.argument("archive", type=click.Path(path_type=Path))
-@device_option
-@click.option("--case", "case_index", type=click.IntRange(min=0), default=None,
-              help="Which case of the archive to localize with (default: the first whose "
-                   "outputs fail on the device).")
+@archive_selection("Which case of the archive to localize with (default: the first whose "
+                   "outputs fail on the device).", click.IntRange(min=0))
+@device_target("each device round trip")
 @click.option("--no-dump", is_flag=True,
               help="Do not compare every layer: bisect with subgraph runs instead "
                    "(O(log n) device round trips; for models too big to dump).")
@@ -48,19 +37,14 @@ SHOW_PATH_TAIL = 4     # path steps always shown before the suspect
               show_default=True,
               help="MB the per-layer references may take: a model whose activations need "
                    "more is bisected instead.")
-@session_options(" on the device")
+@session_settings(" on the device")
 @click.option("-o", "--out-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder for the repro archive (default: beside ARCHIVE).")
 @click.option("--no-repro", is_flag=True, help="Do not write a repro archive.")
-@timeout_option("each device round trip")
-@insecure_host_key_option
-@tolerance_options
 @json_option
-def localize(archive: Path, device_spec: str, case_index: int | None, no_dump: bool, fanout: int,
-             max_isolated: int, budget_mb: int, opt_level: str, providers: tuple[str, ...],
-             threads: int, out_dir: Path | None, no_repro: bool, timeout: float | None,
-             insecure_host_key: bool, atol: float | None, rtol: float | None,
-             tol_specs: tuple[str, ...], as_json: bool) -> int:
+def localize(selection: "ArchiveSelection", device: "DeviceTarget", no_dump: bool, fanout: int,
+             max_isolated: int, budget_mb: int, session: "SessionSettings",
+             out_dir: Path | None, no_repro: bool, as_json: bool) -> int:
     """Find the node that computes wrong on a device, and write a one-node repro archive.
 
     Runs ARCHIVE's model on the device and compares every layer with the reference (or, with
@@ -81,11 +65,9 @@ def localize(archive: Path, device_spec: str, case_index: int | None, no_dump: b
     from verify import localize as loc
 
     request = loc.LocalizeRequest(
-        archive=archive, device=device_spec, case_index=case_index,
-        mode="bisect" if no_dump else "auto", fanout=fanout, max_isolated=max_isolated,
-        budget_bytes=budget_mb << 20, opt_level=opt_level, threads=threads,
-        providers=providers, timeout=timeout, insecure_host_key=insecure_host_key, atol=atol,
-        rtol=rtol, tol_specs=tol_specs, out_dir=out_dir, write_repro=not no_repro)
+        selection, device, session, mode="bisect" if no_dump else "auto", fanout=fanout,
+        max_isolated=max_isolated, budget_bytes=budget_mb << 20, out_dir=out_dir,
+        write_repro=not no_repro)
     printer = None if as_json else render.RunPrinter()
     result = loc.localize(request, status=printer.status if printer else None)
     if as_json:

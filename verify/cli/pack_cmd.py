@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, render, tolerance_options
+from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli.groups import tolerance_group
 from verify.errors import EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from verify.options import Tolerances
 
 
 # --- pack----------------------------------------------------------------------------------
@@ -45,13 +50,12 @@ from verify.errors import EXIT_OK, UsageError
                    "FILE.py:FACTORY returning the module (or (module, example_inputs)); "
                    "needs pip install 'onnx-verify[torch]'. With --layers, every FX node's value "
                    "is mapped onto the ONNX tensor the exporter made of it.")
-@tolerance_options
+@tolerance_group
 @json_option
 def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[str, ...],
          seed: int, mean: str | None, std: str | None, scale: float, bgr: bool,
          layout: str | None, expected: tuple[str, ...], layers: bool, reference: str,
-         atol: float | None, rtol: float | None,
-         tol_specs: tuple[str, ...], as_json: bool) -> int:
+         tolerances: "Tolerances", as_json: bool) -> int:
     """Pack MODEL, its inputs and ground-truth outputs into one .vtc testcase archive.
 
     Ground truth is computed here, on the host, by ONNX Runtime's CPU provider with
@@ -75,8 +79,8 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(
         data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
-        tolerances=tolerance_record(atol, rtol, tol_specs), layers=layers, expected=expected,
-        reference=reference)
+        tolerances=tolerance_record(tolerances.atol, tolerances.rtol, tolerances.specs),
+        layers=layers, expected=expected, reference=reference)
     tc = packing.pack(model, out, options)
     summary = render.pack_summary(tc, out)
     if as_json:

@@ -268,8 +268,8 @@ class RunPrinter:
         echo = click.echo
         echo(f"device {r.spec}: {dev.get('arch', '?')} {dev.get('os', '')}, python "
              f"{dev.get('python', '?')}, onnxruntime {dev.get('onnxruntime', '?')}; "
-             f"providers {','.join(r.providers)}; opt-level {r.options.opt_level}"
-             + (f"; threads {r.options.threads}" if r.options.threads else ""))
+             f"providers {','.join(r.providers)}; opt-level {r.options.session.opt_level}"
+             + (f"; threads {r.options.session.threads}" if r.options.session.threads else ""))
         t = r.transfers
         echo(f"transfers: {t.get('files_put', 0)} file(s) pushed ({fmt_bytes(t.get('bytes_put', 0))}), "
              f"{t.get('files_cached', 0)} already cached")
@@ -348,8 +348,9 @@ def run_document(o: "RunOutcome") -> dict[str, Any]:
     r = o.run
     return {
         "archive": str(o.testcase.path), "device": {"spec": r.spec, **dict(r.device)},
-        "options": {"iterations": r.options.iterations, "warmup": r.options.warmup,
-                    "opt_level": r.options.opt_level, "threads": r.options.threads,
+        "options": {"iterations": r.options.timed.iterations, "warmup": r.options.timed.warmup,
+                    "opt_level": r.options.session.opt_level,
+                    "threads": r.options.session.threads,
                     "providers": list(r.providers)},
         "load_ms": r.load_ms, "prepare_ms": r.prepare_ms,
         "transfers": dict(r.transfers),

@@ -15,7 +15,7 @@ per-layer search hands over to bisection with unmarked pieces.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
+from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
 from verify.pipeline import RunOptions, Status
 from verify.runner import runner as _rt
 from verify.shapes import tensor_sizes
@@ -50,21 +51,13 @@ DEFAULT_BUDGET = 512 << 20
 
 @dataclass(frozen=True)
 class LocalizeRequest:
-    archive: Path
-    device: str = "local"
-    case_index: int | None = None      # None: the first case whose outputs fail
+    selection: ArchiveSelection          # case_index None: the first case whose outputs fail
+    device: DeviceTarget = DeviceTarget()
+    session: SessionSettings = SessionSettings()
     mode: str = "auto"
     fanout: int = 2
     max_isolated: int = 16
     budget_bytes: int = DEFAULT_BUDGET
-    opt_level: str = "all"
-    threads: int = 0
-    providers: Sequence[str] = ()
-    timeout: float | None = None
-    insecure_host_key: bool = False
-    atol: float | None = None
-    rtol: float | None = None
-    tol_specs: Sequence[str] = ()
     out_dir: Path | None = None
     write_repro: bool = True
 
@@ -142,29 +135,29 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
         raise UsageError("--fanout must be at least 2")
     from verify.execute import prepare
 
-    prepared = prepare(req)  # also validates --case
+    prepared = prepare(req.selection, req.device)  # also validates --case
     with prepared.layer_check:  # joined before the result (a verdict) is returned
         return _localize(req, prepared, status)
 
 
 def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -> LocalizeResult:
     tc, tolerances, _, profile, _ = prepared
-    model = parse_model(tc.model_bytes, str(req.archive))
+    model = parse_model(tc.model_bytes, str(req.selection.archive))
     ng = node_graph(model)
     if not len(ng):
-        raise UsageError(f"{req.archive}: the model has no computing nodes to localize")
+        raise UsageError(f"{req.selection.archive}: the model has no computing nodes to localize")
     floors = saturation_floors(model)
 
     def judge(name: str, actual: np.ndarray, reference: np.ndarray) -> TensorDiff:
         return compare(name, actual, reference, tolerances.rule_for(name, floors.get(name, 0.0)))
 
-    options = RunOptions(iterations=1, warmup=0, opt_level=req.opt_level, threads=req.threads,
-                         providers=tuple(req.providers), timeout=req.timeout)
+    options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
+                         timeout=req.device.timeout)
     device = DeviceRounds(profile, options, status)
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
 
-    case_index, whole, notes = _choose_case(tc, req.case_index, device, check, len(ng))
+    case_index, whole, notes = _choose_case(tc, req.selection.case_index, device, check, len(ng))
     case = tc.cases[case_index]
     types = inferred_types(model)  # shape inference once: marking in by_dump
     need, unknown = _activation_bytes(model, tc, case_index)
@@ -188,8 +181,9 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -
             outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
         outcome = replace(outcome, notes=(*notes, *outcome.notes))
         mode = outcome.mode or mode
-        base = dict(archive=req.archive, device=profile.spec, mode=mode, case_index=case_index,
-                    opt_level=req.opt_level, node_count=len(ng), outputs=outcome.final)
+        base = dict(archive=req.selection.archive, device=profile.spec, mode=mode,
+                    case_index=case_index, opt_level=req.session.opt_level,
+                    node_count=len(ng), outputs=outcome.final)
         if outcome.range is None:
             return LocalizeResult(**base, device_info=device.device_info,
                                   reference_source=refs.source, first_divergent=None,
@@ -208,7 +202,8 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -
         repro = None
         if req.write_repro:
             found = {"device": profile.spec, "device_info": dict(device.device_info),
-                     "opt_level": req.opt_level, "node": ng.labels[lo], "op": ng.nodes[lo].op_type,
+                     "opt_level": req.session.opt_level, "node": ng.labels[lo],
+                     "op": ng.nodes[lo].op_type,
                      "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                      "rule": own[0].rule if own else ""}
             repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
@@ -235,10 +230,11 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
                  case_index: int, segment: Segment, found: Mapping[str, Any]) -> Path:
     lo, hi = segment.lo, segment.hi
     label = ng.labels[lo] if hi - lo == 1 else f"{ng.labels[lo]}-{ng.labels[hi - 1]}"
-    path = repro_path(req.archive, label, req.out_dir)
+    path = repro_path(req.selection.archive, label, req.out_dir)
     values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
+    tol = req.selection.tolerances
     write_repro(path, ng, segment, values, tc, case_index,
-                layered_record(tc.tolerances, req.atol, req.rtol, req.tol_specs),
+                layered_record(tc.tolerances, tol.atol, tol.rtol, tol.specs),
                 found)
     return path
 

@@ -1,0 +1,113 @@
+"""The options a command shares with others, as frozen values: built once (by one click option
+group in `verify/cli/groups.py`, or by a suite file), passed whole to the features.
+
+- `SessionSettings`: how onnxruntime's session is made on the device (run, bench, ci, localize);
+- `TimedRuns`: warmup and timed iterations per case;
+- `Tolerances`: tolerances given beside an archive's own record (run, bench, diff, pack, ci);
+- `ArchiveSelection`: an archive, which of its cases, and those tolerances;
+- `DeviceTarget`: a device spec, resolved to its profile (`devices.resolve_profile`);
+- `DumpOptions`: `run`'s per-layer dump flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from verify.errors import UsageError
+from verify.runner.runner import OPT_LEVELS as _LEVELS
+
+if TYPE_CHECKING:
+    from verify.devices import Profile
+
+OPT_LEVELS = tuple(_LEVELS)  # the runner contract's names, in order
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """How the session is made: graph optimization level, intra-op threads (0: onnxruntime's
+    default), providers in order (empty: the device profile's) and raw session config entries."""
+
+    opt_level: str = "all"
+    threads: int = 0
+    providers: tuple[str, ...] = ()
+    session_config: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.opt_level not in OPT_LEVELS:
+            raise UsageError(f"--opt-level must be one of {', '.join(OPT_LEVELS)}")
+        if self.threads < 0:
+            raise UsageError("--threads must be 0 or more")
+
+
+@dataclass(frozen=True)
+class TimedRuns:
+    """Untimed warmup runs, then timed iterations, per case."""
+
+    iterations: int = 10
+    warmup: int = 1
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise UsageError("--iter must be at least 1")
+        if self.warmup < 0:
+            raise UsageError("--warmup must be 0 or more")
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Tolerances layered over an archive's own record (`tolerance.tolerance_set`): tensor
+    globs (`specs`, the first match wins) in front, then a global atol/rtol replacing the
+    archive's global rule."""
+
+    atol: float | None = None
+    rtol: float | None = None
+    specs: tuple[str, ...] = ()
+
+    def over(self, outer: Tolerances) -> Tolerances:
+        """This (more specific) layer in front of `outer`."""
+        return Tolerances(self.atol if self.atol is not None else outer.atol,
+                          self.rtol if self.rtol is not None else outer.rtol,
+                          (*self.specs, *outer.specs))
+
+
+@dataclass(frozen=True)
+class ArchiveSelection:
+    """An archive to run, which case (None: every case, or what the command picks), and the
+    tolerances over its own."""
+
+    archive: Path
+    case_index: int | None = None
+    tolerances: Tolerances = Tolerances()
+
+
+@dataclass(frozen=True)
+class DeviceTarget:
+    """A device as the user named it; `timeout` bounds each job there (None: the profile's)."""
+
+    spec: str = "local"
+    insecure_host_key: bool = False
+    timeout: float | None = None
+
+    def profile(self) -> Profile:
+        """The device's profile (UsageError for a spec that names none)."""
+        from verify.devices import resolve_profile
+
+        return resolve_profile(self.spec, self.insecure_host_key)
+
+
+@dataclass(frozen=True)
+class DumpOptions:
+    """`run`'s per-layer dump: a folder (`bin_io_dump`) and/or a text file (`io_dump`), the
+    live-tensor budget per segment (None: sized by the runner), a name filter, stats only."""
+
+    bin_io_dump: Path | None = None
+    io_dump: Path | None = None
+    budget_mb: float | None = None
+    dump_filter: str | None = None
+    stats_only: bool = False
+
+    @property
+    def wanted(self) -> bool:
+        return self.bin_io_dump is not None or self.io_dump is not None

@@ -88,18 +88,27 @@ def test_placeholders(device_env: DeviceEnv, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("text, message", [
-    ("transport = ", "not valid TOML"),
-    ('transport = "ssh"\nadress = "x"', "unknown key 'adress'"),
-    ("address = 'x'", "'transport' must be one of"),
-    ('transport = "ssh"\npython = 3', "'python' must be a list of strings"),
-    ('transport = "ssh"\n[[push]]\nsrc = "a"', "push[0] needs string keys src and dest"),
+    ("transport = ", "not valid TOML: "),
+    ('transport = "ssh"\nadress = "x"', "line 2: adress: unknown key (known: address, "
+                                          "base_dir, description, env, options, provider_options, "
+                                          "providers, push, python, runner, timeouts, transport)"),
+    ("address = 'x'", "transport: must be one of local, cuda, ssh, adb or a third-party "
+                      "driver's name"),
+    ('transport = "ssh"\npython = 3', "line 2: python: must be a list of strings"),
+    ('transport = "ssh"\n[[push]]\nsrc = "a"', "line 2: push[0]: needs string keys src and dest"),
+    ('transport = "ssh"\n[[push]]\nsrc = "a"\ndest = "b"\n\n[[push]]\nsrc = "c"\ndest = "d"\n'
+     'mode = 1', "line 9: push[1].mode: unknown key (known: src, dest)"),
+    ('transport = "ssh"\n[provider_options]\nCUDAExecutionProvider = 1',
+     "line 3: provider_options.CUDAExecutionProvider: must be a table"),
+    ('transport = "ssh"\nenv = "x"', "line 2: env: must be a table"),
 ])
 def test_malformed_profiles(device_env: DeviceEnv, text: str, message: str) -> None:
+    """The same reader (tomltable) as ci suites: FILE: line N: key.path: message."""
     path = device_env.profiles / "bad.toml"
     path.write_text(text)
     with pytest.raises(ProfileError) as info:
         resolve("bad")
-    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
 
 
 def test_every_shipped_profile_loads() -> None:

@@ -20,14 +20,17 @@ def profiles(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("body, message", [
-    ('base_dir = "{env:NOPE}/x"', "base_dir: {env:NOPE}: $NOPE is not set"),
-    ('base_dir = "{nosuch}/x"', "base_dir: unknown placeholder {nosuch} (known: {base_dir}, "
-                                "{profile_dir}, {cache}, {arm64_root}, {env:NAME})"),
-    ('[env]\nLD_LIBRARY_PATH = "{env:NOPE}/lib"', "env.LD_LIBRARY_PATH: {env:NOPE}: $NOPE is "
-                                                   "not set"),
-    ('[timeouts]\ncommand = "x"', "timeouts.command = 'x': expected a number of seconds > 0"),
-    ('[timeouts]\nconnect = -1', "timeouts.connect = -1: expected a number of seconds > 0"),
-    ('[timeouts]\ncommand = 0', "timeouts.command = 0: expected a number of seconds > 0"),
+    ('base_dir = "{env:NOPE}/x"', "line 2: base_dir: {env:NOPE}: $NOPE is not set"),
+    ('base_dir = "{nosuch}/x"', "line 2: base_dir: unknown placeholder {nosuch} (known: "
+                                "{base_dir}, {profile_dir}, {cache}, {arm64_root}, {env:NAME})"),
+    ('[env]\nLD_LIBRARY_PATH = "{env:NOPE}/lib"', "line 3: env.LD_LIBRARY_PATH: {env:NOPE}: "
+                                                   "$NOPE is not set"),
+    ('[timeouts]\ncommand = "x"', "line 3: timeouts.command: expected a number of seconds > 0, "
+                                  "got 'x'"),
+    ('[timeouts]\nconnect = -1', "line 3: timeouts.connect: expected a number of seconds > 0, "
+                                 "got -1"),
+    ('[timeouts]\ncommand = 0', "line 3: timeouts.command: expected a number of seconds > 0, "
+                                "got 0"),
 ])
 def test_a_bad_profile_is_one_line_naming_the_key(capsys: pytest.CaptureFixture[str],
                                                   profiles: Path, body: str,

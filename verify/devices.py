@@ -19,12 +19,13 @@ import difflib
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from verify.errors import ProfileError, UsageError
+from verify.tomltable import TableReader
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -191,106 +192,88 @@ def profile_names() -> list[str]:
 
 def load_profile(path: Path) -> Profile:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(f"{path}: cannot read profile: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from exc
-    return profile_from_dict(data, path)
+    return profile_from_dict(data, path, text)
 
 
-_KNOWN_KEYS = {"transport", "address", "description", "python", "runner", "base_dir", "env",
-               "providers", "provider_options", "push", "timeouts", "options"}
+_KNOWN_KEYS = ("transport", "address", "description", "python", "runner", "base_dir", "env",
+               "providers", "provider_options", "push", "timeouts", "options")
 
 
-def profile_from_dict(data: Mapping[str, Any], path: Path) -> Profile:
-    unknown = sorted(set(data) - _KNOWN_KEYS)
-    if unknown:
-        raise ProfileError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(_KNOWN_KEYS))})")
+def profile_from_dict(data: Mapping[str, Any], path: Path, text: str = "") -> Profile:
+    """A profile from parsed TOML; `text`, the file's own, lets errors name their line."""
+    r = TableReader(path, text)
+    r.table(data, [], sorted(_KNOWN_KEYS))
     transport = data.get("transport")
     if not isinstance(transport, str) or not transport:
-        raise ProfileError(f"{path}: 'transport' must be one of {', '.join(TRANSPORTS_BUILTIN)} "
-                           "or a third-party driver's name")
-    base_dir = _str(data, "base_dir", path)
+        raise r.fail(["transport"], f"must be one of {', '.join(TRANSPORTS_BUILTIN)} or a "
+                                    "third-party driver's name")
     values = {"profile_dir": str(path.parent.resolve()),
               "cache": str(verify_cache_dir()), "arm64_root": str(arm64_root())}
 
-    def expand(text: str, key: str = "") -> str:
+    def expand(text: str, where: Sequence[str | int]) -> str:
         def sub(m: re.Match[str]) -> str:
             word = m.group(1)
             if word.startswith("env:"):
                 name = word[4:]
                 if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-                    raise ProfileError(f"{path}: {key}: {{{word}}} is not a variable name")
+                    raise r.fail(where, f"{{{word}}} is not a variable name")
                 if name not in os.environ:
-                    raise ProfileError(f"{path}: {key}: {{{word}}}: ${name} is not set")
+                    raise r.fail(where, f"{{{word}}}: ${name} is not set")
                 return os.environ[name]
             if word not in values:
-                raise ProfileError(f"{path}: {key}: unknown placeholder {{{word}}} (known: "
-                                   + ", ".join(f"{{{p}}}" for p in _PLACEHOLDERS) + ")")
+                raise r.fail(where, f"unknown placeholder {{{word}}} (known: "
+                                    + ", ".join(f"{{{p}}}" for p in _PLACEHOLDERS) + ")")
             return values[word]
         return _PLACEHOLDER.sub(sub, text)
 
-    base_dir = expand(base_dir, "base_dir")  # {base_dir} in other keys is the expanded one
+    def text_of(key: str) -> str:
+        return expand(r.get(data, [], key, "text", ""), [key])
+
+    base_dir = text_of("base_dir")  # {base_dir} in other keys is the expanded one
     values["base_dir"] = base_dir
-    timeouts = data.get("timeouts", {})
-    if not isinstance(timeouts, dict):
-        raise ProfileError(f"{path}: [timeouts] must be a table with connect and command")
-    for key in timeouts:
-        value = timeouts[key]
-        if key not in ("connect", "command"):
-            raise ProfileError(f"{path}: timeouts.{key}: unknown key (connect, command)")
+    timeouts = r.table(data.get("timeouts", {}), ["timeouts"], ("connect", "command"))
+    for key, value in timeouts.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not 0 < value < float("inf"):
-            raise ProfileError(f"{path}: timeouts.{key} = {value!r}: expected a number of "
-                               "seconds > 0")
+            raise r.fail(["timeouts", key], f"expected a number of seconds > 0, got {value!r}")
+    push = data.get("push", [])
+    if not isinstance(push, list):
+        raise r.fail(["push"], "must be written as [[push]] tables with src and dest")
     push_items = []
-    for i, item in enumerate(data.get("push", [])):
+    for i, item in enumerate(push):
         if not isinstance(item, dict) or not isinstance(item.get("src"), str) \
                 or not isinstance(item.get("dest"), str):
-            raise ProfileError(f"{path}: push[{i}] needs string keys src and dest")
-        src = Path(expand(item["src"], f"push[{i}].src"))
+            raise r.fail(["push", i], "needs string keys src and dest")
+        r.table(item, ["push", i], ("src", "dest"))
+        src = Path(expand(item["src"], ["push", i, "src"]))
         push_items.append(PushItem(src if src.is_absolute() else path.parent / src,
-                                   expand(item["dest"], f"push[{i}].dest")))
+                                   expand(item["dest"], ["push", i, "dest"])))
     transport_name = "local" if transport == "cuda" else transport
-    providers = tuple(_list(data, "providers", path)) or (
+    providers = r.get(data, [], "providers", "words", ()) or (
         (CUDA, CPU) if transport == "cuda" else (CPU,))
+    provider_options = r.get(data, [], "provider_options", "table", {})
+    for name in provider_options:
+        r.get(provider_options, ["provider_options"], name, "table")
     return Profile(
         name=path.stem, transport=transport_name,
-        address=expand(_str(data, "address", path), "address"),
-        description=_str(data, "description", path),
-        python=tuple(expand(w, "python") for w in _list(data, "python", path)),
-        runner=tuple(expand(w, "runner") for w in _list(data, "runner", path)),
+        address=text_of("address"),
+        description=r.get(data, [], "description", "text", ""),
+        python=tuple(expand(w, ["python"]) for w in r.get(data, [], "python", "words", ())),
+        runner=tuple(expand(w, ["runner"]) for w in r.get(data, [], "runner", "words", ())),
         base_dir=base_dir,
-        env={str(k): expand(str(v), f"env.{k}") for k, v in _table(data, "env", path).items()},
+        env={str(k): expand(str(v), ["env", k])
+             for k, v in r.get(data, [], "env", "table", {}).items()},
         providers=providers,
-        provider_options={str(k): dict(v) for k, v in _table(data, "provider_options", path).items()},
+        provider_options={str(k): dict(v) for k, v in provider_options.items()},
         push=tuple(push_items),
         connect_timeout=float(timeouts.get("connect", 15.0)),
         command_timeout=float(timeouts.get("command", 600.0)),
-        options={k: expand(v, f"options.{k}") if isinstance(v, str) else v
-                 for k, v in _table(data, "options", path).items()},
+        options={k: expand(v, ["options", k]) if isinstance(v, str) else v
+                 for k, v in r.get(data, [], "options", "table", {}).items()},
         source=path)
-
-
-def _str(data: Mapping[str, Any], key: str, path: Path) -> str:
-    value = data.get(key, "")
-    if not isinstance(value, str):
-        raise ProfileError(f"{path}: {key!r} must be a string")
-    return value
-
-
-def _list(data: Mapping[str, Any], key: str, path: Path) -> list[str]:
-    value = data.get(key, [])
-    if isinstance(value, str):
-        return value.split()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ProfileError(f"{path}: {key!r} must be a list of strings")
-    return value
-
-
-def _table(data: Mapping[str, Any], key: str, path: Path) -> dict[str, Any]:
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise ProfileError(f"{path}: {key!r} must be a table")
-    return value

@@ -7,10 +7,8 @@ mistake is a `SuiteError` (exit 2) naming the file, the line when it can be foun
 from __future__ import annotations
 
 import glob
-import math
-import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from verify.compare import parse_tolerance
 from verify.errors import ProfileError, UsageError
 from verify.files import read_user_file
 from verify.options import OPT_LEVELS, SessionSettings, Tolerances
+from verify.tomltable import NAME_RE, TableReader
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +27,6 @@ else:  # pragma: no cover
 GATES = ("accuracy", "regression", "latency", "determinism")
 LATENCY_CONTROLS = ("none", "probe")
 DEFAULT_GATES = ("accuracy", "regression", "latency")
-NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
 class SuiteError(ProfileError):
@@ -107,88 +105,6 @@ class Suite:
     testcases: tuple[TestcaseEntry, ...]
 
 
-# --- locating keys in the source, for messages ------------------------------------------------
-
-def _line_of(text: str, where: Sequence[str | int]) -> int | None:
-    """Best-effort line number of a key path like ("testcase", 1, "iterations")."""
-    names = [w for w in where if isinstance(w, str)]
-    nth = next((w for w in where if isinstance(w, int)), 0)
-    if not names:
-        return None
-    top = names[0]
-    key_re = re.compile(rf'^\s*"?{re.escape(names[-1])}"?\s*=')
-    current, counts = "", {}
-    for no, line in enumerate(text.splitlines(), 1):
-        m = re.match(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$", line)
-        if m:
-            current = m.group(1).replace('"', "").replace(" ", "")
-            counts[current] = counts.get(current, -1) + 1
-            if current == ".".join(names) and counts.get(top, 0) == nth:
-                return no
-            continue
-        if current == ".".join(names[:-1]) and counts.get(top, 0) == nth and key_re.match(line):
-            return no
-    # a key inside an inline table: the line of the table's own key
-    return _line_of(text, list(where)[:-1]) if len(names) > 2 else None
-
-
-class _Reader:
-    """Typed access to the parsed TOML that raises SuiteError naming the key (and line)."""
-
-    def __init__(self, path: Path, text: str) -> None:
-        self.path, self.text = path, text
-
-    def fail(self, where: Sequence[str | int], message: str) -> SuiteError:
-        line = _line_of(self.text, where)
-        parts = []
-        for w in where:
-            parts.append(f"[{w}]" if isinstance(w, int) else ("." if parts else "") + w)
-        key = "".join(parts)
-        at = f"line {line}: " if line else ""
-        return SuiteError(f"{self.path}: {at}{key}: {message}")
-
-    def table(self, data: Mapping[str, Any], where: Sequence[str | int],
-              known: Sequence[str]) -> Mapping[str, Any]:
-        if not isinstance(data, dict):
-            raise self.fail(where, "must be a table")
-        for key in data:
-            if key not in known:
-                raise self.fail([*where, key], f"unknown key (known: {', '.join(known)})")
-        return data
-
-    def get(self, data: Mapping[str, Any], where: Sequence[str | int], key: str, kind: str,
-            default: Any = None) -> Any:
-        if key not in data:
-            return default
-        value = data[key]
-        at = [*where, key]
-        if kind == "str":
-            if not isinstance(value, str) or not value:
-                raise self.fail(at, "must be a non-empty string")
-        elif kind == "name":
-            if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-                raise self.fail(at, "must be a name of letters, digits and _ . + -")
-        elif kind in ("int", "count"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < (kind == "count"):
-                raise self.fail(at, f"must be an integer >= {int(kind == 'count')}")
-        elif kind in ("float", "positive"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0 or (kind == "positive" and value == 0):
-                raise self.fail(at, "must be a number > 0" if kind == "positive"
-                                else "must be a number >= 0")
-            value = float(value)
-        elif kind == "bool":
-            if not isinstance(value, bool):
-                raise self.fail(at, "must be true or false")
-        elif kind == "strings":
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise self.fail(at, "must be a string or a list of strings")
-            value = tuple(value)
-        return value
-
-
 # --- parsing ---------------------------------------------------------------------------------
 
 _SUITE_KEYS = ("name", "baselines", "iterations", "warmup", "timeout", "retries", "gates",
@@ -217,7 +133,7 @@ def load_suite(path: Path) -> Suite:
 
 
 def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
-    r = _Reader(path, text)
+    r = TableReader(path, text, SuiteError)
     r.table(data, [], ("suite", "gate", "device", "options", "testcase"))
     base = path.parent
     s = r.table(data.get("suite", {}), ["suite"], _SUITE_KEYS)
@@ -242,7 +158,7 @@ def parse_suite(data: Mapping[str, Any], path: Path, text: str = "") -> Suite:
                  options=options, testcases=testcases)
 
 
-def _gates(r: _Reader, data: Mapping[str, Any], where: list[str | int],
+def _gates(r: TableReader, data: Mapping[str, Any], where: list[str | int],
            default: tuple[str, ...] | None) -> tuple[str, ...] | None:
     gates = r.get(data, where, "gates", "strings", default)
     if gates is None:
@@ -253,7 +169,7 @@ def _gates(r: _Reader, data: Mapping[str, Any], where: list[str | int],
     return tuple(dict.fromkeys(gates))
 
 
-def _settings(r: _Reader, data: Any) -> GateSettings:
+def _settings(r: TableReader, data: Any) -> GateSettings:
     r.table(data, ["gate"], tuple(_GATE_KEYS))
     for gate, keys in _GATE_KEYS.items():
         r.table(data.get(gate, {}), ["gate", gate], keys)
@@ -281,7 +197,7 @@ def _settings(r: _Reader, data: Any) -> GateSettings:
                                    d.latency_min_delta_ms))
 
 
-def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerances:
+def _tolerance(r: TableReader, data: Any, where: list[str | int]) -> Tolerances:
     r.table(data, where, _TOL_KEYS)
     tensors = data.get("tensors", {})
     if not isinstance(tensors, dict):
@@ -300,22 +216,14 @@ def _tolerance(r: _Reader, data: Any, where: list[str | int]) -> Tolerances:
                      tuple(specs))
 
 
-def _array(r: _Reader, items: Any, key: str) -> list[Mapping[str, Any]]:
-    if isinstance(items, dict):
-        items = [items]
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise r.fail([key], f"must be written as [[{key}]] tables")
-    return items
-
-
-def _unique(r: _Reader, seen: Mapping[str, Any], name: str, where: list[str | int]) -> None:
+def _unique(r: TableReader, seen: Mapping[str, Any], name: str, where: list[str | int]) -> None:
     if name in seen:
         raise r.fail([*where, "name"], f"duplicate name {name!r}")
 
 
-def _devices(r: _Reader, items: Any, base: Path) -> dict[str, Device]:
+def _devices(r: TableReader, items: Any, base: Path) -> dict[str, Device]:
     devices: dict[str, Device] = {}
-    for i, d in enumerate(_array(r, items, "device")):
+    for i, d in enumerate(r.array(items, "device")):
         where: list[str | int] = ["device", i]
         r.table(d, where, _DEVICE_KEYS)
         spec = r.get(d, where, "spec", "str", None)
@@ -338,9 +246,9 @@ def _devices(r: _Reader, items: Any, base: Path) -> dict[str, Device]:
     return devices
 
 
-def _options(r: _Reader, items: Any) -> dict[str, OptionSet]:
+def _options(r: TableReader, items: Any) -> dict[str, OptionSet]:
     options: dict[str, OptionSet] = {}
-    for i, o in enumerate(_array(r, items, "options")):
+    for i, o in enumerate(r.array(items, "options")):
         where: list[str | int] = ["options", i]
         r.table(o, where, _OPTION_KEYS)
         name = r.get(o, where, "name", "name", "default")
@@ -354,7 +262,7 @@ def _options(r: _Reader, items: Any) -> dict[str, OptionSet]:
     return options or {"default": OptionSet()}
 
 
-def _pick(r: _Reader, data: Mapping[str, Any], where: list[str | int], key: str,
+def _pick(r: TableReader, data: Mapping[str, Any], where: list[str | int], key: str,
           known: Mapping[str, Any]) -> tuple[str, ...]:
     names = r.get(data, where, key, "strings", tuple(known))
     for n in names:
@@ -364,12 +272,12 @@ def _pick(r: _Reader, data: Mapping[str, Any], where: list[str | int], key: str,
     return tuple(names)
 
 
-def _testcases(r: _Reader, items: Any, base: Path, devices: Mapping[str, Device],
+def _testcases(r: TableReader, items: Any, base: Path, devices: Mapping[str, Device],
                options: Mapping[str, OptionSet],
                layers: bool) -> tuple[TestcaseEntry, ...]:
     entries: list[TestcaseEntry] = []
     names: dict[str, Path] = {}
-    for i, t in enumerate(_array(r, items, "testcase")):
+    for i, t in enumerate(r.array(items, "testcase")):
         where: list[str | int] = ["testcase", i]
         r.table(t, where, _TESTCASE_KEYS)
         pattern = r.get(t, where, "path", "str")

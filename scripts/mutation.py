@@ -48,37 +48,44 @@ class Module:
 
 _MESSAGES = r"raise \w+Error\("  # a raise's message wording: tested where users rely on it
 
+_COMPARE_TESTS = ("tests/test_compare.py", "tests/test_tolerance.py",
+                  "tests/test_tolerance_specs.py",
+                  # numpy only: the batch tests' numba variants hang in mutmut's forked
+                  # workers (any layer)
+                  *(f"tests/test_diff_batch.py::test_compare_batch_equals_compare_field_by_"
+                    f"field[spec{i}-numpy]" for i in range(5)),
+                  "tests/test_diff_batch.py::test_batch_blocks_never_straddle_tensors[numpy]",
+                  "tests/test_verdict_edges.py::test_tol_rank_orders_figureless_failures_first_"
+                  "and_figureless_passes_last")
+
 MODULES: dict[str, Module] = {
-    "compare": Module("verify/compare.py", ("tests/test_compare.py", "tests/test_tolerance.py",
-                                            "tests/test_tolerance_specs.py",
-                                            # numpy only: the batch tests' numba variants
-                                            # hang in mutmut's forked workers (any layer)
-                                            *(f"tests/test_diff_batch.py::test_compare_batch_"
-                                              f"equals_compare_field_by_field[spec{i}-numpy]"
-                                              for i in range(5)),
-                                            "tests/test_diff_batch.py::test_batch_blocks_never"
-                                            "_straddle_tensors[numpy]",
-                                            "tests/test_verdict_edges.py::test_tol_rank_orders_"
-                                            "figureless_failures_first_and_figureless_passes_"
-                                            "last"),
-                      # the rules, gates, parsing, the comparison and ranking; not the number
-                      # and shape formatting, the JSON rendering, the constant-reference note or
-                      # the floored relative error (reported beside a verdict, judging nothing)
+    # compare.py's verdict chain in three files: the comparison and ranking (compare), the
+    # rules and gates (rules), the spec grammar and the set picking a tensor's rule
+    # (tolerance_specs); not the number and shape formatting, the JSON rendering, the
+    # constant-reference note or the floored relative error (reported beside a verdict,
+    # judging nothing)
+    "compare": Module("verify/compare.py", _COMPARE_TESTS,
                       only=("verify.compare.x_compare__*", "verify.compare.x_compare_batch__*",
                             "verify.compare.x__prepare__*", "verify.compare.x__finish__*",
-                            "verify.compare.x_saturating_floor__*", "verify.compare.x__ratio__*",
-                            "verify.compare.xǁMagnitudeRuleǁ*", "verify.compare.xǁAllcloseRuleǁ*",
-                            "verify.compare.xǁExactRuleǁ*", "verify.compare.xǁGateRuleǁ*",
-                            "verify.compare.xǁCosineGateǁ*", "verify.compare.xǁSqnrGateǁ*",
-                            "verify.compare.xǁQuantileGateǁ*",
-                            "verify.compare.x_abs_error_quantile__*",
-                            "verify.compare.xǁToleranceSetǁ*", "verify.compare.xǁToleranceOverrideǁ*",
-                            "verify.compare.x_parse_tolerance__*", "verify.compare.x__parse_number__*",
-                            "verify.compare.x__parse_gate__*", "verify.compare.x__check_value__*",
-                            "verify.compare.x_float_eps_or_f32__*",
                             "verify.compare.x_topk_agreement__*",
                             "verify.compare.x_tol_rank__*", "verify.compare.x_first_divergent__*"),
                       skip_lines=(_MESSAGES,)),
+    "rules": Module("verify/rules.py", (*_COMPARE_TESTS, "tests/test_rules.py"),
+                    only=("verify.rules.x_saturating_floor__*", "verify.rules.x__ratio__*",
+                          "verify.rules.xǁMagnitudeRuleǁ*", "verify.rules.xǁAllcloseRuleǁ*",
+                          "verify.rules.xǁExactRuleǁ*", "verify.rules.xǁGateRuleǁ*",
+                          "verify.rules.xǁCosineGateǁ*", "verify.rules.xǁSqnrGateǁ*",
+                          "verify.rules.xǁQuantileGateǁ*", "verify.rules.x_abs_error_quantile__*",
+                          "verify.rules.x_check_value__*", "verify.rules.x_float_eps_or_f32__*"),
+                    skip_lines=(_MESSAGES,)),
+    "tolerance_specs": Module("verify/tolerance_specs.py",
+                              (*_COMPARE_TESTS, "tests/test_rules.py"),
+                              only=("verify.tolerance_specs.xǁToleranceSetǁ*",
+                                    "verify.tolerance_specs.xǁToleranceOverrideǁ*",
+                                    "verify.tolerance_specs.x_parse_tolerance__*",
+                                    "verify.tolerance_specs.x__parse_number__*",
+                                    "verify.tolerance_specs.x__parse_gate__*"),
+                              skip_lines=(_MESSAGES,)),
     "tolerance": Module("verify/tolerance.py", ("tests/test_tolerance.py",
                                                 "tests/test_verdict_edges.py",
                                                 "tests/cli/test_cli_foundation.py"),

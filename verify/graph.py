@@ -194,7 +194,7 @@ _RANGE_KEEPING_OPS = frozenset({"ReduceMean", "ReduceMax", "ReduceMin", "Average
 
 def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
     """The magnitude floor of every computed tensor of the top-level graph (see
-    `compare.saturating_floor`).
+    `rules.saturating_floor`).
 
     A tensor gets the floor when its producer is a saturating op, or an op that only moves
     values (shape-only) or keeps them within their range (a mean, a max) whose data input
@@ -224,7 +224,7 @@ class _Scope:
         self._memo: dict[str, float] = {}
 
     def floor(self, name: str, depth: int = 0) -> float:
-        from verify.compare import SATURATING_OPS, SATURATION_FLOOR, SHAPE_ONLY_OPS
+        from verify.rules import SATURATING_OPS, SATURATION_FLOOR, SHAPE_ONLY_OPS
 
         if name in self._memo:
             return self._memo[name]

@@ -1,7 +1,7 @@
 """Tolerances as stored in an archive, and how command-line options layer over them.
 
 An archive records what `pack` was given (`{"atol": .., "rtol": .., "specs": [..]}`, all
-optional); `run`, `diff` and `ci` build a `compare.ToleranceSet` from that record with their own
+optional); `run`, `diff` and `ci` build a `tolerance_specs.ToleranceSet` from that record with their own
 options in front: a `--tol` glob given on the command line wins over the archive's, and a global
 `--atol/--rtol` replaces the archive's global rule.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verify.compare import ToleranceSet
+from verify.tolerance_specs import ToleranceSet
 from verify.errors import ArchiveError
 
 

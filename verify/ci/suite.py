@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verify.compare import parse_tolerance
 from verify.errors import ProfileError, UsageError
 from verify.files import read_user_file
 from verify.options import OPT_LEVELS, SessionSettings, Tolerances
+from verify.tolerance_specs import parse_tolerance
 from verify.tomltable import NAME_RE, TableReader
 
 if sys.version_info >= (3, 11):

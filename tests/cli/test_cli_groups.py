@@ -78,15 +78,3 @@ def test_a_groups_check_is_the_same_on_every_command(capsys, argv: list[str],
                                                       message: str) -> None:
     code, out, err = verify(capsys, *argv)
     assert (code, out, err) == (2, "", message)
-
-
-def test_values_check_what_no_option_type_can() -> None:
-    from verify.errors import UsageError
-
-    with pytest.raises(UsageError, match="--iter must be at least 1"):
-        TimedRuns(0)
-    with pytest.raises(UsageError, match="--opt-level must be one of disable, basic"):
-        SessionSettings("fast")
-    inner = Tolerances(None, 0.1, ("a:atol=1",))
-    assert inner.over(Tolerances(1.0, 2.0, ("b:atol=2",))) == \
-        Tolerances(1.0, 0.1, ("a:atol=1", "b:atol=2"))

@@ -5,6 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import signal
+import time
 
 import numpy as np
 import pytest
@@ -481,3 +484,28 @@ def test_tol_rank_orders_failures_without_a_figure_worst_everywhere() -> None:
     result = SettingResult(Setting(), (1.0,), Timing.of([1.0]), 1.0, 0.0,
                            (ok, over, shape))
     assert result.worst is shape
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_process_forked_after_a_comparison_compares_again() -> None:
+    """The numpy engine's thread pool is made once per process; a child forked after a
+    comparison (multiprocessing's fork start method, a test runner forking workers) inherits
+    the pool without its threads, and its next comparison of a multi-block tensor hung."""
+    a, r = make_pair(np.dtype(np.float32), (4, 1 << 16), seed=3)
+    want = compare("t", a, r, engine="numpy")  # several blocks: the pool is used
+    pid = os.fork()
+    if pid == 0:  # the child: compare again, report by exit status only
+        try:
+            os._exit(0 if compare("t", a, r, engine="numpy") == want else 1)
+        finally:
+            os._exit(2)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child's comparison did not finish")

@@ -180,6 +180,11 @@ def _np_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(_NP_THREADS, thread_name_prefix="verify-compare")
 
 
+# A forked child inherits the pool but none of its threads: work submitted there would wait
+# forever (a process forked after a comparison hung on its next one). The child makes its own.
+os.register_at_fork(after_in_child=_np_pool.cache_clear)
+
+
 # The numba kernel is written as plain Python at module level (so numba can cache it) and
 # compiled on first use; `_fmax` and `_prange` are bound when numba is loaded.
 _fmax: Any = max

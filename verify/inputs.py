@@ -35,14 +35,16 @@ one), the hint for unset dims is a --shape the model was seen to run with.
 Dtypes are cast only without loss: float to any float (unless finite values overflow),
 int/bool to int, float or bool when every value fits exactly. Float to int is refused.
 Relative paths resolve against base_dir, else the current directory.
+
+This module parses the items into cases; the pieces it uses live beside it: dtype casts
+(`input_casts`), --shape and shape checks (`input_shapes`), images (`input_images`) and random
+data (`input_random`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,13 +53,17 @@ from types import MappingProxyType
 import numpy as np
 import onnx
 
-from verify.datafiles import (check_file, is_image, fmt_names, load_data_file,
-                              mapping_arrays, open_image, pick, to_array)
+from verify.datafiles import (check_file, fmt_names, is_image, load_data_file, mapping_arrays,
+                              pick, to_array)
 from verify.errors import InputError
+from verify.input_casts import cast, kind
+from verify.input_images import image_input
+from verify.input_random import RANDOM_INT_HIGH, RandomSpec, parse_rand, random_input
+from verify.input_shapes import (Dim, effective_shapes, fmt_shape, parse_shape_option,
+                                 shape_fits, shape_hint)
 
-RANDOM_INT_HIGH = 10  # random ints lie in [0, 10): safe as indices into most tables
-
-Dim = int | str | None
+__all__ = ["RANDOM_INT_HIGH", "Dim", "InputInfo", "MissingShapeError", "Preprocess",
+           "build_cases", "model_inputs", "override_input", "parse_shape_option"]
 
 
 @dataclass(frozen=True)
@@ -89,14 +95,6 @@ class Preprocess:
                 raise InputError(f"{opt} {_fmt_floats(vals)}: give finite numbers, e.g. 0.485,0.456,0.406")
         if self.std is not None and any(v == 0 for v in self.std):
             raise InputError(f"--std {_fmt_floats(self.std)}: a zero std would divide by zero")
-
-
-@dataclass(frozen=True)
-class _Random:
-    """Data to draw when the case is complete (the stream depends on the case index)."""
-
-    low: float | None = None
-    high: float | None = None
 
 
 _NO_SHAPES: Mapping[str, tuple[int, ...]] = MappingProxyType({})
@@ -143,17 +141,6 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
     return infos
 
 
-def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
-    """`name:1x3x224x224` or `name:1,3,224,224` -> (name, dims). A bare `1x3x224` gives
-    name "" which build_cases takes to mean the model's only input. Names may hold ':'."""
-    name, _, dims_text = text.strip().rpartition(":")
-    parts = re.split(r"[x,]", dims_text.strip()) if dims_text.strip() else []
-    if not parts or not all(p.strip().isdigit() for p in parts):
-        raise InputError(f"--shape {text!r}: write NAME:1x3x224x224 (or NAME:1,3,224,224) "
-                         "with non-negative integer dims")
-    return name, tuple(int(p) for p in parts)
-
-
 def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
                 shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES, seed: int = 0,
                 pre: Preprocess = Preprocess(), base_dir: Path | None = None,
@@ -180,14 +167,14 @@ def _build(inputs: Sequence[InputInfo], data: Sequence[str],
            shapes: Mapping[str, tuple[int, ...]], seed: int, pre: Preprocess,
            base_dir: Path | None, given: Sequence[Mapping[str, np.ndarray]] = (),
            ) -> list[dict[str, np.ndarray]]:
-    ctx = _Context(inputs, _effective_shapes(inputs, shapes), pre,
+    ctx = _Context(inputs, effective_shapes(inputs, shapes), pre,
                    Path(base_dir) if base_dir is not None else Path.cwd())
     if given:
         return [ctx.complete({n: ctx.conform(np.asarray(a), n, f"case {i} input '{n}'")
                               for n, a in case.items()}, i, seed)
                 for i, case in enumerate(given)]
-    cases: list[dict[str, np.ndarray | _Random]] = []
-    current: dict[str, np.ndarray | _Random] = {}
+    cases: list[dict[str, np.ndarray | RandomSpec]] = []
+    current: dict[str, np.ndarray | RandomSpec] = {}
     for raw in data:
         if not raw.strip():
             raise InputError(f"-d {raw!r}: empty data spec; give NAME:FILE, FILE, a literal or NAME:rand")
@@ -240,13 +227,13 @@ def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[
 def override_input(inputs: Sequence[InputInfo], spec: str) -> tuple[str, np.ndarray]:
     """One `run --input NAME:FILE` (or NAME:LITERAL): the input it names and its array, read,
     shape-checked and cast without loss exactly as `pack -d` does, on this host."""
-    ctx = _Context(inputs, _effective_shapes(inputs, _NO_SHAPES), Preprocess(), Path.cwd())
+    ctx = _Context(inputs, effective_shapes(inputs, _NO_SHAPES), Preprocess(), Path.cwd())
     name = next((n for n in ctx.names_longest if spec.startswith(n + ":")), None)
     if name is None:
         raise InputError(f"--input {spec!r}: expected NAME:FILE with NAME one of "
                          f"{ctx.listing()}")
     value = ctx.parse_item(spec)[name]
-    if isinstance(value, _Random):
+    if isinstance(value, RandomSpec):
         raise InputError(f"--input {spec!r}: give a file or a literal (random data has no "
                          "reason to replace a case's input)")
     return name, value
@@ -266,7 +253,7 @@ class _Context:
     def listing(self) -> str:
         return fmt_names(self.infos) if self.infos else "(none)"
 
-    def parse_item(self, item: str) -> dict[str, np.ndarray | _Random]:
+    def parse_item(self, item: str) -> dict[str, np.ndarray | RandomSpec]:
         if not self.infos:
             raise InputError(f"-d {item!r}: the model has no inputs")
         name = next((n for n in self.names_longest if item.startswith(n + ":")), None)
@@ -284,7 +271,7 @@ class _Context:
         raise InputError(f"-d {item!r} names no input and the model has {len(self.infos)} "
                          f"({self.listing()}); write -d NAME:{item}")
 
-    def _parse_value(self, value: str, name: str | None, item: str) -> dict[str, np.ndarray | _Random]:
+    def _parse_value(self, value: str, name: str | None, item: str) -> dict[str, np.ndarray | RandomSpec]:
         literal = _try_literal(value)
         if literal is not _NOT_LITERAL:
             label = f"literal {value.strip()!r}"
@@ -295,7 +282,7 @@ class _Context:
         stripped = value.strip()
         if stripped == "rand" or (stripped.startswith("rand(") and stripped.endswith(")")):
             target = name or self._single(item)
-            return {target: _parse_rand(value, item)}
+            return {target: parse_rand(value, item)}
         path = Path(value).expanduser()
         path = path if path.is_absolute() else self.base_dir / path
         if stripped[:1] in ("[", "{") and not path.exists():
@@ -310,11 +297,12 @@ class _Context:
         check_file(path, value)
         if is_image(path.suffix):
             target = name or self._single(item)
-            return {target: self.conform(self._image(path, value, target), target, value)}
+            image = image_input(path, value, self.infos[target], self.shapes[target], self.pre)
+            return {target: self.conform(image, target, value)}
         return self._assign(load_data_file(path, value), name, value, item)
 
     def _assign(self, loaded: np.ndarray | dict[str, np.ndarray], name: str | None,
-                label: str, item: str) -> dict[str, np.ndarray | _Random]:
+                label: str, item: str) -> dict[str, np.ndarray | RandomSpec]:
         if name is not None:
             arr = loaded if isinstance(loaded, np.ndarray) else pick(loaded, name, label)
             return {name: self.conform(arr, name, label)}
@@ -335,16 +323,16 @@ class _Context:
     def conform(self, arr: np.ndarray, name: str, label: str) -> np.ndarray:
         """Check `arr` against input `name`'s shape; cast it to its dtype without loss."""
         shape = self.shapes[name]
-        if shape is not None and not _shape_fits(arr.shape, shape):
+        if shape is not None and not shape_fits(arr.shape, shape):
             hint = ("Write a literal of that shape." if label.startswith("literal ")
-                    else _shape_hint(arr.shape, shape))
-            raise InputError(f"{label}: input '{name}' expects {_fmt_shape(shape)}, got "
-                             f"{_fmt_shape(arr.shape)}. {hint}")
-        out = _cast(arr, self.infos[name].dtype, name, label)
+                    else shape_hint(arr.shape, shape))
+            raise InputError(f"{label}: input '{name}' expects {fmt_shape(shape)}, got "
+                             f"{fmt_shape(arr.shape)}. {hint}")
+        out = cast(arr, self.infos[name].dtype, name, label)
         # not np.ascontiguousarray: it turns a 0-d scalar into shape (1,)
         return out if out.flags.c_contiguous else out.copy(order="C")
 
-    def complete(self, case: dict[str, np.ndarray | _Random], index: int,
+    def complete(self, case: dict[str, np.ndarray | RandomSpec], index: int,
                  seed: int) -> dict[str, np.ndarray]:
         """Fill the inputs the case leaves out (or asks `rand` for). A dim symbol fixed by a
         given array or --shape (`batch` of one input) fixes the same symbol in the others."""
@@ -357,11 +345,11 @@ class _Context:
                     bound.setdefault(decl, got)
         needed, random_ints = [], []
         for name, info in self.infos.items():
-            if isinstance(case.get(name, _Random()), _Random):
+            if isinstance(case.get(name, RandomSpec()), RandomSpec):
                 shape = self._bound_shape(name, bound)
                 if shape is not None and not all(isinstance(d, int) for d in shape):
                     needed.append((name, shape))
-                if _kind(info.dtype) in "iu":
+                if kind(info.dtype) in "iu":
                     random_ints.append(name)
         if needed:
             name, shape = needed[0]
@@ -375,9 +363,9 @@ class _Context:
             raise MissingShapeError(f"{head}; pass {opts}", needed, random_ints, head)
         out = {}
         for name, info in self.infos.items():
-            value = case.get(name, _Random())
-            if isinstance(value, _Random):
-                value = self._random(info, self._bound_shape(name, bound), value, index, seed)
+            value = case.get(name, RandomSpec())
+            if isinstance(value, RandomSpec):
+                value = random_input(info, self._bound_shape(name, bound), value, index, seed)
             out[name] = value
         return out
 
@@ -387,146 +375,6 @@ class _Context:
             return shape
         return tuple(bound.get(dec, dec) if isinstance(dec, str) and not isinstance(d, int)
                      else d for d, dec in zip(shape, declared))
-
-    def _random(self, info: InputInfo, shape: tuple[Dim, ...] | None, spec: _Random,
-                index: int, seed: int) -> np.ndarray:
-        if shape is None:
-            raise InputError(f"input '{info.name}' declares no shape; "
-                             f"pass --shape {info.name}:DIMS, e.g. {info.name}:1x16")
-        dims = tuple(int(d) for d in shape)  # type: ignore[arg-type]
-        # crc32, not hash(): the stream must be the same in every process
-        rng = np.random.default_rng([seed % 2**64, index, zlib.crc32(info.name.encode())])
-        kind = _kind(info.dtype)
-        if kind == "f":
-            low, high = (-1.0, 1.0) if spec.low is None else (spec.low, spec.high)
-            return rng.uniform(low, high, size=dims).astype(info.dtype)
-        if kind in "iu":
-            lo_lim, hi_lim = _int_limits(info.dtype)
-            low, high = ((0, min(RANDOM_INT_HIGH, hi_lim + 1)) if spec.low is None
-                         else (math.ceil(spec.low), math.ceil(spec.high)))  # type: ignore[arg-type]
-            if low < lo_lim or high - 1 > hi_lim or low >= high:
-                raise InputError(f"input '{info.name}' takes {_dtype_name(info.dtype)}; "
-                                 f"rand({spec.low:g},{spec.high:g}) must hold integers within "
-                                 f"[{lo_lim}, {hi_lim}]")
-            return rng.integers(low, high, size=dims).astype(info.dtype)
-        if kind == "b":
-            return rng.integers(0, 2, size=dims).astype(bool)
-        raise InputError(f"input '{info.name}' takes {_dtype_name(info.dtype)} and cannot be "
-                         f"filled randomly; pass -d {info.name}:FILE.json")
-
-    # --- images ------------------------------------------------------------------------------
-    def _image(self, path: Path, label: str, name: str) -> np.ndarray:
-        from PIL import Image
-
-        info, shape, pre = self.infos[name], self.shapes[name], self.pre
-        if shape is None:
-            raise InputError(f"{label}: input '{name}' declares no shape; pass --shape "
-                             f"{name}:1x3xHxW (or 1xHxWx3) to lay the image out")
-        if len(shape) not in (2, 3, 4) or _kind(info.dtype) not in "fiu":
-            raise InputError(f"{label}: input '{name}' of shape {_fmt_shape(shape)} and "
-                             f"type {_dtype_name(info.dtype)} cannot take an image; images fit "
-                             "(N,C,H,W), (N,H,W,C), (C,H,W), (H,W,C) or (H,W) number inputs")
-        batch = len(shape) == 4
-        spatial = list(shape[1:] if batch else shape)
-        if len(spatial) == 2:
-            c_axis, channels = None, 1
-        else:
-            c_axis = self._channel_axis(spatial, label, name)
-            c_dim = spatial[c_axis]
-            channels = c_dim if isinstance(c_dim, int) else 3
-            if channels not in (1, 3):
-                raise InputError(f"{label}: input '{name}' {_fmt_shape(shape)} has {channels} "
-                                 "channels; an image gives 1 (gray) or 3 (RGB)")
-            del spatial[c_axis]
-        if batch and isinstance(shape[0], int) and shape[0] != 1:
-            raise InputError(f"{label}: input '{name}' expects batch {shape[0]}, an image gives 1; "
-                             "give a .npy or .npz holding the whole batch")
-        for opt, vals in (("--mean", pre.mean), ("--std", pre.std)):
-            if vals is not None and len(vals) not in (1, channels):
-                raise InputError(f"{opt} has {len(vals)} values but input '{name}' has "
-                                 f"{channels} {'channel' if channels == 1 else 'channels'}")
-        img = open_image(path, label)
-        if channels == 1:
-            high_depth = img.mode in ("I", "I;16", "I;16B", "I;16L", "F")
-            img = img.convert("F" if high_depth else "L")
-        else:
-            img = img.convert("RGB")
-        h, w = (d if isinstance(d, int) else None for d in spatial)
-        if h is None or w is None:
-            # Keeping the image's own size would fix H/W silently, and models with dynamic H/W
-            # still expect particular sizes (PP-OCR rec: H 48); the user picks, told the size.
-            hw = [h or img.height, w or img.width]
-            dims = hw if c_axis is None else [channels, *hw] if c_axis == 0 else [*hw, channels]
-            fill = "x".join(map(str, [1, *dims] if batch else dims))
-            raise InputError(f"{label}: input '{name}' {_fmt_shape(shape)} has dynamic height or "
-                             f"width; the image is {img.width}x{img.height} (WxH): pass --shape "
-                             f"{name}:{fill} to keep that size, or the size the model expects")
-        size = (w, h)
-        if size != img.size:
-            img = img.resize(size, Image.Resampling.BILINEAR)
-        x = np.asarray(img, dtype=np.float64).reshape(size[1], size[0], channels)  # HWC
-        x = x * pre.scale
-        if pre.mean is not None:
-            x = x - np.asarray(pre.mean, dtype=np.float64)
-        if pre.std is not None:
-            x = x / np.asarray(pre.std, dtype=np.float64)
-        if pre.bgr and channels == 3:
-            x = x[..., ::-1]
-        if c_axis == 0:
-            x = x.transpose(2, 0, 1)
-        elif c_axis is None:
-            x = x[..., 0]
-        if batch:
-            x = x[None]
-        return _image_cast(x, info.dtype, name, label)
-
-    def _channel_axis(self, spatial: list[Dim], label: str, name: str) -> int:
-        """0 for C,H,W and 2 for H,W,C (positions after the batch dim). The declared dims
-        decide before --shape's: a --shape 1x3x5x3 for (N,H,W,3) is still NHWC."""
-        if self.pre.layout is not None:
-            return 0 if self.pre.layout == "nchw" else 2
-        declared = self.infos[name].shape
-        candidates = [spatial]
-        if declared is not None and len(declared) - len(spatial) in (0, 1):
-            candidates.insert(0, list(declared[len(declared) - len(spatial):]))
-        for dims in candidates:
-            first, last = dims[0] in (1, 3), dims[2] in (1, 3)
-            if first != last:
-                return 0 if first else 2
-            if isinstance(dims[0], int) and not isinstance(dims[2], int):
-                return 2
-            if isinstance(dims[2], int) and not isinstance(dims[0], int):
-                return 0
-        if spatial[0] in (1, 3):
-            return 0
-        raise InputError(f"{label}: cannot tell whether input '{name}' "
-                         f"{_fmt_shape(self.shapes[name] or ())} is NCHW or NHWC; "
-                         "pass --layout nchw or --layout nhwc")
-
-
-def _effective_shapes(inputs: Sequence[InputInfo],
-                      shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Dim, ...] | None]:
-    """Declared shapes with --shape laid over them; --shape may only set dynamic dims."""
-    out: dict[str, tuple[Dim, ...] | None] = {i.name: i.shape for i in inputs}
-    names = fmt_names([i.name for i in inputs]) if inputs else "(none)"
-    for name, dims in shapes.items():
-        opt = f"--shape {name + ':' if name else ''}{'x'.join(map(str, dims))}"
-        if name == "" and len(inputs) == 1:
-            name = inputs[0].name
-        if name not in out:
-            what = "names no input" if name == "" else f"no input named '{name}'"
-            raise InputError(f"{opt}: {what}; the model's inputs are {names}")
-        declared = out[name]
-        if declared is not None:
-            if len(declared) != len(dims):
-                raise InputError(f"{opt} gives {len(dims)} dims but input '{name}' has "
-                                 f"{len(declared)}: {_fmt_shape(declared)}")
-            if not _shape_fits(dims, declared):
-                raise InputError(f"{opt} conflicts with input '{name}' declared as "
-                                 f"{_fmt_shape(declared)}; only dynamic dims can be set")
-        out[name] = tuple(dims)
-    return out
-
 
 def _split_items(raw: str) -> list[str]:
     """Split on ';' outside JSON brackets and strings; drop empty items (a trailing ';')."""
@@ -557,144 +405,10 @@ def _try_literal(value: str) -> object:
     return _NOT_LITERAL if isinstance(obj, str) or obj is None else obj
 
 
-def _parse_rand(value: str, item: str) -> _Random:
-    m = re.fullmatch(r"\s*rand\s*(?:\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\))?\s*", value)
-    try:
-        low, high = (float(m.group(1)), float(m.group(2))) if m and m.group(1) else (None, None)
-    except ValueError:
-        m = None
-    if m is None or (low is not None and not (math.isfinite(low) and math.isfinite(high)
-                                              and low < high)):  # type: ignore[operator]
-        raise InputError(f"-d {item!r}: write rand or rand(LOW,HIGH) with LOW < HIGH, e.g. rand(-1,1)")
-    return _Random(low, high)
-
-
-# --- dtypes ----------------------------------------------------------------------------------
-def _kind(dt: np.dtype) -> str:
-    """'f' float, 'i'/'u' int, 'b' bool, 's' text, '?' other; ml_dtypes' bfloat16, float8,
-    int4 (numpy kind 'V') sorted by name."""
-    if dt.kind in "fiub":
-        return dt.kind
-    if dt.kind in "OUS":
-        return "s"
-    if "float" in dt.name:
-        return "f"
-    if dt.name.startswith("uint"):
-        return "u"
-    return "i" if dt.name.startswith("int") else "?"
-
-
-def _dtype_name(dt: np.dtype) -> str:
-    return "string" if _kind(dt) == "s" else dt.name
-
-
-def _int_limits(dt: np.dtype) -> tuple[int, int]:
-    if dt.kind in "iu":
-        info = np.iinfo(dt)
-    else:
-        import ml_dtypes  # onnx's own dependency, which defines int4 and friends
-
-        info = ml_dtypes.iinfo(dt)
-    return int(info.min), int(info.max)
-
-
-def _cast(arr: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
-    """Cast to `dt` only when no value changes; otherwise say why not."""
-    src, dst = _kind(arr.dtype), _kind(dt)
-    if arr.dtype == dt:
-        return arr
-    prefix = f"{label}: input '{name}' takes {_dtype_name(dt)}"
-    if dst == "s":
-        if src == "s":
-            return arr.astype(object)
-        raise InputError(f"{prefix}, got {_dtype_name(arr.dtype)} values; give strings")
-    if src not in "fiub" or dst == "?":
-        raise InputError(f"{prefix}, got {_dtype_name(arr.dtype)} values; give numbers")
-    if src == "f" and dst != "f":
-        raise InputError(f"{prefix}, got {arr.dtype.name} values; floats are never rounded "
-                         f"to integers, save the array as {dt.name}")
-    if dst == "f":
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = arr.astype(dt)
-        if src == "f":
-            # past the largest value: inf, or NaN in formats without inf (float8e4m3fn)
-            overflow = ~np.isfinite(out.astype(np.float64)) & np.isfinite(arr)
-            if overflow.any():
-                raise InputError(f"{prefix}, but {arr.dtype.name} values up to "
-                                 f"{np.abs(arr[overflow]).max():g} overflow it")
-            return out
-        if src == "i" or src == "u":
-            # below 2**53 float64 holds every int, so compare there; check the rest one by one
-            # (2**53 + 1 rounds to 2**53 in float64: the boundary itself goes one by one too)
-            wide, back = arr.astype(np.float64), out.astype(np.float64)
-            big = np.abs(wide) >= 2.0**53
-            inexact = [int(v) for v in arr[~big][back[~big] != wide[~big]].flat[:1]]
-            inexact += [int(v) for v, o in zip(arr[big].flat, back[big].flat)
-                        if not math.isfinite(o) or int(o) != int(v)][:1]
-            if inexact:
-                raise InputError(f"{prefix}, but {arr.dtype.name} values like {inexact[0]} are not "
-                                 "exact in it")
-        return out
-    if dst == "b":
-        if src == "b" or np.isin(arr, (0, 1)).all():
-            return arr.astype(bool)
-        bad = arr[~np.isin(arr, (0, 1))].flat[0]
-        raise InputError(f"{prefix}, but {arr.dtype.name} values include {bad}; "
-                         "give 0/1 or true/false")
-    lo, hi = _int_limits(dt)
-    if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
-        raise InputError(f"{prefix}, but the {arr.dtype.name} values span "
-                         f"[{int(arr.min())}, {int(arr.max())}]; they do not fit [{lo}, {hi}]")
-    return arr.astype(dt)
-
-
-def _image_cast(x: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
-    """Images are float64 here; integer inputs (quantized models) take them when every
-    value after preprocessing is a whole number in range."""
-    if _kind(dt) == "f":
-        return x.astype(dt)
-    lo, hi = _int_limits(dt)
-    if not np.array_equal(x, np.round(x)) or (x.size and (x.min() < lo or x.max() > hi)):
-        raise InputError(f"{label}: input '{name}' takes {dt.name}, but the image after "
-                         f"--scale/--mean/--std spans [{x.min():g}, {x.max():g}] with fractions "
-                         "or out of range; adjust them or feed a float model")
-    return x.astype(dt)
-
-
 # --- formatting ------------------------------------------------------------------------------
-def _fmt_shape(shape: Sequence[Dim]) -> str:
-    return "(" + ",".join("?" if d is None else str(d) for d in shape) + ")"
-
-
-
-
 def _fmt_floats(vals: Sequence[float]) -> str:
     return ",".join(f"{v:g}" for v in vals)
 
 
 def _plural(items: Sequence[object], word: str) -> str:
     return word if len(items) == 1 else word + "s"
-
-
-def _shape_fits(got: Sequence[int], want: Sequence[Dim]) -> bool:
-    return len(got) == len(want) and all(not isinstance(w, int) or g == w for g, w in zip(got, want))
-
-
-def _shape_hint(got: tuple[int, ...], want: tuple[Dim, ...]) -> str:
-    """The likeliest fix: a transpose (NHWC vs NCHW), a missing or extra batch dim, a reshape."""
-    static = all(isinstance(d, int) for d in want)
-    if static and len(got) == len(want) and sorted(got) == sorted(want):  # type: ignore[type-var]
-        perm, used = [], set()
-        for w in want:
-            j = next(j for j, g in enumerate(got) if g == w and j not in used)
-            used.add(j)
-            perm.append(j)
-        return f"It looks transposed; use arr.transpose({','.join(map(str, perm))})."
-    if len(got) + 1 == len(want) and (want[0] == 1 or not isinstance(want[0], int)) \
-            and _shape_fits(got, want[1:]):
-        return "Add the batch dim: arr[None]."
-    if len(got) == len(want) + 1 and got[0] == 1 and _shape_fits(got[1:], want):
-        return "Drop the leading dim: arr[0]."
-    if static and math.prod(got) == math.prod(want):  # type: ignore[arg-type]
-        return f"Reshape it: arr.reshape({','.join(map(str, want))})."
-    return "Give an array of that shape."

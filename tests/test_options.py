@@ -35,3 +35,36 @@ def test_a_device_target_resolves_to_its_profile_with_the_host_key_choice() -> N
     assert lax.options["insecure_host_key"] is True
     with pytest.raises(UsageError, match="expected ssh:user@host"):
         DeviceTarget("ssh:me@@box").profile()
+
+
+def test_no_other_dataclass_redeclares_the_shared_options() -> None:
+    """opt_level/threads/providers, the tolerances, the device spec's host-key choice and the
+    timed runs are declared once, here; requests and suites hold these values instead."""
+    import ast
+    from pathlib import Path
+
+    shared = {"opt_level", "threads", "atol", "rtol", "tol_specs", "insecure_host_key",
+              "iterations", "warmup", "case_index"}
+    # results that record what ran, and the suite's per-level overrides (None: not set there)
+    allowed = {("localize/__init__.py", "LocalizeResult", "opt_level"),
+               ("localize/__init__.py", "LocalizeResult", "case_index"),
+               ("rules.py", "AllcloseRule", "atol"), ("rules.py", "AllcloseRule", "rtol"),
+               ("bench.py", "BenchReport", "iterations"), ("bench.py", "BenchReport", "warmup"),
+               ("ci/suite.py", "Device", "iterations"), ("ci/suite.py", "Device", "warmup"),
+               ("ci/suite.py", "TestcaseEntry", "iterations"),
+               ("ci/suite.py", "TestcaseEntry", "warmup"),
+               ("ci/suite.py", "Suite", "iterations"), ("ci/suite.py", "Suite", "warmup"),
+               ("ci/jobs.py", "Job", "iterations"), ("ci/jobs.py", "Job", "warmup")}
+    package = Path(__file__).resolve().parent.parent / "verify"
+    found = set()
+    for path in package.rglob("*.py"):
+        rel = path.relative_to(package).as_posix()
+        if rel in ("options.py", "runner/runner.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                    "dataclass" in ast.unparse(d) for d in node.decorator_list):
+                found |= {(rel, node.name, s.target.id) for s in node.body
+                          if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                          and s.target.id in shared}
+    assert found <= allowed, sorted(found - allowed)

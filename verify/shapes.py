@@ -243,6 +243,11 @@ def _node_types(node: onnx.NodeProto, types: Mapping[str, onnx.TypeProto],
         out = _nchwc(node, x, attrs, weights, readers)
     elif node.domain == "com.microsoft" and node.op_type in _ELEMENTWISE:
         out = x
+    elif node.op_type in _NORMALIZATION:  # fused by onnxruntime below the op's own opset
+        out = x
+    elif node.domain == "com.microsoft" and node.op_type == "FusedMatMul":
+        b = _shape(ins[1]) if len(ins) > 1 and ins[1] is not None else weights.get(node.input[1])
+        out = _fused_matmul(x, b, attrs) if b is not None else None
     elif node.domain == "com.microsoft" and node.op_type in ("FusedConv", "NhwcFusedConv"):
         w = weights.get(node.input[1])
         out = _conv(x, w, attrs) if w is not None else None
@@ -267,6 +272,11 @@ _ELEMENTWISE = frozenset({"QuickGelu", "Gelu", "FastGelu", "BiasGelu", "BiasSoft
                           "BiasDropout", "Dropout", "SkipLayerNormalization"})
 
 
+# normalizations onnxruntime fuses into graphs of any opset (onnx knows LayerNormalization only
+# from opset 17): output 0 has input 0's shape
+_NORMALIZATION = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+
+
 def _opset(opsets: Sequence[onnx.OperatorSetIdProto]) -> int:
     return next((o.version for o in opsets if o.domain in ("", "ai.onnx")), 1)
 
@@ -277,16 +287,14 @@ def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
     """onnxruntime's NCHWc ops (contrib_ops/cpu/nchwc_ops.cc): blocked channels, padded."""
     op = node.op_type
     if op == "ReorderInput":
-        # channels padded to the device's block size: read back from an NCHWc Conv reading it
-        # (its weights hold input channels / group); with none, unknown (measured)
-        for reader in readers.get(node.output[0], []):
-            w = weights.get(reader.input[1]) if len(reader.input) > 1 else None
-            if reader.domain == node.domain and reader.op_type == "Conv" and w is not None \
-                    and reader.input[0] == node.output[0]:
-                group = next((a.i for a in reader.attribute if a.name == "group"), 1) or 1
-                c = w[1] * group
-                return (x[0], *x[1:-1], c) if attrs.get("channels_last") else (x[0], c, *x[2:])
-        return None
+        # channels padded to the device's block size: read back from an NCHWc Conv reading it,
+        # directly or through channel-preserving NCHWc ops (a pool before it, as in PP-OCRv4
+        # rec): its weights hold input channels / group; with none, unknown (measured)
+        c = _padded_channels(node.output[0], node.domain, weights, readers)
+        if c is None:
+            return None
+        # the output is NCHWc whichever layout the input has (channels_last: NHWC in)
+        return (x[0], c, *x[1:-1]) if attrs.get("channels_last") else (x[0], c, *x[2:])
     if op == "ReorderOutput":
         c = int(attrs.get("channels", 0))  # type: ignore[call-overload]
         if not c:
@@ -303,6 +311,37 @@ def _nchwc(node: onnx.NodeProto, x: Shape, attrs: Mapping[str, object],
         scales = list(attrs.get("scales", []))  # type: ignore[call-overload]
         return tuple(d * s for d, s in zip(x, scales)) if len(scales) == len(x) else None
     return None
+
+
+_KEEP_CHANNELS = frozenset({"AveragePool", "MaxPool", "GlobalAveragePool", "GlobalMaxPool",
+                            "Upsample"})
+
+
+def _padded_channels(name: str, domain: str, weights: Mapping[str, tuple[int, ...]],
+                     readers: Mapping[str, list[onnx.NodeProto]], depth: int = 4) -> int | None:
+    """Channels of the NCHWc tensor `name`, from the first NCHWc Conv that reads it, directly
+    or through up to `depth` channel-preserving NCHWc ops."""
+    for reader in readers.get(name, []):
+        if reader.domain != domain or not reader.input or reader.input[0] != name:
+            continue
+        w = weights.get(reader.input[1]) if len(reader.input) > 1 else None
+        if reader.op_type == "Conv" and w is not None:
+            return w[1] * (next((a.i for a in reader.attribute if a.name == "group"), 1) or 1)
+        if reader.op_type in _KEEP_CHANNELS and depth > 0 and reader.output:
+            got = _padded_channels(reader.output[0], domain, weights, readers, depth - 1)
+            if got is not None:
+                return got
+    return None
+
+
+def _fused_matmul(a: Shape, b: Shape, attrs: Mapping[str, object]) -> Shape | None:
+    """onnxruntime's FusedMatMul (MatMul with transposes folded in) by a 2-D B, as its
+    optimizer makes of MatMul by a weight; anything else: unknown (measured)."""
+    if len(a) < 2 or len(b) != 2 or attrs.get("transBatchA") or attrs.get("transBatchB"):
+        return None
+    rows = a[-1] if attrs.get("transA") else a[-2]
+    cols = b[0] if attrs.get("transB") else b[1]
+    return (*a[:-2], rows, cols)
 
 
 def _conv(x: Shape, w: Shape, attrs: Mapping[str, object]) -> Shape | None:

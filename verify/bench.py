@@ -33,6 +33,7 @@ from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
 from verify.execute import Prepared, output_floors, prepare
+from verify.external import ExternalData
 from verify.options import (
     OPT_LEVELS,
     ArchiveSelection,
@@ -41,6 +42,7 @@ from verify.options import (
     TimedRuns,
 )
 from verify.pipeline import ProgressFactory, RunOptions, Status, run_on_device
+from verify.testcase import external_data
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
@@ -267,12 +269,14 @@ def bench(request: BenchRequest, *, status: Status | None = None,
     if request.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     prepared = prepare(request.selection, request.device)
-    with prepared.layer_check:  # joined before the report (a verdict) is returned
-        return _bench(request, prepared, status, progress)
+    # joined before the report (a verdict) is returned; external data extracted once
+    with prepared.layer_check, external_data(prepared.testcase) as external:
+        return _bench(request, prepared, status, progress, external)
 
 
 def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
-           progress: ProgressFactory | None) -> BenchReport:
+           progress: ProgressFactory | None, external: ExternalData | None = None
+           ) -> BenchReport:
     tc, tolerances, indices, profile, _ = prepared
     labels = [s.label for s in request.settings]
     feeds = [tc.cases[i].inputs for i in indices]
@@ -287,7 +291,8 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
             say(f"round {round_no + 1}/{request.repeat}: {s.label}")
             options = RunOptions(session=s.session(), timed=request.timed,
                                  timeout=request.device.timeout)
-            run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress)
+            run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress,
+                                external=external)
             device = run.device
             prepare_ms.setdefault(s.label, run.prepare_ms)
             for pos, ci in enumerate(indices):

@@ -41,9 +41,13 @@ class HostCapture:
     """
 
     def __init__(self, model_bytes: bytes, *, budget_bytes: int | None = None,
-                 model: onnx.ModelProto | None = None) -> None:
-        """`model`: `model_bytes` already parsed by the caller (it is not parsed again)."""
+                 model: onnx.ModelProto | None = None, external_dir: Path | None = None) -> None:
+        """`model`: `model_bytes` already parsed by the caller (it is not parsed again);
+        `external_dir`: the folder its external data files lie in (then `model` is given)."""
         model = model if model is not None else parse_model(model_bytes, "model")
+        self._job = {**_HOST_JOB, "ort_log_severity": ort_log_severity()}
+        if external_dir is not None:
+            self._job["external_data"] = str(Path(external_dir).resolve())
         self._order = [t.name for t in tensor_order(model)]
         self._outputs = output_names(model)
         self._model = model
@@ -83,7 +87,7 @@ class HostCapture:
             self._sizes[key] = tensor_sizes(self._model, [dict(key)])
         chunks = _rt.capture_segments(np, _ort(), str(self._path), wanted, [feeds],
                                       self._budget,
-                                      {**_HOST_JOB, "ort_log_severity": ort_log_severity()},
+                                      self._job,
                                       self._scratch.name, sizes=self._sizes[key])
         try:
             for _case, name, value in _host_errors(chunks):
@@ -154,16 +158,18 @@ def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
 
 def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
               dump_filter: str | None = None,
-              input_shapes: Sequence[Mapping[str, Sequence[int]]] = ()) -> DumpPlan:
+              input_shapes: Sequence[Mapping[str, Sequence[int]]] = (),
+              external: bool = False) -> DumpPlan:
     """The tensors to dump: those of the original model, or with `captured_bytes` (the
     optimized model onnxruntime wrote on the device) those of the optimized graph, with the
     original tensors it fused away and the tensors it alone has. `dump_filter` is a regular
     expression searched in each tensor's and producing node's name. `input_shapes` (per case,
-    input name -> shape) sizes every tensor of the graph that runs (`DumpPlan.sizes`)."""
+    input name -> shape) sizes every tensor of the graph that runs (`DumpPlan.sizes`).
+    `external`: the models keep weights in external data (only their structure is read)."""
     pattern = compile_dump_filter(dump_filter)
-    original = parse_model(original_bytes, "model")
+    original = parse_model(original_bytes, "model", external)
     captured = original if captured_bytes is None else parse_model(
-        captured_bytes, "the optimized model written on the device")
+        captured_bytes, "the optimized model written on the device", external)
     order = tensor_order(captured)
     kept = [t for t in order if pattern is None or pattern.search(t.name) or
             pattern.search(t.node)]

@@ -388,7 +388,8 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
     reader = stack.enter_context(ArchiveReader(path))
     tc = reader.testcase()
     needs_host = any(not c.get(schema.LAYERS) for c in reader.cases)
-    model = (parse_model(tc.model_bytes, str(path)) if with_floors or needs_host else None)
+    model = (parse_model(tc.model_bytes, str(path), tc.external) if with_floors or needs_host
+             else None)
     floors = saturation_floors(model) if with_floors and model is not None else {}
     scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
@@ -437,7 +438,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                           f"model and case {case}'s inputs", sequential=True)
 
     def attribute_at(tensor: str, node: str) -> Attribution | None:
-        parsed = model if model is not None else parse_model(tc.model_bytes, str(path))
+        parsed = model if model is not None else parse_model(tc.model_bytes, str(path), tc.external)
         return attribute(parsed, tc.provenance, tensor, node)
 
     return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances), attribute_at)

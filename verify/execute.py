@@ -47,7 +47,7 @@ from verify.pipeline import (
     run_on_device,
 )
 from verify.archive_verify import LayerCheck
-from verify.testcase import Testcase, read_archive
+from verify.testcase import Testcase, external_data, read_archive
 from verify.tolerance import tolerance_set
 
 
@@ -100,7 +100,8 @@ def prepare(selection: ArchiveSelection, device: DeviceTarget) -> Prepared:
     tc = read_archive(selection.archive)
     check = LayerCheck(tc.path if tc.has_layers and tc.checked else None)
     try:
-        check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model"))
+        check_cases(tc, parse_model(tc.model_bytes, f"{tc.path}: the archive's model",
+                                    tc.external))
         tol = selection.tolerances
         tolerances = tolerance_set(tc.tolerances, tol.atol, tol.rtol, tol.specs)
         return Prepared(tc, tolerances, tc.case_indices(selection.case_index), device.profile(),
@@ -111,7 +112,7 @@ def prepare(selection: ArchiveSelection, device: DeviceTarget) -> Prepared:
 
 
 def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.ndarray]:
-    infos = model_inputs(parse_model(tc.model_bytes, str(tc.path)))
+    infos = model_inputs(parse_model(tc.model_bytes, str(tc.path), tc.external))
     return dict(override_input(infos, spec) for spec in overrides)
 
 
@@ -134,9 +135,10 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     made_dump_dir = dump.bin_io_dump is not None and not Path(dump.bin_io_dump).exists()
     dump_spec = _dump_spec(dump)
     try:
-        device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
-                                   progress=progress, profile_dest=request.profile_path,
-                                   dump=dump_spec)
+        with external_data(tc) as external:  # extracted for the push, gone after it
+            device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
+                                       progress=progress, profile_dest=request.profile_path,
+                                       dump=dump_spec, external=external)
         # joined before anything is judged or written: corrupt references are exit 2 (and the
         # dump pulled so far goes with them)
         prepared.layer_check.result()
@@ -170,7 +172,7 @@ def output_floors(tc: Testcase, capture: DumpCapture | None = None) -> Mapping[s
     parsed the model already, ~0.05 s for 100 MB), else parsed here."""
     if capture is not None:
         return capture.plan.model_floors
-    return saturation_floors(parse_model(tc.model_bytes, str(tc.path)))
+    return saturation_floors(parse_model(tc.model_bytes, str(tc.path), tc.external))
 
 
 def _dump_note(capture: DumpCapture) -> str:

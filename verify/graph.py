@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verify.errors import ModelError
+from verify.external import PROTO_LIMIT, ExternalFile, check_locations, find_external
 from verify.files import read_user_file
 
 if TYPE_CHECKING:  # onnx is imported where a function needs it: `verify --help` and a diff of
@@ -41,8 +42,11 @@ def load_model_bytes(path: Path) -> bytes:
     return read_user_file(path, ModelError, "an .onnx file")
 
 
-def parse_model(data: bytes, where: str) -> onnx.ModelProto:
-    """Parse and sanity-check ONNX bytes; every failure is one ModelError line."""
+def parse_model(data: bytes, where: str, external: Sequence[ExternalFile] | bool = ()
+                ) -> onnx.ModelProto:
+    """Parse and sanity-check ONNX bytes; every failure is one ModelError line. A weight in
+    external data must name one of `external` (an archive's stored files); True: any (the
+    model's structure is all that is read)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -53,6 +57,11 @@ def parse_model(data: bytes, where: str) -> onnx.ModelProto:
         raise ModelError(f"{where}: not an ONNX model (protobuf parse failed: {exc})") from None
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{where}: not an ONNX model (no graph found)")
+    if external is True:
+        return model
+    if external:
+        check_locations(model, external, where)
+        return model
     for init in model.graph.initializer:
         if init.data_location == onnx.TensorProto.EXTERNAL:
             raise ModelError(f"{where}: refers to weights in external data files; a model "
@@ -60,13 +69,13 @@ def parse_model(data: bytes, where: str) -> onnx.ModelProto:
     return model
 
 
-_PROTO_LIMIT = 2**31 - 1  # protobuf's limit on one serialized message
-
-
-def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
-    """A model file as one self-contained ModelProto and its bytes. Weights stored as external
-    data (`location` files beside the model) are read in, so the archive holds everything;
-    a model whose weights do not fit protobuf's 2 GB limit is refused before any is read."""
+def load_model(path: Path, keep_external: bool = False
+               ) -> tuple[onnx.ModelProto, bytes, tuple[ExternalFile, ...]]:
+    """A model file as a ModelProto, its bytes and its external data files. Weights stored as
+    external data (`location` files beside the model) are read in, so the model is one
+    self-contained message, unless `keep_external` asks otherwise or they do not fit
+    protobuf's 2 GiB limit: then the model keeps its references and the files are returned
+    (checked to lie beside it; nothing of them is read)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -75,27 +84,12 @@ def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
     try:
         model.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError):
-        return parse_model(data, str(path)), data  # parse_model says what is wrong
-    external = [t for t in _all_initializers(model.graph)
-                if t.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        return parse_model(data, str(path)), data
-    total = len(data)
-    for t in external:
-        info = {e.key: e.value for e in t.external_data}
-        location = Path(info.get("location", ""))
-        if location.is_absolute() or ".." in location.parts:
-            raise ModelError(f"{path}: initializer '{t.name}' points outside the model's folder "
-                             f"('{location}'); external data must lie beside the model")
-        where = Path(path).parent / location
-        if not info.get("location") or not where.is_file():
-            raise ModelError(f"{path}: initializer '{t.name}' is stored in external file "
-                             f"'{info.get('location', '')}', which is not beside the model")
-        total += int(info["length"]) if info.get("length", "").isdigit() else where.stat().st_size
-    if total > _PROTO_LIMIT:
-        raise ModelError(f"{path}: its weights in external data make {total / 2**30:.1f} GiB, over "
-                         "protobuf's 2 GiB limit for one model; verify packs models up to 2 GiB "
-                         "(the archive holds the model as one message)")
+        return parse_model(data, str(path)), data, ()  # parse_model says what is wrong
+    files = find_external(model, Path(path))
+    if not files:
+        return parse_model(data, str(path)), data, ()
+    if keep_external or len(data) + sum(f.size for f in files) > PROTO_LIMIT:
+        return parse_model(data, str(path), files), data, files
     from onnx.external_data_helper import load_external_data_for_model
 
     try:
@@ -103,20 +97,7 @@ def load_model(path: Path) -> tuple[onnx.ModelProto, bytes]:
     except (OSError, ValueError) as exc:
         raise ModelError(f"{path}: cannot read its external data: {exc}") from None
     data = model.SerializeToString()
-    return parse_model(data, str(path)), data
-
-
-def _all_initializers(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    import onnx
-
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.TENSOR:
-                yield attr.t
-            for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                        list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-                yield from _all_initializers(sub)
+    return parse_model(data, str(path)), data, ()
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -33,6 +33,7 @@ class PackOptions:
     layers: bool = False
     expected: Sequence[str] = ()  # ground truth computed elsewhere (see verify/expected.py)
     reference: str = "onnxruntime"   # or torch:PROGRAM (torchpack.py)
+    keep_external: bool = False   # keep external data external even when it would fit inline
 
 
 def provenance(model_bytes: bytes, model_path: Path) -> dict[str, object]:
@@ -64,9 +65,10 @@ def _user() -> str:
 
 def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     """Build the cases, compute ground truth on the host, write the archive atomically."""
-    model, model_bytes = load_model(model_path)
+    model, model_bytes, external = load_model(model_path, options.keep_external)
+    folder = model_path.parent if external else None
     infos: list[InputInfo] = model_inputs(model)
-    session = reference_session(model_bytes, str(model_path))
+    session = reference_session(model_bytes, str(model_path), folder)
     foreign = read_case_sources(options.data)
     cases_inputs = build_cases(infos, [] if foreign is not None else options.data,
                                shapes=options.shapes, seed=options.seed, pre=options.pre,
@@ -83,6 +85,9 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
             raise UsageError("--expected and --reference torch: both give the ground truth; "
                              "use one")
         del session
+        if external:
+            raise UsageError(f"{model_path}: --reference torch: takes models that hold their "
+                             "weights; this one keeps them in external data")
         return _pack_torch(spec, model, model_bytes, model_path, out, options, cases_inputs)
     cases = []
     for i, feeds in enumerate(cases_inputs):
@@ -100,7 +105,7 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
                   tolerances=dict(options.tolerances),
                   provenance={**provenance(model_bytes, model_path), **reference,
                               "seed": options.seed, "data": list(options.data)},
-                  has_layers=options.layers)
+                  has_layers=options.layers, external=external)
     del session
     if not options.layers:
         del model
@@ -108,7 +113,7 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
         return tc
     # Per-layer references stream from the chunked capture straight into the archive, one
     # case after the other, from one capture set-up (on the model parsed above).
-    with HostCapture(model_bytes, model=model) as capture:
+    with HostCapture(model_bytes, model=model, external_dir=folder) as capture:
         del model
         write_archive(out, tc, [capture.layers(case.inputs) for case in cases])
     return tc

@@ -22,6 +22,7 @@ from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver, Progress
 from verify.dump import is_tensor_file
+from verify.external import ExternalData
 from verify.errors import (
     DeviceError,
     InputError,
@@ -185,8 +186,11 @@ def provider_problems(profile: Profile, info: Mapping[str, Any]) -> list[str]:
 def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[str, np.ndarray]],
                   options: RunOptions, *, status: Status | None = None,
                   progress: ProgressFactory | None = None,
-                  profile_dest: Path | None = None, dump: DumpSpec | None = None) -> DeviceRun:
+                  profile_dest: Path | None = None, dump: DumpSpec | None = None,
+                  external: ExternalData | None = None) -> DeviceRun:
     """Run a model on a device for each case's inputs; return timings and outputs.
+    `external`: the model's external data files, pushed through the cache too and linked
+    under their locations in the work directory's `ext/` folder (the job's "external_data").
 
     With `dump`, every tensor is captured after the timed run (see `_run_dump`): of the model
     itself at opt-level disable, else of the optimized model onnxruntime wrote during the run,
@@ -223,8 +227,12 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 job_cases.append({"inputs": {
                     name: driver.push_cached(path, _progress(progress, f"input {name}", path))
                     for name, path in files.items()}})
+            external_links = [(driver.push_cached(f.path, _progress(progress, f.location, f.path),
+                                                  f.sha256 or None), f.location)
+                              for f in (external.files if external else ()) if f.path]
             workdir = driver.make_workdir()
             try:
+                _link_external(driver, workdir, external_links)
                 job = {
                     "contract": CONTRACT, "version": CONTRACT_VERSION,
                     "model": remote_model, "cases": job_cases,
@@ -239,13 +247,16 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
                 }
                 if options.control_probe:
                     job["control_probe"] = True
+                if external is not None:
+                    job["external_data"] = _EXTERNAL_DIR
                 if requested_ort_log() is not None:
                     job["ort_log_severity"] = requested_ort_log()
                 plan = None
                 if dump is not None and session.opt_level != "disable":
                     job["optimized_model_path"] = _OPTIMIZED
                 elif dump is not None:  # the model itself: the timed runner dumps it first
-                    plan = plan_dump(model_bytes, None, dump.dump_filter, _shapes(cases))
+                    plan = plan_dump(model_bytes, None, dump.dump_filter, _shapes(cases),
+                                     external is not None)
                     job["dump_first"] = {**_dump_entry(plan, dump), "result": _DUMP_RESULT}
                 job_file = tmp / "job.json"
                 job_file.write_text(json.dumps(job, indent=1))
@@ -293,6 +304,18 @@ def run_on_device(profile: Profile, model_bytes: bytes, cases: Sequence[Mapping[
 
 
 _OPTIMIZED = "optimized.onnx"
+_EXTERNAL_DIR = "ext"
+
+
+def _link_external(driver: Driver, workdir: str, links: Sequence[tuple[str, str]]) -> None:
+    """Each cached external data file hard-linked (copied where the file system refuses)
+    under its location in the work directory's `ext/` folder, where onnxruntime is pointed to
+    find them: onnxruntime refuses a symbolic link that leads out of that folder."""
+    for cached, location in links:
+        dest = f"{workdir}/{_EXTERNAL_DIR}/{location}"
+        driver.makedirs(dest.rsplit("/", 1)[0])
+        if driver.run(["ln", "-f", cached, dest], check=False).status != 0:
+            driver.run(["cp", cached, dest], what=f"copying {location} on device")
 _DUMP_RESULT = "dump_result.json"
 
 
@@ -334,7 +357,10 @@ def _run_dump(driver: Driver, profile: Profile, argv: list[str], workdir: str, t
                               "use verify's own runner.py, or --opt-level disable")
         driver.get(f"{workdir}/{_OPTIMIZED}", local)
         model_ref, optimized = _OPTIMIZED, local.read_bytes()
-    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter, input_shapes)
+        if job.get("external_data"):  # its weights went beside it (the runner's .data file)
+            job = {**job, "external_data": "."}
+    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter, input_shapes,
+                             "external_data" in job)
     dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
                 "optimized_model_path": None, "result": _DUMP_RESULT,
                 "dump": _dump_entry(plan, dump)}

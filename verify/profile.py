@@ -78,7 +78,8 @@ def load_model_index(path: Path) -> "ModelIndex":
 
     path = Path(path)
     data = read_archive(path).model_bytes if _is_hdf5(path) else load_model_bytes(path)
-    return ModelIndex.of(parse_model(data, str(path)))
+    # only the graph's structure and shapes are read: weights in external data may stay there
+    return ModelIndex.of(parse_model(data, str(path), external=True))
 
 
 def _is_hdf5(path: Path) -> bool:

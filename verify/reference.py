@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
@@ -41,14 +42,19 @@ def ort_log_severity() -> int:
     return 4 if level is None else level
 
 
-def reference_session(model_bytes: bytes, where: str):
-    """A plain CPU session (no graph optimizations: the plainest kernels)."""
+def reference_session(model_bytes: bytes, where: str, external_dir: Path | None = None):
+    """A plain CPU session (no graph optimizations: the plainest kernels); `external_dir`:
+    the folder the model's external data files lie in."""
     import onnxruntime as ort
+
+    from verify.external import EXTERNAL_FOLDER_KEY
 
     ort.set_default_logger_severity(ort_log_severity())
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = ort_log_severity()
+    if external_dir is not None:
+        so.add_session_config_entry(EXTERNAL_FOLDER_KEY, str(Path(external_dir).resolve()))
     try:
         return ort.InferenceSession(model_bytes, sess_options=so, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors

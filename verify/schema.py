@@ -20,7 +20,9 @@ a warning that nothing in it can be verified.
 
 FORMAT_NAME = "verify-testcase"
 SIGNATURE = b"\x89HDF\r\n\x1a\n"  # an archive's first 8 bytes (HDF5's own signature)
-FORMAT_VERSION = 2
+FORMAT_VERSION = 2     # what an archive without external data is written as
+EXTERNAL_VERSION = 3   # with external data (an `external` group): older readers refuse it
+NEWEST_VERSION = 3     # the newest this verify reads
 UNCHECKED_VERSION = 1  # the last version without checksums: read, with a warning
 
 ATTR_FORMAT = "format"
@@ -47,6 +49,8 @@ CASES = "cases"
 INPUTS = "inputs"
 OUTPUTS = "outputs"
 LAYERS = "layers"
+EXTERNAL = "external"  # format 3: the model's external data files, one uint8 dataset each,
+                       # "name" its location, "sha256" of its bytes
 TENSOR_KINDS = (INPUTS, OUTPUTS, LAYERS)
 
 # Provenance (JSON) keys other modules read back: a PyTorch reference's check of onnxruntime on

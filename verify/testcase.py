@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 import warnings
 from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from verify import __version__, schema
 from verify.digest import TensorHasher, archive_digest, sha256_hex, slices, tensor_digest
 from verify.errors import ArchiveError, ArchiveWarning, UsageError
 from verify.files import atomic_path, ensure_space, output_errors
+from verify.external import ExternalData, ExternalFile, read_dataset, safe_location, write_dataset
 from verify.graph import TensorInfo
 
 
@@ -47,6 +50,7 @@ class Testcase:
     format_version: int = schema.FORMAT_VERSION
     path: Path | None = None
     checked: bool = True      # False for a format-1 archive: no checksums to verify
+    external: tuple[ExternalFile, ...] = ()   # the model's external data files (format 3)
 
     def case_indices(self, index: int | None = None) -> tuple[int, ...]:
         """Every case, or just `index` (a --case option); UsageError when out of range."""
@@ -93,7 +97,7 @@ def write_archive(path: Path, tc: Testcase,
     with output_errors(path), atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         meta: dict[str, Any] = {
             schema.ATTR_FORMAT: schema.FORMAT_NAME,
-            schema.ATTR_VERSION: schema.FORMAT_VERSION,
+            schema.ATTR_VERSION: schema.EXTERNAL_VERSION if tc.external else schema.FORMAT_VERSION,
             schema.ATTR_VERIFY_VERSION: __version__,
             schema.ATTR_CREATED: str(provenance.get("created_utc", "")),
         }
@@ -111,7 +115,7 @@ def write_archive(path: Path, tc: Testcase,
             data = text.encode("utf-8")
             f.create_dataset(key, data=np.array(data, dtype=f"S{max(1, len(data))}"))
         meta.update(records)
-        ensure_space(path, len(tc.model_bytes) + sum(
+        ensure_space(path, len(tc.model_bytes) + sum(f.size for f in tc.external) + sum(
             np.asarray(v).nbytes for c in tc.cases for v in (*c.inputs.values(),
                                                               *c.outputs.values())))
         model = f.create_dataset(schema.MODEL, data=np.frombuffer(tc.model_bytes, np.uint8))
@@ -129,6 +133,13 @@ def write_archive(path: Path, tc: Testcase,
             for kind, items in kinds:
                 entries.append([f"{schema.case_path(i)}/{kind}", "", ""])
                 entries += _write_named(group.create_group(kind), items, path)
+        if tc.external:  # streamed from the files, never whole in memory
+            group = f.create_group(schema.EXTERNAL)
+            for k, ext in enumerate(tc.external):
+                digest = write_dataset(group, str(k), ext)
+                _set_text(group[str(k)], schema.ATTR_NAME, ext.location)
+                _set_text(group[str(k)], schema.ATTR_SHA256, digest)
+                entries.append([f"{schema.EXTERNAL}/{k}", ext.location, digest])
         _set_text(f, schema.ATTR_CHECKSUM, archive_digest(meta, entries))
 
 
@@ -207,6 +218,8 @@ class ArchiveReader:
             meta = {k: self._attr(f, k, str if k != schema.ATTR_VERSION else int)
                     for k in schema.META_ATTRS}
             expected = {schema.MODEL, schema.CASES}
+            if self.version >= schema.EXTERNAL_VERSION:
+                expected.add(schema.EXTERNAL)
             if self.checked:
                 expected.update(schema.META_RECORDS)
                 meta.update({k: self._record(k) for k in schema.META_RECORDS})
@@ -258,6 +271,7 @@ class ArchiveReader:
                 self.sources.append(source)
             if n == 0:
                 raise ArchiveError(f"{self.path}: archive holds no cases")
+            self.external = self._external(entries)
             if self.checked:
                 stored = self._attr(f, schema.ATTR_CHECKSUM, str, default="")
                 if not _HEX64.fullmatch(stored):
@@ -279,6 +293,64 @@ class ArchiveReader:
             warnings.warn(ArchiveWarning(
                 f"{self.path}: archive format {self.version} has no checksums, so damage to it "
                 "cannot be detected; re-pack it with this verify"), stacklevel=2)
+
+    def _external(self, entries: list[list[Any]]) -> tuple[ExternalFile, ...]:
+        """The external data files' datasets (format 3): checked for type, location and
+        digest form; their size is not limited (they are streamed, never read whole)."""
+        group = self._f.get(schema.EXTERNAL)
+        if group is None:
+            return ()
+        if not isinstance(group, h5py.Group):
+            raise self.corrupt(f"{schema.EXTERNAL} is not a group")
+        self._only_attrs(group)
+        out: list[ExternalFile] = []
+        for k in range(self._count(group, schema.EXTERNAL)):
+            where = f"{schema.EXTERNAL}/{k}"
+            ds = group[str(k)]
+            if not isinstance(ds, h5py.Dataset) or ds.dtype != np.uint8 or len(ds.shape) != 1:
+                raise self.corrupt(f"{where} is not a byte array")
+            self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
+            location = self._attr(ds, schema.ATTR_NAME, str)
+            digest = self._attr(ds, schema.ATTR_SHA256, str)
+            if not safe_location(location) or location in {f.location for f in out}:
+                raise self.corrupt(f"{where} has a bad or repeated location {location!r}")
+            if not _HEX64.fullmatch(digest):
+                raise self.corrupt(f"{where} ({location!r}) has a malformed digest")
+            entries.append([where, location, digest])
+            out.append(ExternalFile(location, int(ds.shape[0]), digest))
+        return tuple(out)
+
+    def extract_external(self, folder: Path) -> ExternalData:
+        """Write every external data file under its location in `folder` (streamed, each
+        checked against its digest)."""
+        files = []
+        for k, ext in enumerate(self.external):
+            dest = folder / ext.location
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            ensure_space(dest, ext.size)
+            try:
+                digest = read_dataset(self._f[f"{schema.EXTERNAL}/{k}"], dest)
+            except (OSError, ValueError, TypeError, RuntimeError) as exc:
+                raise self.corrupt(f"{schema.EXTERNAL}/{k} ({ext.location!r}) cannot be read: "
+                                   f"{exc}") from None
+            if digest != ext.sha256:
+                dest.unlink()
+                raise self.corrupt(f"external data {ext.location!r} does not match its "
+                                   "checksum (re-pack it, or get an intact copy)")
+            files.append(ExternalFile(ext.location, ext.size, ext.sha256, dest))
+        return ExternalData(folder, tuple(files))
+
+    def check_external(self) -> None:
+        """Every external data file checked against its digest (streamed, nothing kept)."""
+        for k, ext in enumerate(self.external):
+            try:
+                digest = read_dataset(self._f[f"{schema.EXTERNAL}/{k}"], Path(os.devnull))
+            except (OSError, ValueError, TypeError, RuntimeError) as exc:
+                raise self.corrupt(f"{schema.EXTERNAL}/{k} ({ext.location!r}) cannot be read: "
+                                   f"{exc}") from None
+            if digest != ext.sha256:
+                raise self.corrupt(f"external data {ext.location!r} does not match its "
+                                   "checksum (re-pack it, or get an intact copy)")
 
     def _only_attrs(self, obj: Any, *allowed: str) -> None:
         extra = set(obj.attrs.keys()) - set(allowed)
@@ -431,7 +503,8 @@ class ArchiveReader:
         return Testcase(model_bytes=model_bytes, cases=cases, tensor_order=self.tensor_order,
                         tolerances=self.tolerances, provenance=self.provenance,
                         has_layers=any(schema.LAYERS in c for c in self.cases),
-                        format_version=self.version, path=self.path, checked=self.checked)
+                        format_version=self.version, path=self.path, checked=self.checked,
+                        external=self.external)
 
 
 def _int_attr(attrs: Any, key: str) -> int:
@@ -477,14 +550,14 @@ def _open(path: Path) -> h5py.File:
             version = _int_attr(f.attrs, schema.ATTR_VERSION)
         except ValueError:
             raise ArchiveError(f"{path}: corrupt archive: no format version") from None
-        if version > schema.FORMAT_VERSION:
+        if version > schema.NEWEST_VERSION:
             written_by = f.attrs.get(schema.ATTR_VERIFY_VERSION, "?")
             written_by = (written_by.decode("utf-8", "replace") if isinstance(written_by, bytes)
                           else written_by if isinstance(written_by, str) else "?")
             raise ArchiveError(
                 f"{path}: written in archive format version {version} by verify "
                 f"{written_by[:40]}; this verify {__version__} reads "
-                f"up to version {schema.FORMAT_VERSION}: upgrade verify")
+                f"up to version {schema.NEWEST_VERSION}: upgrade verify")
         if version < schema.UNCHECKED_VERSION:
             raise ArchiveError(f"{path}: invalid archive format version {version}")
     except ArchiveError:
@@ -516,3 +589,37 @@ def iter_layers(path: Path, case: int = 0,
         for entry in reader.cases[case][schema.LAYERS]:
             if names is None or entry.name in names:
                 yield entry.name, reader.read(entry)
+
+
+@contextmanager
+def external_data(tc: Testcase) -> Iterator[ExternalData | None]:
+    """The archive's external data files extracted into a scratch folder for the duration
+    (None when the model holds its weights); the folder goes when the block ends."""
+    if not tc.external:
+        yield None
+        return
+    if tc.path is None:
+        raise ArchiveError("a model with external data must be read from its archive")
+    with tempfile.TemporaryDirectory(prefix="verify-external-") as tmp, \
+            ArchiveReader(tc.path) as reader:
+        yield reader.extract_external(Path(tmp))
+
+
+def export_external(tc: Testcase, folder: Path) -> list[Path]:
+    """Write the archive's external data files under their locations in `folder`, beside the
+    exported model: each extracted (streamed, checked) into a scratch folder there, then
+    renamed into place, so a failure leaves no half file."""
+    if not tc.external or tc.path is None:
+        return []
+    written = []
+    with output_errors(folder), tempfile.TemporaryDirectory(prefix=".verify-export-",
+                                                            dir=folder) as tmp, \
+            ArchiveReader(tc.path) as reader:
+        data = reader.extract_external(Path(tmp))
+        for f in data.files:
+            assert f.path is not None
+            dest = folder / f.location
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f.path, dest)
+            written.append(dest)
+    return written

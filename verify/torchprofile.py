@@ -89,7 +89,7 @@ def model_and_inputs(path: Path) -> tuple[onnx.ModelProto, list[np.ndarray] | No
         return parse_model(data, str(path)), None
     del data
     tc = read_archive(path)
-    model = parse_model(tc.model_bytes, str(path))
+    model = parse_model(tc.model_bytes, str(path), tc.external)
     fixed = {i.name for i in model.graph.initializer}
     names = [i.name for i in model.graph.input if i.name not in fixed]
     return model, [tc.cases[0].inputs[n] for n in names]

@@ -250,7 +250,7 @@ def test_archive_from_a_newer_format_version(capsys: pytest.CaptureFixture[str],
     code, _, err = verify(capsys, "run", newer)
     assert code == 2
     assert only_line(err) == (f"error: {newer}: written in archive format version 99 by verify "
-                              f"9.0.0; this verify {__version__} reads up to version 2: upgrade verify")
+                              f"9.0.0; this verify {__version__} reads up to version 3: upgrade verify")
 
 
 def test_unknown_input_name(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -132,6 +132,25 @@ def test_native_dump_of_a_real_model_diffs_clean(opt: str, device_env: DeviceEnv
     assert np.load(dump / rec["file"]).tobytes() == plain.tobytes()  # bit-identical
 
 
+def test_native_runner_reads_external_data(device_env: DeviceEnv, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A model keeping its weights in external data (pack --keep-external-data): the native
+    runner points onnxruntime at the linked files for the run and for each dump segment, and
+    its dumps at disable and all diff clean against the Python runner's."""
+    from corpus_made import external_model
+
+    vtc = tmp_path / "ro.vtc"
+    code, out, err = run_cli(["pack", external_model(), "--shape", "x:1x3x224x224",
+                              "--keep-external-data", "-o", vtc], capsys)
+    assert code == 0, err
+    device_env.write_profile("nat", {"transport": "local", "runner": [str(native_bin())]})
+    doc = run_json(["run", vtc, "--device", "nat", "--iter", "1"], capsys)
+    assert doc["passed"] is True and doc["device"]["python"] is None
+    for opt in ("disable", "all"):
+        diff = run_dump_and_diff("nat", vtc, tmp_path / opt, capsys, opt)
+        assert diff["passed"] is True and len(diff["cases"][0]["rows"]) > 20
+
+
 @pytest.mark.arm64
 def test_arm64_root_without_python(arm64_native: str, small_vtc: Path, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -29,22 +29,29 @@ if TYPE_CHECKING:
 def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: bool) -> int:
     """Write the ONNX model held in ARCHIVE to a file (open it in Netron, or any ONNX tool).
 
+    A model whose weights the archive keeps as external data gets its data files written
+    beside it, under the names the model gives them.
+
     \b
       verify export cnn.repro-block2_conv1.vtc -o block2_conv1.onnx
       verify export cnn.vtc -o cnn.onnx --data cnn-data/    # plus test_data_set_0/*.pb
     """
     from verify.graph import parse_model
-    from verify.testcase import read_archive
+    from verify.testcase import export_external, read_archive
 
     tc = read_archive(archive)
     target = output if output is not None else archive.with_suffix(".onnx")
     if target.resolve() == archive.resolve():
         raise UsageError(f"{target}: would overwrite the archive itself; pass -o model.onnx")
-    parse_model(tc.model_bytes, str(archive))  # a corrupt model is an error, not a file
+    parse_model(tc.model_bytes, str(archive), tc.external)  # a corrupt model is an error, not a file
     if not target.parent.is_dir():
         raise UsageError(f"{target}: folder {target.parent} does not exist")
-    write_bytes_atomic(target, tc.model_bytes)
+    if any((target.parent / f.location).resolve() == target.resolve() for f in tc.external):
+        raise UsageError(f"{target}: the model's external data is named so; pick another name")
     written = {"model": str(target)}
+    for k, path in enumerate(export_external(tc, target.parent)):  # first: the model needs them
+        written[f"external data {k}" if k else "external data"] = str(path)
+    write_bytes_atomic(target, tc.model_bytes)
     if data_dir is not None:
         written["data"] = str(_write_test_data(tc, data_dir))
     if as_json:

@@ -31,7 +31,8 @@ def inspect(archive: Path, as_json: bool) -> int:
     if archive.suffix.lower() == ".onnx":
         from verify.graph import load_model
 
-        summary = render.model_summary(archive, load_model(archive)[1])
+        _, data, external = load_model(archive, keep_external=True)  # weights not read
+        summary = render.model_summary(archive, data, external)
         if as_json:
             emit_json(summary, "inspect-model")
         else:
@@ -50,11 +51,15 @@ def inspect(archive: Path, as_json: bool) -> int:
             for entry in case.get(LAYERS, ()):
                 reader.read(entry)
                 layers += 1
-    check_cases(tc, parse_model(tc.model_bytes, f"{archive}: the archive's model"))
+        reader.check_external()
+    check_cases(tc, parse_model(tc.model_bytes, f"{archive}: the archive's model", tc.external))
     tolerance_set(tc.tolerances, None, None, ())  # a record run would refuse: refused here
     summary = render.inspect_summary(tc)
     tensors = sum(len(c.inputs) + len(c.outputs) for c in tc.cases) + layers
-    summary["integrity"] = (f"verified: the model and {tensors} tensor(s) match their checksums"
+    summary["integrity"] = (f"verified: the model, {tensors} tensor(s) and "
+                            f"{len(tc.external)} external data file(s) match their checksums"
+                            if tc.external else
+                            f"verified: the model and {tensors} tensor(s) match their checksums"
                             if tc.checked else
                             f"not verified: archive format {tc.format_version} has no checksums "
                             "(re-pack it)")

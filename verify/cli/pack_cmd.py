@@ -50,12 +50,16 @@ if TYPE_CHECKING:
                    "FILE.py:FACTORY returning the module (or (module, example_inputs)); "
                    "needs pip install 'onnx-verify[torch]'. With --layers, every FX node's value "
                    "is mapped onto the ONNX tensor the exporter made of it.")
+@click.option("--keep-external-data", "keep_external", is_flag=True,
+              help="Keep a model's external data files as such (stored beside the model in "
+                   "the archive, pushed beside it to the device) even when they fit in one "
+                   "2 GiB message; over 2 GiB they always are.")
 @tolerance_group
 @json_option
 def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[str, ...],
          seed: int, mean: str | None, std: str | None, scale: float, bgr: bool,
          layout: str | None, expected: tuple[str, ...], layers: bool, reference: str,
-         tolerances: "Tolerances", as_json: bool) -> int:
+         keep_external: bool, tolerances: "Tolerances", as_json: bool) -> int:
     """Pack MODEL, its inputs and ground-truth outputs into one .vtc testcase archive.
 
     Ground truth is computed here, on the host, by ONNX Runtime's CPU provider with
@@ -80,7 +84,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     options = packing.PackOptions(
         data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
         tolerances=tolerance_record(tolerances.atol, tolerances.rtol, tolerances.specs),
-        layers=layers, expected=expected, reference=reference)
+        layers=layers, expected=expected, reference=reference, keep_external=keep_external)
     tc = packing.pack(model, out, options)
     summary = render.pack_summary(tc, out)
     if as_json:

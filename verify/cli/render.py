@@ -51,12 +51,12 @@ def fmt_bytes(n: float) -> str:
 
 
 # --- pack / inspect -----------------------------------------------------------------------------
-def _model_info(model_bytes: bytes, where: str) -> dict[str, Any]:
+def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) -> dict[str, Any]:
     import onnx
 
     from verify.graph import count_ops, opset_of, parse_model
 
-    model = parse_model(model_bytes, where)  # a corrupt model is one ModelError line, exit 2
+    model = parse_model(model_bytes, where, external)  # corrupt: one ModelError line, exit 2
     g = model.graph
     inits = {i.name for i in g.initializer}
 
@@ -77,7 +77,8 @@ def _model_info(model_bytes: bytes, where: str) -> dict[str, Any]:
             "nodes": len(g.node), "initializers": len(g.initializer),
             "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)),
             "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
-            "size_bytes": len(model_bytes)}
+            "size_bytes": len(model_bytes),
+            "external_data": [{"location": f.location, "bytes": f.size} for f in external]}
 
 
 def _array_info(a: np.ndarray) -> dict[str, Any]:
@@ -94,7 +95,7 @@ def _array_info(a: np.ndarray) -> dict[str, Any]:
 def inspect_summary(tc: "Testcase") -> dict[str, Any]:
     return {
         "archive": str(tc.path), "format_version": tc.format_version,
-        "model": _model_info(tc.model_bytes, f"{tc.path}: the archive's model"),
+        "model": _model_info(tc.model_bytes, f"{tc.path}: the archive's model", tc.external),
         "cases": [{"index": i, "source": c.source,
                    "inputs": {k: _array_info(v) for k, v in c.inputs.items()},
                    "outputs": {k: _array_info(v) for k, v in c.outputs.items()}}
@@ -107,9 +108,9 @@ def inspect_summary(tc: "Testcase") -> dict[str, Any]:
     }
 
 
-def model_summary(path: Path, model_bytes: bytes) -> dict[str, Any]:
+def model_summary(path: Path, model_bytes: bytes, external: Sequence[Any] = ()) -> dict[str, Any]:
     """`inspect` of a plain .onnx file: the model part of an archive's summary."""
-    return {"model_file": str(path), "model": _model_info(model_bytes, str(path))}
+    return {"model_file": str(path), "model": _model_info(model_bytes, str(path), external)}
 
 
 def print_model(s: Mapping[str, Any]) -> None:
@@ -176,6 +177,11 @@ def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:
     con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
               f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
               f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
+    if m.get("external_data"):
+        files = m["external_data"]
+        con.print(f"external data: {len(files)} file(s), "
+                  f"{fmt_bytes(sum(f['bytes'] for f in files))} "
+                  f"({', '.join(f['location'] for f in files[:4])}{' …' if len(files) > 4 else ''})")
     ops = ", ".join(f"{k} {v}" for k, v in list(m["ops"].items())[:12])
     con.print(f"ops: {ops}{' …' if len(m['ops']) > 12 else ''}")
     table = Table(title=None, show_edge=False, pad_edge=False)

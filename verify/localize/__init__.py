@@ -35,7 +35,8 @@ from verify.pipeline import RunOptions, Status
 from verify.runner import runner as _rt
 from verify.shapes import tensor_sizes
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
-from verify.testcase import Testcase
+from verify.external import ExternalData
+from verify.testcase import Testcase, external_data
 from verify.tolerance import layered_record
 
 if TYPE_CHECKING:
@@ -136,13 +137,16 @@ def localize(req: LocalizeRequest, *, status: Status | None = None) -> LocalizeR
     from verify.execute import prepare
 
     prepared = prepare(req.selection, req.device)  # also validates --case
-    with prepared.layer_check:  # joined before the result (a verdict) is returned
-        return _localize(req, prepared, status)
+    # joined before the result (a verdict) is returned; external data extracted once
+    with prepared.layer_check, external_data(prepared.testcase) as external:
+        return _localize(req, prepared, status, external)
 
 
-def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -> LocalizeResult:
+def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
+              external: ExternalData | None = None) -> LocalizeResult:
     tc, tolerances, _, profile, _ = prepared
-    model = parse_model(tc.model_bytes, str(req.selection.archive))
+    folder = external.folder if external is not None else None
+    model = parse_model(tc.model_bytes, str(req.selection.archive), tc.external)
     ng = node_graph(model)
     if not len(ng):
         raise UsageError(f"{req.selection.archive}: the model has no computing nodes to localize")
@@ -153,7 +157,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -
 
     options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
                          timeout=req.device.timeout)
-    device = DeviceRounds(profile, options, status)
+    device = DeviceRounds(profile, options, status, external)
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
 
@@ -163,7 +167,8 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -
     need, unknown = _activation_bytes(model, tc, case_index)
     fits = need <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
-                      case_index, req.budget_bytes, fetch_all=fits, model=model)
+                      case_index, req.budget_bytes, fetch_all=fits, model=model,
+                      external_dir=folder)
     with refs:  # its host capture's scratch copy of the model goes when done
         mode = req.mode
         if mode == "auto":
@@ -206,7 +211,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None) -
                      "op": ng.nodes[lo].op_type,
                      "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                      "rule": own[0].rule if own else ""}
-            repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found)
+            repro = _write_repro(req, tc, ng, refs, case_index, Segment(lo, hi), found, folder)
         first = first_divergent(cumulative[t] for t in ng.computed() if t in cumulative)
         return LocalizeResult(
             **base, device_info=device.device_info, reference_source=refs.source,
@@ -227,7 +232,8 @@ def _attribution(model: Any, tc: Testcase, ng: NodeGraph, index: int) -> Attribu
 
 
 def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: References,
-                 case_index: int, segment: Segment, found: Mapping[str, Any]) -> Path:
+                 case_index: int, segment: Segment, found: Mapping[str, Any],
+                 external_dir: Path | None = None) -> Path:
     lo, hi = segment.lo, segment.hi
     label = ng.labels[lo] if hi - lo == 1 else f"{ng.labels[lo]}-{ng.labels[hi - 1]}"
     path = repro_path(req.selection.archive, label, req.out_dir)
@@ -235,7 +241,7 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
     tol = req.selection.tolerances
     write_repro(path, ng, segment, values, tc, case_index,
                 layered_record(tc.tolerances, tol.atol, tol.rtol, tol.specs),
-                found)
+                found, external_dir)
     return path
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from verify.external import inline_external
 from verify.graph import sha256_bytes, tensor_order
 from verify.reference import reference_session, run_reference
 from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
@@ -21,15 +22,19 @@ def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
 
 def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[str, Any],
                 source: Testcase, case_index: int, tolerances: Mapping[str, Any],
-                found: Mapping[str, Any]) -> Testcase:
+                found: Mapping[str, Any], external_dir: Path | None = None) -> Testcase:
     """Cut `segment` out with its boundary inputs; ground truth is recomputed on this host.
 
     The ground truth comes from the same reference `pack` uses (ONNX Runtime CPU, graph
     optimizations off) run on the cut model, so `verify run --device local` passes it.
     `found` (device, node, errors) goes into the provenance beside where the cut came from.
+    `external_dir`: where the source model's external data lies; the repro holds the weights
+    its nodes read (one self-contained message, as long as they fit in 2 GiB).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     batch = build_batch(ng, [segment], reference, name=f"repro-{sanitize(found.get('node', ''))}")
+    if external_dir is not None:
+        inline_external(batch.model, external_dir, path.name)
     model_bytes = batch.model.SerializeToString()
     feeds = batch.feeds(reference)
     outputs = run_reference(reference_session(model_bytes, path.name), feeds, path.name)

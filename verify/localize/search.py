@@ -20,6 +20,7 @@ from verify.capture import HostCapture
 from verify.check import require_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.devices import Profile
+from verify.external import ExternalData
 from verify.pipeline import RunOptions, Status, run_on_device
 from verify.subgraph import Batch, NodeGraph, Segment, build_batch, split_points
 
@@ -49,7 +50,8 @@ class References:
     def __init__(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray],
                  archive: Path | None = None, case: int = 0,
                  budget_bytes: int | None = None, fetch_all: bool = False,
-                 model: onnx.ModelProto | None = None) -> None:
+                 model: onnx.ModelProto | None = None, external_dir: Path | None = None
+                 ) -> None:
         """`archive`: read per-layer references from it (packed with --layers); `fetch_all`:
         everything fits in memory, so the first request reads (or computes) every tensor once
         and later rounds need no host run; otherwise only the tensors asked for are kept.
@@ -62,6 +64,7 @@ class References:
         self._budget = budget_bytes
         self._fetch_all = fetch_all
         self._model = model
+        self._external_dir = external_dir
         self._host: HostCapture | None = None  # set up on the first host run, then reused
         self.source = "archive" if archive is not None else "host"
 
@@ -96,7 +99,7 @@ class References:
     def _compute(self, names: list[str] | None) -> None:
         if self._host is None:  # the model parsed and copied once per search, not per round
             self._host = HostCapture(self._model_bytes, budget_bytes=self._budget,
-                                     model=self._model)
+                                     model=self._model, external_dir=self._external_dir)
             self._model = None  # the capture keeps what it needs
         for name, value in self._host.layers(self._feeds, names):
             self._values.setdefault(name, np.asarray(value))
@@ -105,8 +108,12 @@ class References:
 class DeviceRounds:
     """Runs models on one device, one round trip each, and keeps the count."""
 
-    def __init__(self, profile: Profile, options: RunOptions, status: Status | None = None):
+    def __init__(self, profile: Profile, options: RunOptions, status: Status | None = None,
+                 external: ExternalData | None = None):
+        """`external`: the model's external data, sent with every piece (their weights
+        point into it)."""
         self.profile = profile
+        self.external = external
         self.options = options
         self.status = status
         self.rounds: list[Round] = []
@@ -122,7 +129,8 @@ class DeviceRounds:
         if self.status:
             self.status(f"round {len(self.rounds) + 1}: {purpose}")
         t0 = time.perf_counter()
-        run = run_on_device(self.profile, model_bytes, cases, self.options)
+        run = run_on_device(self.profile, model_bytes, cases, self.options,
+                            external=self.external)
         self.device_info = run.device
         sent = int(run.transfers.get("bytes_put", 0))
         self.rounds.append(Round(purpose, pieces, nodes, time.perf_counter() - t0, sent))

@@ -35,6 +35,9 @@ import traceback
 
 CONTRACT = "verify-runner"
 CONTRACT_VERSION = 1
+# onnxruntime's session option naming the folder external data is read from (job key
+# "external_data": that folder, relative to the work directory)
+EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
 OPT_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -155,6 +158,18 @@ def make_session(ort, model_bytes, job):
         so.inter_op_num_threads = int(job["inter_op_threads"])
     if job.get("optimized_model_path"):
         so.optimized_model_filepath = job["optimized_model_path"]
+    external = job.get("external_data")
+    if external:
+        # the folder of the model's external data files (linked under their locations): read
+        # from there whatever file or bytes the model comes as (a segment, a rewrite)
+        so.add_session_config_entry(EXTERNAL_FOLDER_KEY, external)
+        if not isinstance(model_bytes, (bytes, bytearray, memoryview)):
+            with open(model_bytes, "rb") as fh:
+                model_bytes = fh.read()
+        if job.get("optimized_model_path"):  # over 2 GiB it cannot be one message either
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name",
+                os.path.basename(job["optimized_model_path"]) + ".data")
     if job.get("no_cpu_arena"):
         so.enable_cpu_mem_arena = False
     for key, value in (job.get("session_config") or {}).items():
@@ -318,6 +333,9 @@ def control_probe():
 def run_job(job, workdir):
     import numpy as np
     import onnxruntime as ort
+
+    if job.get("external_data"):  # relative to the work directory
+        job = dict(job, external_data=os.path.abspath(os.path.join(workdir, job["external_data"])))
 
     result = {"contract": CONTRACT, "version": CONTRACT_VERSION, "status": "ok", "cases": []}
     if job.get("dump_first") and not job.get("dump"):

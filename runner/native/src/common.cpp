@@ -219,6 +219,16 @@ Ort::SessionOptions session_options(const json& job) {
     so.SetInterOpNumThreads(job["inter_op_threads"].get<int>());
   if (job.contains("optimized_model_path") && job["optimized_model_path"].is_string())
     so.SetOptimizedModelFilePath(job["optimized_model_path"].get<std::string>().c_str());
+  if (job.contains("external_data") && job["external_data"].is_string()) {
+    // the model (its bytes, a segment, a rewrite) reads its external data from this folder
+    so.AddConfigEntry("session.model_external_initializers_file_folder_path",
+                      job["external_data"].get<std::string>().c_str());
+    if (job.contains("optimized_model_path") && job["optimized_model_path"].is_string()) {
+      std::string path = job["optimized_model_path"].get<std::string>();
+      std::string data = path.substr(path.find_last_of('/') + 1) + ".data";
+      so.AddConfigEntry("session.optimized_model_external_initializers_file_name", data.c_str());
+    }
+  }
   if (job.value("no_cpu_arena", false)) so.DisableCpuMemArena();
   if (job.contains("session_config") && job["session_config"].is_object())
     for (auto& [k, v] : job["session_config"].items())

@@ -122,9 +122,12 @@ json run_timed(json job, const std::string& workdir) {
   return result;
 }
 
-json run_job(const json& job, const std::string& workdir) {
+json run_job(json job, const std::string& workdir) {
   const Runtime& rt = load_runtime(nullptr);
   if (!rt.loaded) throw JobError("runtime", rt.error);
+  // the folder of the model's external data files, relative to the work directory
+  if (job.contains("external_data") && job["external_data"].is_string())
+    job["external_data"] = join_path(workdir, job["external_data"].get<std::string>());
   if (job.contains("dump") && job["dump"].is_object()) {
     json result = base_result();
     result["load_ms"] = 0.0;

@@ -74,6 +74,14 @@ def test_kept_external_data_is_stored_pushed_once_and_exported(tmp_path, capsys,
         runs.append(json.loads(out)["transfers"])
     assert runs[0]["bytes_put"] > data.stat().st_size  # model, weights, runner, inputs
     assert runs[1]["bytes_put"] < 10_000  # the job file only: the rest is in the cache
+    # a dump against the archive, which holds no per-layer references: computed on this host
+    # from the archive's model and its extracted external data
+    code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--opt-level", "disable",
+                          "--bin-io-dump", tmp_path / "dump")
+    assert code == 0, err
+    code, out, err = verify(capsys, "diff", tmp_path / "dump", vtc, "--json")
+    assert code == 0, err
+    assert len(json.loads(out)["cases"][0]["rows"]) > 100
     (tmp_path / "out").mkdir()
     code, _, err = verify(capsys, "export", vtc, "-o", tmp_path / "out" / "m.onnx")
     assert code == 0, err

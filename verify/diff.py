@@ -36,7 +36,7 @@ from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP, parse_model, saturation_floors
 from verify.origin import Attribution, attribute
 from verify.scan import Batch
-from verify.testcase import ArchiveReader
+from verify.testcase import ArchiveReader, external_data
 from verify.tolerance import describe_record
 
 
@@ -427,7 +427,10 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                    f"{len(tc.tensor_order)} tensors on this host (onnxruntime CPU, "
                    "optimizations off)")
         if not hosts:
-            hosts.append(stack.enter_context(HostCapture(tc.model_bytes, model=model)))
+            external = stack.enter_context(external_data(tc))  # extracted for the capture
+            hosts.append(stack.enter_context(HostCapture(
+                tc.model_bytes, model=model,
+                external_dir=external.folder if external is not None else None)))
         return _Side(label=str(path),
                      tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
                               for t in tc.tensor_order],

@@ -164,5 +164,5 @@ def read_dataset(ds: h5py.Dataset, dest: Path) -> str:
             part = buf[:n]
             ds.read_direct(part, np.s_[start:start + n])
             h.update(part)
-            out.write(part.tobytes() if n < 1 << 20 else memoryview(part))
+            out.write(memoryview(part))
     return h.hexdigest()

@@ -21,9 +21,9 @@ def test_cases_of_different_shapes_share_one_capture_set_up(
     parses = []
     parse = capture.parse_model
 
-    def counting_parse(data: bytes, what: str):  # type: ignore[no-untyped-def]
+    def counting_parse(data: bytes, what: str, external=()):  # type: ignore[no-untyped-def]
         parses.append(what)
-        return parse(data, what)
+        return parse(data, what, external)
 
     monkeypatch.setattr(capture, "parse_model", counting_parse)
     monkeypatch.setattr(graph, "parse_model", counting_parse)  # pack's own parse

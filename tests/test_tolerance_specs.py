@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from verify.compare import (AllcloseRule, CosineGate, ExactRule, GateRule, MagnitudeRule,
-                            QuantileGate, SqnrGate, compare, parse_tolerance)
+                            QuantileGate, SqnrGate, compare, numba_available,
+                            parse_tolerance)
 from verify.errors import UsageError
 
 
@@ -156,3 +157,24 @@ def test_a_cosine_gate_at_its_bound_and_its_distance_from_it() -> None:
     huge = np.full(4, 1e200)
     n = compare("x", huge, huge * 1.5, parse_tolerance("x:cos>=0.9").rule)
     assert math.isnan(n.cosine) and not n.passed and n.tol_units == math.inf
+
+
+@pytest.mark.parametrize("engine", ["numpy"] + (["numba"] if numba_available() else []))
+def test_an_fp16_output_judged_by_gates_is_measured_in_float32_or_wider(engine: str) -> None:
+    """Gates are made for fp16 and quantized models: an fp16 output's SQNR, cosine and
+    max|a-r| are those of float64 arithmetic on its values (float16 sums of 4096 squares
+    would be off in their third digit), and an allclose rule reports its threshold
+    atol + rtol * max|r|."""
+    rng = np.random.default_rng(5)
+    r = rng.uniform(-40.0, 40.0, 4096).astype(np.float16)
+    a = (r.astype(np.float32) + rng.normal(0.0, 0.05, 4096).astype(np.float32)).astype(np.float16)
+    x, y = a.astype(np.float64), r.astype(np.float64)
+    want_db = 10.0 * math.log10(float(np.sum(y * y)) / float(np.sum((x - y) ** 2)))
+    d = compare("logits", a, r, parse_tolerance("logits:sqnr>=40,cos>=0.999").rule,
+                engine=engine)  # type: ignore[arg-type]
+    assert d.sqnr_db == pytest.approx(want_db, abs=1e-6)
+    assert d.max_abs == float(np.max(np.abs(x - y)))
+    assert d.passed == (want_db >= 40)
+    allc = compare("logits", a, r, parse_tolerance("logits:atol=1e-3,rtol=0.5").rule,
+                   engine=engine)  # type: ignore[arg-type]
+    assert allc.threshold == pytest.approx(1e-3 + 0.5 * float(np.max(np.abs(y))))

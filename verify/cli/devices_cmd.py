@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option, render
-from verify.cli.groups import complete_device, insecure_host_key_option
+from verify.cli.groups import device_argument
 from verify.errors import EXIT_OK
+
+if TYPE_CHECKING:
+    from verify.options import DeviceTarget
 
 
 # --- devices-------------------------------------------------------------------------------
@@ -43,13 +47,12 @@ def devices_list(as_json: bool) -> int:
 
 
 @devices.command("check", context_settings=CONTEXT)
-@click.argument("spec", shell_complete=complete_device)
+@device_argument
 @click.option("--conformance", is_flag=True,
               help="Run the runner contract's checks against SPEC's runner (docs/"
                    "runner-contract.md): a pass/fail line each; exit 1 if any fails.")
-@insecure_host_key_option
 @json_option
-def devices_check(spec: str, conformance: bool, insecure_host_key: bool, as_json: bool) -> int:
+def devices_check(device: "DeviceTarget", conformance: bool, as_json: bool) -> int:
     """Connect to SPEC and report arch, OS, Python, numpy/onnxruntime, providers, free disk.
 
     Each of the profile's execution providers is tried: the Python runner makes a session with
@@ -78,9 +81,7 @@ def devices_check(spec: str, conformance: bool, insecure_host_key: bool, as_json
       verify devices check arm64-native --conformance
     """
     from verify.errors import EXIT_MISMATCH, ProviderUnavailable
-    from verify.devices import resolve_profile
-
-    profile = resolve_profile(spec, insecure_host_key)
+    profile = device.profile()
     if conformance:
         from verify.conformance import run_checks
 
@@ -110,14 +111,12 @@ def devices_check(spec: str, conformance: bool, insecure_host_key: bool, as_json
 
 
 @devices.command("clean", context_settings=CONTEXT)
-@click.argument("spec", shell_complete=complete_device)
+@device_argument
 @click.option("--keep-mb", type=float, default=None, metavar="N",
               help="Keep the cache, up to N MB of its most recently used files; remove the "
                    "rest and partial transfers (work directories stay).")
-@insecure_host_key_option
 @json_option
-def devices_clean(spec: str, keep_mb: float | None, insecure_host_key: bool,
-                  as_json: bool) -> int:
+def devices_clean(device: "DeviceTarget", keep_mb: float | None, as_json: bool) -> int:
     """Remove verify's file cache and leftover work directories from the device SPEC.
 
     The next run pushes the runner, model and inputs again. Do not clean while a run is
@@ -130,11 +129,9 @@ def devices_clean(spec: str, keep_mb: float | None, insecure_host_key: bool,
     """
     from verify.drivers import clean_device
     from verify.errors import UsageError
-    from verify.devices import resolve_profile
-
     if keep_mb is not None and not (keep_mb >= 0 and math.isfinite(keep_mb)):
         raise UsageError(f"--keep-mb {keep_mb:g}: expected a number of MB >= 0")
-    profile = resolve_profile(spec, insecure_host_key)
+    profile = device.profile()
     removed = clean_device(profile, None if keep_mb is None else int(keep_mb * (1 << 20)))
     if as_json:
         emit_json({"spec": profile.spec, "removed": removed}, "devices-clean")

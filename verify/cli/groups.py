@@ -99,6 +99,18 @@ def device_target(timeout_what: str) -> Decorator:
         insecure_host_key_option))
 
 
+def device_argument(f: Callable[..., Any]) -> Callable[..., Any]:
+    """SPEC (an argument) and --insecure-host-key → `device`, a DeviceTarget (`devices check`,
+    `devices clean`: commands about the device itself, with no job to time out)."""
+    def build(spec: str, insecure_host_key: bool) -> Any:
+        from verify.options import DeviceTarget
+
+        return DeviceTarget(spec, insecure_host_key)
+
+    return option_group("device", build, (
+        click.argument("spec", shell_complete=complete_device), insecure_host_key_option))(f)
+
+
 # --- the archive and its tolerances --------------------------------------------------------------
 _TOLERANCE_PARAMS = (
     click.option("--atol", type=float, default=None,

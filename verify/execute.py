@@ -259,7 +259,7 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
                     "filtered_out": plan.filtered_out,
                     "subgraph_tensors": plan.subgraph_tensors,
                     "segments": capture.segments}
-        write_json_atomic(Path(request.bin_io_dump) / MANIFEST, json_safe(manifest), indent=None)
+        write_json_atomic(Path(request.bin_io_dump) / MANIFEST, json_safe(manifest))
         written["bin_io_dump"] = str(request.bin_io_dump)
     if request.io_dump is not None:
         lines = [f"verify io-dump of {tc.path.name if tc.path else 'model'} on {device_run.spec}"

@@ -1117,12 +1117,9 @@ def peak_rss_bytes():
 
 
 def write_json_atomic(path, data):
-    """One line, by json's C encoder: `json.dump` to a file, or any indent, runs its Python
-    encoder (~0.25 s for a dump's result of 400 tensor records; issue 14)."""
     tmp = path + ".tmp"
-    text = json.dumps(data, allow_nan=True)
     with open(tmp, "w") as fh:
-        fh.write(text)
+        json.dump(data, fh, indent=1, allow_nan=True)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -178,3 +178,28 @@ def test_an_fp16_output_judged_by_gates_is_measured_in_float32_or_wider(engine: 
     allc = compare("logits", a, r, parse_tolerance("logits:atol=1e-3,rtol=0.5").rule,
                    engine=engine)  # type: ignore[arg-type]
     assert allc.threshold == pytest.approx(1e-3 + 0.5 * float(np.max(np.abs(y))))
+
+
+def test_exact_judgement_of_class_ids_and_of_a_masked_float_output() -> None:
+    """Integer outputs (class ids, token ids) and `:exact` specs: equal is 0 tolerance units
+    and threshold 0, so diff --top and localize rank a matching one last and a differing one
+    first; a float output judged exactly may hold NaN at the same places (a masked output)."""
+    from verify.compare import tol_rank
+
+    ids = np.array([3, 1, 4, 1, 5], np.int64)
+    same = compare("ids", ids, ids.copy())
+    assert same.passed and (same.threshold, same.tol_units) == (0.0, 0.0)
+    moved = ids.copy()
+    moved[2] = 9
+    wrong = compare("ids", moved, ids)
+    assert not wrong.passed and wrong.tol_units == math.inf and wrong.threshold == 0.0
+    assert wrong.reason == "1 of 5 elements differ (max|a-r| 5)"
+    near = compare("p", np.float32([1.0, 2.0]), np.float32([1.0, 2.001]))  # fails its rule
+    assert sorted([wrong, same, near], key=tol_rank) == [same, near, wrong]
+    masked = np.array([0.5, np.nan, -2.0, np.nan], np.float32)
+    d = compare("m", masked, masked.copy(), parse_tolerance("m:exact").rule)
+    assert d.passed and d.n_outside == 0 and d.tol_units == 0.0
+    off = masked.copy()
+    off[0] = np.nextafter(np.float32(0.5), np.float32(1.0))
+    d = compare("m", off, masked, parse_tolerance("m:exact").rule)
+    assert not d.passed and d.n_outside == 1 and d.reason.startswith("1 of 4 elements differ")

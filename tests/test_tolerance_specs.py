@@ -203,3 +203,19 @@ def test_exact_judgement_of_class_ids_and_of_a_masked_float_output() -> None:
     off[0] = np.nextafter(np.float32(0.5), np.float32(1.0))
     d = compare("m", off, masked, parse_tolerance("m:exact").rule)
     assert not d.passed and d.n_outside == 1 and d.reason.startswith("1 of 4 elements differ")
+
+
+def test_an_all_zero_output_matching_its_all_zero_reference_is_zero_units() -> None:
+    """A ReLU output that is all zero on both sides: the magnitude threshold is 0 (no floor),
+    nothing differs, so it passes at 0 tolerance units, ranked with the passing tensors, not
+    as infinitely bad; one nonzero element fails it at infinity."""
+    z = np.zeros((2, 8), np.float32)
+    d = compare("relu", z, z.copy())
+    assert d.passed and d.threshold == 0.0 and d.tol_units == 0.0
+    assert d.note == "reference is all zero"
+    g = compare("relu", z, z.copy(), parse_tolerance("relu:p100_abs<=0").rule)
+    assert g.passed and g.tol_units == 0.0
+    hot = z.copy()
+    hot[1, 3] = 1e-30
+    f = compare("relu", hot, z)
+    assert not f.passed and f.tol_units == math.inf

@@ -219,3 +219,15 @@ def test_an_all_zero_output_matching_its_all_zero_reference_is_zero_units() -> N
     hot[1, 3] = 1e-30
     f = compare("relu", hot, z)
     assert not f.passed and f.tol_units == math.inf
+
+
+def test_the_relative_error_of_an_fp16_output_near_zero_is_floored_by_fp16s_eps() -> None:
+    """max_rel, shown beside every verdict: an fp16 element 0 in the reference and 0.1 in the
+    output reads 0.1 / (fp16's smallest normal) = 1638 raw; past 1/eps of fp16 it is taken
+    again against eps(fp16) * max|r| (102.4), as a float32 one is against eps(float32)."""
+    r = np.array([1.0, 0.0], np.float16)
+    a = np.array([1.0, 0.1], np.float16)
+    d = compare("h", a, r)
+    assert d.max_rel == pytest.approx(float(np.float16(0.1)) / 2.0 ** -10)
+    r32, a32 = r.astype(np.float32), np.array([1.0, 1e-4], np.float32)
+    assert compare("f", a32, r32).max_rel == pytest.approx(1e-4 / 2.0 ** -23, rel=1e-6)

@@ -14,7 +14,8 @@ shell_protocol.h, daemon/{shell_service,file_sync_service}.cpp):
 - `shell:CMD` and `exec:CMD`: raw, stdout and stderr merged, no exit status.
 - `shell,v2[,raw|pty|TERM=..]:CMD` (when shell_v2 is advertised): shell protocol packets
   (1-byte id, 4-byte little-endian length), stdout=1, stderr=2, exit=3 (0x80|signal when
-  killed); stdin=0, close-stdin=4 and window-size=5 are read and ignored.
+  killed); stdin=0 goes to the command's stdin and close-stdin=4 closes it (as adbd's
+  shell_service does), window-size=5 is read and ignored.
 - `sync:`: STAT (lstat v1), STA2/LST2, LIST/LIS2, SEND (path,mode; DATA <= 64 KiB; DONE with
   mtime; parents created; symlinks), SND2 and RCV2 (no compression flags), RECV, QUIT; FAIL with
   adbd's reasons ("open failed: No such file or directory").
@@ -421,10 +422,12 @@ def _raw_shell(command: str, options: DeviceOptions) -> Callable[[Stream], None]
     return lambda stream: raw_shell_service(stream, command, options)
 
 
-def _spawn(command: str, options: DeviceOptions, merge_stderr: bool) -> subprocess.Popen[bytes]:
+def _spawn(command: str, options: DeviceOptions, merge_stderr: bool,
+           stdin: bool = False) -> subprocess.Popen[bytes]:
     env = {**os.environ, **options.env}
     return subprocess.Popen(["/bin/sh", "-c", command], cwd=options.sandbox, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                             start_new_session=True)
 
@@ -472,9 +475,10 @@ def raw_shell_service(stream: Stream, command: str, options: DeviceOptions) -> N
 
 def shell_v2_service(stream: Stream, command: str, options: DeviceOptions) -> None:
     """`shell,v2:CMD`: stdout and stderr as separate packets, then the exit status."""
-    proc = _spawn(command, options, merge_stderr=False)
+    proc = _spawn(command, options, merge_stderr=False, stdin=True)
     _hang_up_on_close(stream, proc)
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    stdin = proc.stdin
 
     def pump(fd: int, packet_id: int) -> None:
         try:
@@ -484,14 +488,27 @@ def shell_v2_service(stream: Stream, command: str, options: DeviceOptions) -> No
             pass
 
     def swallow_input() -> None:
-        # stdin of the command is closed; stdin/close-stdin/window-size packets are read and
-        # dropped so the host's OKAYs keep coming.
+        # stdin packets go to the command's stdin, close-stdin closes it; window-size packets
+        # are read and dropped (so the host's OKAYs keep coming).
         try:
             while True:
                 header = stream.read_exact(5)
-                stream.read_exact(struct.unpack("<I", header[1:])[0])
+                data = stream.read_exact(struct.unpack("<I", header[1:])[0])
+                if header[0] == SHELL_STDIN and not stdin.closed:
+                    try:
+                        stdin.write(data)
+                        stdin.flush()
+                    except (BrokenPipeError, ValueError):
+                        pass
+                elif header[0] == SHELL_CLOSE_STDIN and not stdin.closed:
+                    stdin.close()
         except StreamClosed:
             pass
+        finally:
+            try:
+                stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
 
     threading.Thread(target=swallow_input, daemon=True).start()
     pumps = [threading.Thread(target=pump, args=(proc.stdout.fileno(), SHELL_STDOUT), daemon=True),

@@ -8,6 +8,7 @@ does not contain the node (another piece of a bisection) runs unchanged.
 
     python faulty_runner.py --fault KIND --node NAME [--node NAME2 ...] [--value V] JOB.json
     python faulty_runner.py ... --describe
+    python faulty_runner.py ... --serve     (the runner contract's serve mode, fault injected)
 
 Every node named gets the same fault (several small faults that only add up together make a
 failure no single node shows). With --fused, a node whose output is a graph output is left
@@ -112,9 +113,20 @@ def main(argv):
     parser.add_argument("--die-on-pieces", action="store_true")
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
-    if rest == ["--describe"] or len(rest) != 1:
+    if rest == ["--describe"]:  # it serves (below), so it says so
+        info = runner.describe()
+        info["serve"] = True
+        print(json.dumps(info))
+        return 0
+    if rest == ["--serve"]:  # each job as below, in one process: the fault stays injected
+        return runner.serve(sys.stdin, lambda path: run_faulty(args, runner, path))
+    if len(rest) != 1:
         return runner.main([argv[0], *rest])
-    job_path = os.path.abspath(rest[0])
+    return run_faulty(args, runner, rest[0])
+
+
+def run_faulty(args, runner, path):
+    job_path = os.path.abspath(path)
     workdir = os.path.dirname(job_path)
     with open(job_path) as fh:
         job = json.load(fh)
@@ -122,7 +134,8 @@ def main(argv):
     model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
     if args.die_on_pieces and model.producer_name == "verify-localize":
         sys.stderr.write("faulty_runner: device lost\n")
-        return 9
+        sys.stderr.flush()
+        os._exit(9)  # served or not, the process ends here, without a result
     value = DEFAULTS[args.fault] if args.value is None else args.value
     hits = [inject(model, args.fault, node, value, args.fused) for node in args.node]
     if any(hits):
@@ -133,8 +146,7 @@ def main(argv):
         job_path = os.path.join(workdir, "job-faulty.json")
         with open(job_path, "w") as fh:
             json.dump(job, fh)
-    return runner.main([argv[0], job_path])
-
+    return runner.run_job_file(job_path)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -2,7 +2,8 @@
 
 The ONNX Runtime counterpart of trying load_and_run's optimization switches (nchw44,
 fast-run, winograd) and checking each one's speed and output: each setting is one job through
-`pipeline.run_on_device` (the model and inputs stay in the device's cache after the first),
+`pipeline.run_model`, all in one device session (one connection, the model and inputs pushed
+once, and one runner process serving every job where the runner offers it),
 timed like `verify run`, its outputs checked against the archive's ground truth with the
 archive's tolerances. With `repeat` > 1 the settings run in interleaved rounds (A B C A B C …)
 so a drift of the machine's speed hits every setting alike.
@@ -41,7 +42,8 @@ from verify.options import (
     SessionSettings,
     TimedRuns,
 )
-from verify.pipeline import ProgressFactory, RunOptions, Status, run_on_device
+from verify.pipeline import ProgressFactory, RunOptions, Status, run_model
+from verify.session import DeviceSession
 from verify.testcase import external_data
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
@@ -243,6 +245,8 @@ class BenchReport:
     repeat: int
     results: tuple[SettingResult, ...]
     notes: tuple[str, ...] = field(default=())
+    connections: int = 0     # device connections the bench opened (one session: 1)
+    runner_starts: int = 0   # runner processes started (1 where the runner serves)
 
     @property
     def passed(self) -> bool:
@@ -253,7 +257,9 @@ class BenchReport:
                 "iterations": self.iterations, "warmup": self.warmup, "repeat": self.repeat,
                 "baseline": self.results[0].setting.label,
                 "results": [r.to_dict() for r in self.results],
-                "passed": self.passed, "notes": list(self.notes)}
+                "passed": self.passed, "notes": list(self.notes),
+                "session": {"connections": self.connections, "runner_starts": self.runner_starts,
+                            "jobs": len(self.results) * self.repeat}}
 
 
 def bench(request: BenchRequest, *, status: Status | None = None,
@@ -286,21 +292,23 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
     prepare_ms: dict[str, float] = {}
     diffs: dict[str, list[TensorDiff]] = {s.label: [] for s in request.settings}
     device: Mapping[str, Any] = {}
-    for round_no in range(request.repeat):
-        for s in request.settings:
-            say(f"round {round_no + 1}/{request.repeat}: {s.label}")
-            options = RunOptions(session=s.session(), timed=request.timed,
-                                 timeout=request.device.timeout)
-            run = run_on_device(profile, tc.model_bytes, feeds, options, progress=progress,
+    with DeviceSession(profile, status=status, progress=progress, serve=True) as session:
+        for round_no in range(request.repeat):
+            for s in request.settings:
+                say(f"round {round_no + 1}/{request.repeat}: {s.label}")
+                options = RunOptions(session=s.session(), timed=request.timed,
+                                     timeout=request.device.timeout)
+                run = run_model(session, tc.model_bytes, feeds, options,
                                 external=external)
-            device = run.device
-            prepare_ms.setdefault(s.label, run.prepare_ms)
-            for pos, ci in enumerate(indices):
-                times[s.label].extend(run.cases[pos].iter_ms)
-                if round_no == 0:
-                    diffs[s.label].extend(check_outputs(
-                        run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
-                        f"{profile.spec} ({s.label})"))
+                device = run.device
+                prepare_ms.setdefault(s.label, run.prepare_ms)
+                for pos, ci in enumerate(indices):
+                    times[s.label].extend(run.cases[pos].iter_ms)
+                    if round_no == 0:
+                        diffs[s.label].extend(check_outputs(
+                            run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
+                            f"{profile.spec} ({s.label})"))
+        starts = (session.connections, session.runner_starts)
     timings = {label: Timing.of(ms) for label, ms in times.items()}
     base = timings[labels[0]]
     results = tuple(SettingResult(s, tuple(times[s.label]), timings[s.label],
@@ -310,7 +318,7 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
     return BenchReport(str(request.selection.archive), {"spec": profile.spec, **dict(device)},
                        indices, request.timed.iterations, request.timed.warmup, request.repeat,
                        results,
-                       tuple(timing_notes(results)))
+                       tuple(timing_notes(results)), *starts)
 
 
 def timing_notes(results: Sequence[SettingResult]) -> list[str]:

@@ -22,14 +22,8 @@ from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver
 from verify.errors import DeviceError
-from verify.pipeline import (
-    RUNNER_SOURCE,
-    DumpSpec,
-    _dump_entry,
-    check_support_files,
-    push_support_files,
-    runner_argv,
-)
+from verify.layerdump import DumpSpec, dump_entry
+from verify.session import RUNNER_SOURCE, check_support_files, push_support_files, runner_argv
 from verify.runner.runner import CONTRACT, CONTRACT_VERSION
 
 SCHEMA = Path(__file__).resolve().parent / "runner" / "contract.schema.json"
@@ -249,7 +243,7 @@ def _check_dump(s: _Session) -> str:
     from verify.capture import plan_dump
 
     plan = plan_dump(s.model_bytes, None, None, [{"x": s.x.shape}])
-    entry = _dump_entry(plan, DumpSpec(dest=s.tmp))
+    entry = dump_entry(plan, DumpSpec(dest=s.tmp))
     finals: dict[str, np.ndarray] = {}
     dumped: dict[str, np.ndarray] = {}
 

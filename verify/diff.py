@@ -352,25 +352,21 @@ def _dump_side(dump: Dump, case: int) -> _Side:
         raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
-    outputs = set(dump.manifest.get("outputs", []))
+    outputs = dump.outputs
     tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
-    fused = dump.manifest.get("fused_away") or []
     scratch = Scratch()
-    inside = dump.manifest.get("subgraph_tensors") or 0
+    inside = dump.subgraph_tensors
     note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
             "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
-            "compared by their outputs" if isinstance(inside, int) and inside > 0 else "")
+            "compared by their outputs" if inside > 0 else "")
     return _Side(
         label=str(dump.path), tensors=tensors,
         # read into one reused buffer per side: copying from the page cache measured ~3x faster
         # than mapping each file (a fresh map faults every page in again; issue 14)
         load=lambda name: dump.load(entries[name], scratch),
-        fused_away={str(f["name"]) for f in fused if isinstance(f, dict) and "name" in f},
-        fused_into={str(k): [str(x) for x in v]
-                    for k, v in (dump.manifest.get("fused_into") or {}).items()},
-        model_sha256=str(dump.manifest.get("model_sha256", "")),
-        graph=str(dump.manifest.get("graph", "model")),
+        fused_away=set(dump.fused_away), fused_into=dump.fused_into,
+        model_sha256=dump.model_sha256, graph=dump.graph,
         nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
 
 

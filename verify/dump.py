@@ -94,6 +94,18 @@ def manifest_header(*, device: Mapping[str, Any], spec: str, providers: Sequence
     }
 
 
+def write_manifest(folder: Path, manifest: Mapping[str, Any]) -> Path:
+    """Write a dump's manifest.json (strict JSON, atomically): last, completing the folder.
+    `manifest` is `manifest_header(...)` plus "cases" and what the plan left out
+    (layerdump.manifest composes it); `open_dump` reads it back."""
+    from verify.compare import json_safe
+    from verify.files import write_json_atomic
+
+    path = Path(folder) / MANIFEST
+    write_json_atomic(path, json_safe(dict(manifest)))
+    return path
+
+
 # --- reading -----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -126,6 +138,39 @@ class Dump:
     @property
     def stats_only(self) -> bool:
         return bool(self.manifest.get("options", {}).get("stats_only"))
+
+    # the manifest's fields a reader uses, typed (open_dump checked their types)
+    @property
+    def outputs(self) -> frozenset[str]:
+        """The model's own outputs."""
+        return frozenset(self.manifest.get("outputs") or ())
+
+    @property
+    def fused_away(self) -> frozenset[str]:
+        """Tensors of the model that the captured (optimized) graph no longer has."""
+        return frozenset(str(f["name"]) for f in self.manifest.get("fused_away") or ()
+                         if isinstance(f, dict) and "name" in f)
+
+    @property
+    def fused_into(self) -> dict[str, list[str]]:
+        """Optimized-graph tensor → the model's tensors fused into it."""
+        return {str(k): [str(x) for x in v]
+                for k, v in (self.manifest.get("fused_into") or {}).items()}
+
+    @property
+    def subgraph_tensors(self) -> int:
+        """Tensors inside If/Loop/Scan bodies the dump could not capture."""
+        n = self.manifest.get("subgraph_tensors") or 0
+        return n if _is_int(n) else 0
+
+    @property
+    def model_sha256(self) -> str:
+        return str(self.manifest.get("model_sha256") or "")
+
+    @property
+    def graph(self) -> str:
+        """Which graph was captured: "model" or "optimized"."""
+        return str(self.manifest.get("graph") or "model")
 
     @property
     def case_numbers(self) -> list[int]:

@@ -12,22 +12,12 @@ import numpy as np
 from verify.archive_check import check_cases
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
-from verify.compare import ToleranceSet, json_safe
+from verify.compare import ToleranceSet
 from verify.devices import Profile
-from verify.dump import (
-    MANIFEST,
-    discard_dump,
-    io_dump_text,
-    manifest_header,
-    prepare_dir,
-)
+from verify import layerdump
+from verify.dump import discard_dump, io_dump_text, prepare_dir, write_manifest
 from verify.errors import UsageError
-from verify.files import (
-    made_dirs,
-    save_npy_atomic,
-    write_json_atomic,
-    write_text_atomic,
-)
+from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
 from verify.options import (
@@ -37,15 +27,8 @@ from verify.options import (
     SessionSettings,
     TimedRuns,
 )
-from verify.pipeline import (
-    DeviceRun,
-    DumpCapture,
-    DumpSpec,
-    ProgressFactory,
-    RunOptions,
-    Status,
-    run_on_device,
-)
+from verify.layerdump import DumpCapture, DumpSpec
+from verify.pipeline import DeviceRun, ProgressFactory, RunOptions, Status, run_on_device
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase, external_data, read_archive
 from verify.tolerance import tolerance_set
@@ -225,45 +208,19 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
     """The dump's manifest (written last, completing the folder) and the text io-dump."""
     capture = device_run.dump
     assert capture is not None
-    plan = capture.plan
-    info = {t.name: t for t in plan.tensors}
-    optimized_only = set(plan.optimized_only)
-    cases = []
-    for ci, records in zip(indices, capture.records, strict=True):
-        tensors = []
-        for rec in records:
-            t = info[rec["name"]]
-            tensors.append({
-                "index": t.index, "name": t.name, "node": t.node, "op": t.op,
-                "origin": "optimized" if t.name in optimized_only else "model",
-                "floor": plan.floors.get(t.name, 0.0), "dtype": rec["dtype"],
-                "shape": rec["shape"], "file": rec.get("file"),
-                "stats": {k: rec.get(k) for k in ("min", "max", "mean", "std", "nan", "inf",
-                                                  "first")}})
-        cases.append({"case": ci, "tensors": tensors})
+    cases = layerdump.manifest_cases(capture, indices)
     written: dict[str, str] = {}
     opts = device_run.options.session
-    header = manifest_header(
-        device=device_run.device, spec=device_run.spec, providers=device_run.providers,
-        options={"opt_level": opts.opt_level, "threads": opts.threads,
-                 "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
-                 "filter": request.dump_filter, "stats_only": request.stats_only},
-        model_sha256=device_run.model_sha256, graph=plan.graph,
-        outputs=plan.outputs)
     if request.bin_io_dump is not None:
-        manifest = {**header, "cases": cases,
-                    "optimized_only": list(plan.optimized_only),
-                    "fused_away": [{"name": t.name, "node": t.node, "op": t.op}
-                                   for t in plan.fused_away],
-                    "fused_into": {k: list(v) for k, v in plan.fused_into.items()},
-                    "filtered_out": plan.filtered_out,
-                    "subgraph_tensors": plan.subgraph_tensors,
-                    "segments": capture.segments}
-        write_json_atomic(Path(request.bin_io_dump) / MANIFEST, json_safe(manifest))
+        write_manifest(Path(request.bin_io_dump), layerdump.manifest(
+            capture, cases, device=device_run.device, spec=device_run.spec,
+            providers=device_run.providers, opt_level=opts.opt_level, threads=opts.threads,
+            dump_filter=request.dump_filter, stats_only=request.stats_only,
+            model_sha256=device_run.model_sha256))
         written["bin_io_dump"] = str(request.bin_io_dump)
     if request.io_dump is not None:
         lines = [f"verify io-dump of {tc.path.name if tc.path else 'model'} on {device_run.spec}"
-                 f" (opt-level {opts.opt_level}, {plan.graph} graph)"]
+                 f" (opt-level {opts.opt_level}, {capture.plan.graph} graph)"]
         text = io_dump_text(lines, [(c["case"], [{**t, **t["stats"]} for t in c["tensors"]])
                                     for c in cases])
         write_text_atomic(Path(request.io_dump), text)

@@ -370,3 +370,38 @@ def test_control_probe(kind: str, tmp_path: Path) -> None:
     (tmp_path / "off").mkdir()
     proc, result = run_job(kind, job_dir(tmp_path / "off", MODELS / "two_io.onnx", feeds))
     assert result is not None and "control_ms" not in result["cases"][0]
+
+
+def test_python_runner_serves_jobs_one_after_another(tmp_path: Path) -> None:
+    """`runner.py --serve` (docs/runner-contract.md, "Serve"): the ready line, one reply per
+    job with the job's own result file written (an error result too; 2 for a job of another
+    contract, with no result), a library's print kept off the replies, exit 0 at EOF."""
+    feeds = two_io_feeds()
+    for name in "abc":
+        (tmp_path / name).mkdir()
+    good = job_dir(tmp_path / "a", MODELS / "two_io.onnx", feeds)
+    bad_model = job_dir(tmp_path / "b", MODELS / "two_io.onnx", feeds)
+    (bad_model / "model.onnx").write_bytes(b"not a model")
+    foreign = job_dir(tmp_path / "c", MODELS / "two_io.onnx", feeds, valid=False,
+                      version=99)
+    lines = [json.dumps({"job": str(w / "job.json")}) for w in (good, bad_model, foreign)]
+    proc = subprocess.run([*runner_argv("python"), "--serve"], cwd=tmp_path, text=True,
+                          input="\n".join(lines) + "\n", capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    replies = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert replies == [{"verify-serve": 1, "ready": True},
+                       *({"verify-serve": 1, "job": str(w / "job.json"), "status": s}
+                         for w, s in ((good, 0), (bad_model, 0), (foreign, 2)))]
+    ok = json.loads((good / "result.json").read_text())
+    assert ok["status"] == "ok" and len(ok["cases"][0]["iter_ms"]) == 2
+    assert json.loads((bad_model / "result.json").read_text())["error"]["kind"] == "model"
+    assert not (foreign / "result.json").exists() and "version 99" in proc.stderr
+
+
+def test_python_runner_serve_refuses_a_line_that_is_not_a_job(tmp_path: Path) -> None:
+    proc = subprocess.run([*runner_argv("python"), "--serve"], cwd=tmp_path, text=True,
+                          input="job.json\n", capture_output=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stdout == '{"verify-serve": 1, "ready": true}\n'
+    assert proc.stderr.startswith('runner --serve: expected {"job": "/abs/path"} per line, '
+                                  "got 'job.json'")

@@ -61,6 +61,10 @@ def bench(selection: "ArchiveSelection", device: "DeviceTarget", opt_levels: str
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 'es' if what.endswith('s') else 's'}"
+
+
 def print_report(report: "BenchReport") -> None:
     from rich.table import Table
 
@@ -69,6 +73,10 @@ def print_report(report: "BenchReport") -> None:
     echo(f"device {dev.get('spec')}: {dev.get('arch', '?')}, onnxruntime "
          f"{dev.get('onnxruntime', '?')}; {len(report.cases)} case(s), warmup {report.warmup}, "
          f"{report.iterations} iteration(s) x {report.repeat} round(s) per setting")
+    jobs = len(report.results) * report.repeat
+    echo(f"device session: {_count(report.connections, 'connection')}, "
+         f"{_count(report.runner_starts, 'runner process')} started for {_count(jobs, 'job')}"
+         + ("" if report.runner_starts < jobs else " (the runner does not serve: one each)"))
     table = Table(show_edge=False, pad_edge=False)
     for col, right in (("setting", False), ("avg ms", True), ("±95%", True), ("sd", True),
                        ("min", True),

@@ -37,7 +37,14 @@ from pathlib import Path
 from adbutils import AdbClient, AdbConnection, AdbDevice
 from adbutils.errors import AdbError, AdbTimeout
 
-from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress, shell_command
+from verify.drivers.base import (
+    CommandResult,
+    Driver,
+    DriverConfig,
+    LineChannel,
+    Progress,
+    shell_command,
+)
 from verify.errors import (ConnectError, DeviceError, DeviceTimeout, ProfileError, TransferError,
                            UsageError, VerifyError)
 
@@ -158,6 +165,26 @@ class AdbDriver(Driver):
                                 f"finish within {timeout:g} s") from None
         return CommandResult(tuple(argv), status, out.decode(errors="replace"),
                              err.decode(errors="replace"))
+
+    def _spawn_impl(self, argv: Sequence[str], *, env: Mapping[str, str],
+                    cwd: str | None) -> LineChannel | None:
+        if not self.shell_v2 or self._device is None:  # no stdin without the shell protocol
+            return None
+        from verify.drivers.adb_serve import AdbChannel
+
+        what = f"starting {Path(argv[0]).name}"
+        command = shell_command(argv, env or None, cwd)
+        if len(command.encode()) > MAX_INLINE_COMMAND:
+            command = self._command_script(command, what)
+        with self._converted(what, ConnectError):
+            conn = self._device.open_transport(timeout=self.config.connect_timeout)
+            try:
+                conn.send_command(f"shell,v2,raw:{command}")
+                conn.check_okay()
+            except BaseException:
+                conn.close()
+                raise
+        return AdbChannel(conn.conn, argv, self.describe_address(), conn.close)
 
     def _run_shell_v2(self, command: str, deadline: float) -> tuple[int, bytes, bytes]:
         with self._service(f"shell,v2,raw:{command}", deadline) as conn:

@@ -11,14 +11,24 @@ import errno
 import os
 import shutil
 import signal
+import selectors
 import subprocess
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import IO
 
 from verify.devices import verify_cache_dir
-from verify.drivers.base import CacheFile, CommandResult, Driver, DriverConfig, Progress
-from verify.errors import DeviceTimeout, TransferError
+from verify.drivers.base import (
+    CacheFile,
+    CommandResult,
+    Driver,
+    DriverConfig,
+    LineChannel,
+    Progress,
+)
+from verify.errors import DeviceError, DeviceTimeout, TransferError
 
 
 def default_local_base() -> str:
@@ -58,6 +68,16 @@ class LocalDriver(Driver):
             raise
         return CommandResult(tuple(argv), proc.returncode,
                              out.decode(errors="replace"), err.decode(errors="replace"))
+
+    def _spawn_impl(self, argv: Sequence[str], *, env: Mapping[str, str],
+                    cwd: str | None) -> LineChannel | None:
+        try:
+            proc = subprocess.Popen(list(argv), cwd=cwd, env={**os.environ, **env},
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise DeviceError(f"local: cannot start {argv[0]}: {exc.strerror or exc}") from None
+        return _LocalChannel(proc, argv)
 
     def transfer_method(self) -> str:
         return "file copy on this machine"
@@ -138,6 +158,71 @@ def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None
             raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
     if progress:
         progress(os.path.getsize(dst))
+
+
+class _LocalChannel(LineChannel):
+    """A local process spoken to in lines; a thread keeps its stderr drained."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
+        super().__init__(argv, "local")
+        self.proc = proc
+        assert proc.stdout is not None and proc.stderr is not None
+        self._fd = proc.stdout.fileno()
+        self._ready = selectors.DefaultSelector()
+        self._ready.register(self._fd, selectors.EVENT_READ)
+        self._lock = threading.Lock()
+        self._drain = threading.Thread(target=self._drain_err, args=(proc.stderr,), daemon=True)
+        self._drain.start()
+
+    def _drain_err(self, stream: IO[bytes]) -> None:
+        with contextlib.suppress(OSError, ValueError):  # closed under it: done
+            while data := stream.read1(1 << 16):  # type: ignore[attr-defined]
+                with self._lock:
+                    self._keep_err(data)
+
+    def stderr_tail(self) -> str:
+        if self.proc.poll() is not None:
+            self._drain.join(timeout=1.0)
+        with self._lock:
+            return super().stderr_tail()
+
+    def _write(self, data: bytes) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass  # it has ended: reading its stdout says so
+
+    def _read(self, deadline: float) -> bytes | None:
+        if not self._ready.select(max(0.0, min(deadline - time.monotonic(), 0.5))):
+            return b""
+        return os.read(self._fd, 1 << 16) or None
+
+    def _end_input(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+
+    def _wait(self, timeout: float) -> int | None:
+        try:
+            status = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._release()
+        return status
+
+    def kill(self) -> None:
+        _kill_group(self.proc)
+        self._release()
+
+    def _release(self) -> None:
+        self._ready.close()
+        self._drain.join(timeout=1.0)  # stderr is at EOF once the process group is gone
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                if stream is not None:
+                    stream.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -48,7 +48,14 @@ from pathlib import Path
 import paramiko
 
 from verify.drivers import ssh_files
-from verify.drivers.base import CommandResult, Driver, DriverConfig, Progress, shell_command
+from verify.drivers.base import (
+    CommandResult,
+    Driver,
+    DriverConfig,
+    LineChannel,
+    Progress,
+    shell_command,
+)
 from verify.drivers.ssh_login import Login, fingerprint, log_in, open_tunnel, reason, timed_out
 from verify.drivers.ssh_route import SshHop, route
 from verify.errors import ConnectError, DeviceTimeout, ProfileError, TransferError
@@ -223,6 +230,22 @@ class SshDriver(Driver):
             ready.close()
             _close_quietly(chan)
 
+    def _spawn_impl(self, argv: Sequence[str], *, env: Mapping[str, str],
+                    cwd: str | None) -> LineChannel | None:
+        from verify.drivers.ssh_serve import SshChannel
+
+        what = f"starting {posixpath.basename(argv[0])}"
+        marker = f"verify-pid-{secrets.token_hex(6)}"
+        chan = self._open_channel(what)
+        try:
+            chan.exec_command(f"echo {marker} $$; {shell_command(argv, env, cwd, exec_=False)}; "
+                              "exit $?")
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            _close_quietly(chan)
+            raise self._lost(what, exc, ConnectError) from exc
+        return SshChannel(chan, argv, self.describe_address(), marker, self._probe,
+                          self._kill_group)
+
     def _kill_group(self, pid: int | None) -> None:
         if pid is None or not self._alive():
             return
@@ -332,6 +355,16 @@ class SshDriver(Driver):
             raise self._lost(what, exc, TransferError) from exc
         except (paramiko.SSHException, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
+
+    def _remove_impl(self, path: str) -> None:
+        what = f"removing {path}"
+        sftp = self._sftp_client(what)
+        try:
+            if sftp is not None and ssh_files.sftp_remove_small(sftp, path):
+                return
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise self._lost(what, exc, TransferError) from exc
+        super()._remove_impl(path)  # no SFTP, or a large tree: one `rm -rf`
 
     def _exists_impl(self, path: str) -> bool:
         what = f"checking {path}"

@@ -1,5 +1,5 @@
 """File transfers over an ssh exec channel: large downloads, and every transfer with a server
-that has no SFTP subsystem.
+that has no SFTP subsystem; and the removal of small trees over SFTP (`sftp_remove_small`).
 
 A download runs `wc -c < PATH; sha256sum < PATH; cat PATH` in one command and checks the bytes
 it received against that size and digest; an upload sends the file to `cat > PATH`, then checks
@@ -19,10 +19,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 import shlex
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import paramiko
 
 CHUNK = 1 << 16
 _DIGEST = "{{ sha256sum < {p} 2>/dev/null || shasum -a 256 < {p} 2>/dev/null || echo -; }}"
@@ -149,3 +153,37 @@ def _size_and_digest(text: bytes) -> tuple[int | None, str]:
     size = int(words[0]) if words and words[0].isdigit() else None
     digest = words[1].decode(errors="replace").lower() if len(words) > 1 else "-"
     return size, digest if len(digest) == 64 else "-"
+
+
+SFTP_REMOVE_MAX = 64  # entries a tree may have to be removed over SFTP (else one `rm -rf`)
+
+
+def sftp_remove_small(sftp: paramiko.SFTPClient, path: str,
+                      limit: int = SFTP_REMOVE_MAX) -> bool:
+    """Remove a small tree (a job's folder: a few files) over SFTP, without starting a process
+    on the device (an exec costs a login shell: 0.5-0.9 s on a loaded host, where an SFTP
+    request is ~2 ms). False, with nothing removed, when it holds more than `limit` entries:
+    one `rm -rf` is then faster. A path that does not exist is removed already. Symbolic
+    links are removed, never followed."""
+    try:
+        top = sftp.lstat(path)
+    except FileNotFoundError:
+        return True
+    files: list[str] = []
+    dirs: list[str] = []
+    pending = [path] if stat.S_ISDIR(top.st_mode or 0) else []
+    if not pending:
+        files.append(path)
+    while pending:
+        folder = pending.pop()
+        dirs.append(folder)
+        for entry in sftp.listdir_attr(folder):
+            child = f"{folder}/{entry.filename}"
+            (pending if stat.S_ISDIR(entry.st_mode or 0) else files).append(child)
+            if len(files) + len(dirs) + len(pending) > limit:
+                return False
+    for file in files:
+        sftp.remove(file)
+    for folder in reversed(dirs):  # deepest first
+        sftp.rmdir(folder)
+    return True

@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from verify.check import check_outputs
-from verify.compare import TensorDiff, compare, first_divergent
+from verify.compare import TensorDiff, ToleranceSet, compare, first_divergent
 from verify.errors import UsageError
 from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors
 from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
-from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
+from verify.localize.search import (DeviceRounds, Judge, References, Round, bisect, isolate,
                                     path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
 from verify.pipeline import RunOptions, Status
@@ -40,6 +40,7 @@ from verify.testcase import Testcase, external_data
 from verify.tolerance import layered_record
 
 if TYPE_CHECKING:
+    from verify.devices import Profile
     from verify.execute import Prepared
 
 MODES = ("auto", "dump", "bisect")
@@ -157,7 +158,14 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
 
     options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
                          timeout=req.device.timeout)
-    device = DeviceRounds(profile, options, status, external)
+    with DeviceRounds(profile, options, status, external) as device:  # one session, every round
+        return _localize_on(req, tc, tolerances, profile, model, ng, floors, judge, device,
+                            folder)
+
+
+def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, profile: Profile,
+                 model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: Judge,
+                 device: DeviceRounds, folder: Path | None) -> LocalizeResult:
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
 

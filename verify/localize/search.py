@@ -21,7 +21,8 @@ from verify.check import require_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.devices import Profile
 from verify.external import ExternalData
-from verify.pipeline import RunOptions, Status, run_on_device
+from verify.pipeline import RunOptions, Status, run_model
+from verify.session import DeviceSession
 from verify.subgraph import Batch, NodeGraph, Segment, build_batch, split_points
 
 Judge = Callable[[str, np.ndarray, np.ndarray], TensorDiff]
@@ -106,7 +107,9 @@ class References:
 
 
 class DeviceRounds:
-    """Runs models on one device, one round trip each, and keeps the count."""
+    """Runs models on one device, one round trip each, and keeps the count. A context manager:
+    one device session (one connection, one serving runner where the runner offers it) for
+    every round of the search, opened on the first round."""
 
     def __init__(self, profile: Profile, options: RunOptions, status: Status | None = None,
                  external: ExternalData | None = None):
@@ -118,6 +121,15 @@ class DeviceRounds:
         self.status = status
         self.rounds: list[Round] = []
         self.device_info: Mapping[str, object] = {}
+        self.session: DeviceSession | None = None
+
+    def __enter__(self) -> DeviceRounds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            session.__exit__(*exc)  # type: ignore[arg-type]
 
     def run(self, model_bytes: bytes, feeds: Mapping[str, np.ndarray], purpose: str,
             pieces: int = 1, nodes: int = 0) -> dict[str, np.ndarray]:
@@ -129,10 +141,14 @@ class DeviceRounds:
         if self.status:
             self.status(f"round {len(self.rounds) + 1}: {purpose}")
         t0 = time.perf_counter()
-        run = run_on_device(self.profile, model_bytes, cases, self.options,
-                            external=self.external)
+        if self.session is None:
+            session = DeviceSession(self.profile, status=self.status, serve=True)
+            self.session = session.__enter__()
+        before = self.session.stats["bytes_put"]
+        run = run_model(self.session, model_bytes, cases, self.options,
+                        external=self.external)
         self.device_info = run.device
-        sent = int(run.transfers.get("bytes_put", 0))
+        sent = self.session.stats["bytes_put"] - before
         self.rounds.append(Round(purpose, pieces, nodes, time.perf_counter() - t0, sent))
         return [dict(c.outputs) for c in run.cases]
 

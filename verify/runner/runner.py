@@ -8,6 +8,12 @@ replace it.
 
     python runner.py JOB.json      run the job; writes the result file the job names
     python runner.py --describe    print a JSON description of this device and exit
+    python runner.py --serve       run jobs one after another: first a line {"verify-serve":
+                                   1, "ready": true} on stdout once onnxruntime is imported;
+                                   then one line in per job on stdin, {"job": "/abs/job.json"},
+                                   and when its result file is written, one line out,
+                                   {"verify-serve": 1, "job": the same path, "status": 0 (2: a
+                                   job this runner cannot read)}; exit 0 at the end of stdin
     python runner.py --describe --probe P[,P...]
                                    also try to create a session with each provider P and
                                    report, under "probe", null (it works) or why it does not
@@ -1128,15 +1134,25 @@ def write_json_atomic(path, data):
 def main(argv):
     if argv[1:2] == ["--describe"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--probe"]):
         info = describe()
+        if __name__ == "__main__":  # --serve is offered by this file run as the program, not
+            info["serve"] = True    # by a wrapper that imports it and calls main() per job
         if len(argv) == 4 and info.get("onnxruntime"):
             info["probe"] = probe_providers([p for p in argv[3].split(",") if p])
         json.dump(info, sys.stdout)
         sys.stdout.write("\n")
         return 0
+    if argv[1:] == ["--serve"] and __name__ == "__main__":
+        return serve(sys.stdin)
     if len(argv) != 2:
-        sys.stderr.write("usage: runner.py JOB.json | --describe [--probe P[,P...]]\n")
+        sys.stderr.write("usage: runner.py JOB.json | --serve | --describe [--probe P[,P...]]\n")
         return 2
-    job_path = os.path.abspath(argv[1])
+    return run_job_file(argv[1])
+
+
+def run_job_file(path):
+    """Run the job file at `path` in its folder (the job's work directory); 0, or 2 when
+    the job is not one this runner reads (no result file is written then)."""
+    job_path = os.path.abspath(path)
     workdir = os.path.dirname(job_path)
     with open(job_path) as fh:
         job = json.load(fh)
@@ -1145,6 +1161,47 @@ def main(argv):
             CONTRACT, CONTRACT_VERSION, job.get("contract"), job.get("version")))
         return 2
     execute_job(job, workdir)
+    return 0
+
+
+SERVE_REPLY = "verify-serve"
+
+
+def serve(requests, run=None):
+    """--serve: one job per line of `requests`, each run as `runner.py JOB` would run it
+    (in its folder, its result file written; `run(path)` -> status, default run_job_file),
+    then one reply line. numpy and onnxruntime are imported once, before the ready line. The replies go out on a private copy of stdout and
+    fd 1 is pointed at stderr, so nothing a library prints can corrupt them. A line that is
+    not a job request ends the serving with status 2; the end of input, with 0."""
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    try:
+        import numpy  # noqa: F401 - paid once here, not per job
+        import onnxruntime  # noqa: F401
+    except Exception:  # each job reports it in its result, as a one-shot runner would
+        pass
+    run = run or run_job_file
+    replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, "ready": True}) + "\n")
+    for line in requests:
+        if not line.strip():
+            continue
+        try:
+            path = json.loads(line)["job"]
+            if not isinstance(path, str) or not os.path.isabs(path):
+                raise ValueError("not an absolute path")
+        except (ValueError, KeyError, TypeError) as exc:
+            sys.stderr.write("runner --serve: expected {\"job\": \"/abs/path\"} per line, "
+                             "got %r (%s)\n" % (line.strip()[:200], exc))
+            return 2
+        os.chdir(os.path.dirname(path))
+        try:
+            status = run(path)
+        except (OSError, ValueError) as exc:  # an unreadable job file: as a one-shot run would
+            sys.stderr.write("runner: cannot read job %s: %s\n" % (path, exc))
+            status = 2
+        replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, "job": path,
+                                  "status": status}) + "\n")
     return 0
 
 

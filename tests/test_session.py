@@ -1,0 +1,171 @@
+"""One device session per command (verify/session.py): bench's settings × rounds and localize's
+rounds open ONE device connection and start ONE runner process where the runner serves
+(docs/runner-contract.md, "Serve"); a runner that does not serve gets one process per job; a
+serving runner that dies or overruns ends the command as a one-shot runner would (exit 3, one
+line, nothing left running).
+
+Counted independently of what verify reports: runner starts by tests/counting_python.py (a
+python that logs its pid and arguments, then execs the real one), connections by the driver's
+own `_open_impl` (local) or the real sshd's log of accepted logins (ssh)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fixtures_devices import run_cli
+from fixtures_localize import FAULTY_RUNNER
+from sshd_host import process_alive
+
+TESTS = Path(__file__).resolve().parent
+COUNTING = TESTS / "counting_python.py"
+RUNNER = TESTS.parent / "verify" / "runner" / "runner.py"
+
+
+def _starts(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _connections(transport: str, monkeypatch: pytest.MonkeyPatch,
+                 device: Any) -> Callable[[], int]:
+    """A counter of device connections opened from now on: logins the real sshd accepted, or
+    the local and adb drivers' own connects."""
+    if transport == "ssh":
+        before = device.log_text().count("Accepted publickey")
+        return lambda: device.log_text().count("Accepted publickey") - before
+    from verify.drivers.adb import AdbDriver
+    from verify.drivers.local import LocalDriver
+
+    cls: Any = AdbDriver if transport == "adb" else LocalDriver
+    opened: list[int] = []
+    real = cls._open_impl
+
+    def counted(self: Any) -> None:
+        opened.append(1)
+        real(self)
+
+    monkeypatch.setattr(cls, "_open_impl", counted)
+    return lambda: len(opened)
+
+
+def _profile(device_env: Any, transport: str, name: str, device: Any, **fields: Any) -> str:
+    if transport == "ssh":
+        return device_env.ssh_profile(name, device, device_env.cache / f"ssh-{name}", **fields)
+    if transport == "adb":
+        server, end = device
+        return device_env.adb_profile(name, server, end, device_env.cache / f"adb-{name}",
+                                      **fields)
+    device_env.write_profile(name, {"transport": "local", **fields})
+    return name
+
+
+@pytest.fixture(params=["local", "ssh", "adb"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def sshd(transport: str, request: pytest.FixtureRequest) -> Any:
+    """The device end of `transport`: the real sshd, the adb server and device end, or None."""
+    if transport == "ssh":
+        return request.getfixturevalue("sshd_server")
+    if transport == "adb":
+        return request.getfixturevalue("adb_server"), request.getfixturevalue("adb_device")
+    return None
+
+
+def test_bench_opens_one_connection_and_starts_one_runner(
+        transport: str, sshd: Any, device_env: Any, cnn_two_cases: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "starts.log"
+    spec = _profile(device_env, transport, "counted", sshd,
+                    python=[sys.executable, str(COUNTING), str(log)])
+    connections = _connections(transport, monkeypatch, sshd)
+    settings, rounds = 3, 3
+    code, out, err = run_cli(["bench", cnn_two_cases, "--device", spec, "--opt-levels",
+                              "disable,basic,all", "--repeat", rounds, "--iter", 2, "--json"],
+                             capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    starts = _starts(log)
+    assert [s["argv"][1:] for s in starts] == [["--serve"]]  # one runner, serving 9 jobs
+    assert connections() == 1
+    assert doc["session"] == {"connections": 1, "runner_starts": 1, "jobs": settings * rounds}
+    # every job ran: 2 cases x 2 iterations x 3 rounds per setting, each checked
+    assert [len(r["iter_ms"]) for r in doc["results"]] == [2 * 2 * rounds] * settings
+    assert all(r["passed"] for r in doc["results"])
+
+
+def test_localize_rounds_share_one_connection_and_one_runner(
+        transport: str, sshd: Any, device_env: Any, residual_vtc: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "starts.log"
+    spec = _profile(device_env, transport, "faulty", sshd, runner=[
+        sys.executable, str(COUNTING), str(log), str(FAULTY_RUNNER), "--fault", "scale",
+        "--node", "br1/conv"])
+    connections = _connections(transport, monkeypatch, sshd)
+    code, out, err = run_cli(["localize", residual_vtc, "--device", spec, "--no-dump",
+                              "-o", tmp_path / "repro", "--json"], capsys)
+    assert code == 1, err
+    doc = json.loads(out)
+    assert doc["suspect"]["name"] == "br1/conv"  # the fault was in every served round
+    assert doc["round_trips"] >= 4
+    # a runner of its own (profile `runner`) is asked once whether it serves, then serves
+    assert [s["argv"][-1] for s in _starts(log)] == ["--describe", "--serve"]
+    assert connections() == 1
+
+
+def test_a_runner_that_does_not_serve_runs_one_process_per_job(
+        device_env: Any, cnn_two_cases: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "starts.log"
+    device_env.write_profile("third", {"transport": "local", "runner": [
+        sys.executable, str(COUNTING), str(log), str(TESTS / "alt_runner.py")]})
+    code, out, err = run_cli(["bench", cnn_two_cases, "--device", "third", "--opt-levels",
+                              "disable,all", "--repeat", 2, "--iter", 1], capsys)
+    assert code == 0, err
+    kinds = [s["argv"][-1].rsplit("/", 1)[-1] for s in _starts(log)]
+    assert kinds == ["--describe"] + ["job.json"] * 4
+    assert ("device session: 1 connection, 5 runner processes started for 4 jobs (the runner "
+            "does not serve: one each)") in out
+
+
+def test_a_serving_runner_that_dies_mid_bench_exits_3(
+        device_env: Any, cnn_two_cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("dying", {"transport": "local", "runner": [
+        sys.executable, str(TESTS / "dying_server.py"), "2"]})
+    code, out, err = run_cli(["bench", cnn_two_cases, "--device", "dying", "--opt-levels",
+                              "disable,all", "--iter", 1], capsys)
+    assert (code, out) == (3, "")
+    assert err == ("error: dying: the runner exited with status 9 without writing a result: "
+                   "dying_server: lost the accelerator\n")
+    assert list(device_env.local_jobs().iterdir()) == []  # its work directory went too
+
+
+def test_a_serving_runner_that_overruns_is_killed(
+        transport: str, sshd: Any, device_env: Any, cnn_two_cases: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "starts.log"
+    spec = _profile(device_env, transport, "slow", sshd, runner=[
+        sys.executable, str(COUNTING), str(log), str(TESTS / "ci_wrapped_runner.py"),
+        "--sleep-ms", "60000", str(RUNNER)])
+    code, out, err = run_cli(["bench", cnn_two_cases, "--device", spec, "--setting", "opt=all",
+                              "--iter", 1, "--timeout", 8], capsys)
+    assert (code, out) == (3, "")
+    where = {"ssh": lambda: f"ssh:{sshd.address}", "adb": lambda: f"adb:{sshd[1].address}",
+             "local": lambda: "local"}[transport]()
+    assert err == f"error: {where}: a job on the serving runner did not finish within 8 s\n"
+    server = _starts(log)[-1]
+    assert server["argv"][-1] == "--serve"
+    deadline = time.monotonic() + 10  # killed through a second channel (ssh): a moment later
+    while process_alive(server["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_alive(server["pid"])

@@ -1,0 +1,183 @@
+"""The per-layer dump of a run, in one place: spec → plan → job → pull → manifest.
+
+`DumpSpec` says what the user asked for; `plan_dump` (capture.py) picks the tensors; the dump
+job runs on the device in a runner process of its own (bounded memory, a clean heap); each
+tensor file is pulled into the dump folder; `manifest` composes the folder's manifest.json,
+which `dump.write_manifest` writes beside its reader, `dump.open_dump`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify.capture import DumpPlan, plan_dump
+from verify.dump import is_tensor_file, manifest_header
+from verify.errors import RunnerError, UsageError
+from verify.session import DeviceSession
+
+OPTIMIZED = "optimized.onnx"
+DUMP_RESULT = "dump_result.json"
+
+
+@dataclass(frozen=True)
+class DumpSpec:
+    """A per-layer capture after the run: `dest` receives the .npy files (None: stats only)."""
+
+    dest: Path | None = None
+    budget_bytes: int | None = None
+    dump_filter: str | None = None
+
+
+@dataclass(frozen=True)
+class DumpCapture:
+    """What a dump captured: the plan, the budget used, and per case the runner's records
+    (name, dtype, shape, stats, and `file`, its name inside `DumpSpec.dest`, or None)."""
+
+    plan: DumpPlan
+    budget_bytes: int
+    records: tuple[tuple[Mapping[str, Any], ...], ...]
+    seconds: float = 0.0
+    peak_rss_bytes: int | None = None     # the dump runner's
+    segments: int = 0                     # how many pieces the graph was cut into (0: unknown)
+    measured: int = 0                     # nodes whose output sizes the runner measured
+
+
+def input_shapes(cases: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, tuple[int, ...]]]:
+    return [{k: tuple(np.shape(v)) for k, v in case.items()} for case in cases]
+
+
+def prepare_job(job: dict[str, Any], dump: DumpSpec, opt_level: str, model_bytes: bytes,
+                cases: Sequence[Mapping[str, np.ndarray]]) -> DumpPlan | None:
+    """Add to the timed job what the dump needs. Above opt-level disable the dump captures the
+    optimized model onnxruntime writes during the timed run (the graph that ran), planned
+    after it; at disable, the model itself, planned now and captured first by the timed runner
+    in a child forked before its session (`dump_first`): the returned plan."""
+    if opt_level != "disable":
+        job["optimized_model_path"] = OPTIMIZED
+        return None
+    plan = plan_dump(model_bytes, None, dump.dump_filter, input_shapes(cases),
+                     "external_data" in job)
+    job["dump_first"] = {**dump_entry(plan, dump), "result": DUMP_RESULT}
+    return plan
+
+
+def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
+    """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
+    if not plan.tensors:
+        raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
+    return {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
+            "budget_bytes": dump.budget_bytes, "dir": "dump", "save": dump.dest is not None,
+            "sizes": dict(plan.sizes)}
+
+
+def capture(session: DeviceSession, workdir: str, job: Mapping[str, Any], timed: Mapping[str, Any],
+            model_bytes: bytes, dump: DumpSpec, plan: DumpPlan | None, timeout: float | None,
+            keep: bool, cases: Sequence[Mapping[str, np.ndarray]]) -> DumpCapture:
+    """The dump after the timed job `job` (whose result is `timed`), captured on the device in
+    segments and each tensor file pulled into `dump.dest`: from the forked child's result
+    where the timed runner made one, else by a dump job in a runner process of its own
+    (a runner that could not fork, or knows no "dump_first", or a dump of the optimized model)."""
+    if plan is not None and timed.get("dump_result"):
+        return _pull(session, workdir, dump, plan, session.result(workdir, DUMP_RESULT), keep)
+    job = {k: v for k, v in job.items() if k != "dump_first"}
+    model_ref, optimized = job["model"], None
+    if "optimized_model_path" in job:
+        if not session.dev.exists(f"{workdir}/{OPTIMIZED}"):
+            raise RunnerError(f"{session.spec}: the device's runner wrote no optimized model "
+                              "(optimized_model_path), so the graph that ran cannot be dumped; "
+                              "use verify's own runner.py, or --opt-level disable")
+        local = session.tmp / OPTIMIZED
+        session.pull(f"{workdir}/{OPTIMIZED}", local)
+        model_ref, optimized = OPTIMIZED, local.read_bytes()
+        if job.get("external_data"):  # its weights went beside it (the runner's .data file)
+            job = {**job, "external_data": "."}
+    plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter, input_shapes(cases),
+                             "external_data" in job)
+    dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
+                "optimized_model_path": None, "result": DUMP_RESULT,
+                "dump": dump_entry(plan, dump)}
+    session.say(f"dumping {len(plan.tensors)} tensors ({plan.graph} graph) on {session.spec}")
+    result = session.job(dump_job, workdir, name="dump_job.json", timeout=timeout,
+                         own_process=True)
+    return _pull(session, workdir, dump, plan, result, keep)
+
+
+def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
+          result: Mapping[str, Any], keep: bool) -> DumpCapture:
+    """The dump runner's records, each tensor file pulled into `dump.dest` (moved, not
+    copied, where the transport can and the work directory is not kept)."""
+    info = result.get("dump")
+    if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
+        raise RunnerError(f"{session.spec}: the device's runner does not capture layers (its "
+                          "result has no 'dump'); use verify's own runner.py for dumps")
+    records = []
+    for case_records in info.get("cases", []):
+        kept = []
+        for rec in case_records:
+            if rec is None:
+                continue
+            rec = dict(rec)
+            if rec.get("file") and dump.dest is not None:
+                name = str(rec["file"]).rsplit("/", 1)[-1]
+                if not is_tensor_file(name):  # the device names it: never a path of its choice
+                    raise RunnerError(f"{session.spec}: the runner named a dump file "
+                                      f"{rec['file']!r}, not c<case>_t<index>.npy")
+                session.pull(f"{workdir}/{rec['file']}", dump.dest / name,  # atomic by itself
+                             move=not keep)
+                rec["file"] = name
+            kept.append(rec)
+        records.append(tuple(kept))
+    segments = info.get("segments")
+    return DumpCapture(plan, int(info.get("budget_bytes", 0)), tuple(records),
+                       float(info.get("ms", 0.0)) / 1000.0, result.get("peak_rss_bytes"),
+                       segments=len(segments) if isinstance(segments, list) else 0,
+                       measured=int(info.get("measured") or 0))
+
+
+_STATS = ("min", "max", "mean", "std", "nan", "inf", "first")
+
+
+def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """Per case the manifest's tensor entries, in the order captured."""
+    plan = capture.plan
+    info = {t.name: t for t in plan.tensors}
+    optimized_only = set(plan.optimized_only)
+    cases = []
+    for ci, records in zip(indices, capture.records, strict=True):
+        tensors = []
+        for rec in records:
+            t = info[rec["name"]]
+            tensors.append({
+                "index": t.index, "name": t.name, "node": t.node, "op": t.op,
+                "origin": "optimized" if t.name in optimized_only else "model",
+                "floor": plan.floors.get(t.name, 0.0), "dtype": rec["dtype"],
+                "shape": rec["shape"], "file": rec.get("file"),
+                "stats": {k: rec.get(k) for k in _STATS}})
+        cases.append({"case": ci, "tensors": tensors})
+    return cases
+
+
+def manifest(capture: DumpCapture, cases: list[dict[str, Any]], *, device: Mapping[str, Any],
+             spec: str, providers: Sequence[str], opt_level: str, threads: int,
+             dump_filter: str | None, stats_only: bool, model_sha256: str) -> dict[str, Any]:
+    """The dump folder's whole manifest (dump.py reads it back: `open_dump`)."""
+    plan = capture.plan
+    header = manifest_header(
+        device=device, spec=spec, providers=providers,
+        options={"opt_level": opt_level, "threads": threads,
+                 "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
+                 "filter": dump_filter, "stats_only": stats_only},
+        model_sha256=model_sha256, graph=plan.graph, outputs=plan.outputs)
+    return {**header, "cases": cases,
+            "optimized_only": list(plan.optimized_only),
+            "fused_away": [{"name": t.name, "node": t.node, "op": t.op}
+                           for t in plan.fused_away],
+            "fused_into": {k: list(v) for k, v in plan.fused_into.items()},
+            "filtered_out": plan.filtered_out,
+            "subgraph_tensors": plan.subgraph_tensors,
+            "segments": capture.segments}

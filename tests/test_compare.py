@@ -423,6 +423,7 @@ def test_topk_agreement_on_a_classifier_batch_with_one_row_changed() -> None:
     # not classifier-shaped: other shapes on the two sides, bools, strings, 3-D
     assert topk_agreement(r[:, :6], r) is None and topk_agreement(r, r[:2]) is None
     assert topk_agreement(r > 0.1, r > 0.1) is None
+    assert topk_agreement(r > 0.1, r) is None and topk_agreement(r, r > 0.1) is None
     assert topk_agreement(np.array(["a", "b"]), np.array(["a", "b"])) is None
     assert topk_agreement(r[None], r[None]) is None
     # an empty batch agrees trivially
@@ -509,3 +510,26 @@ def test_a_process_forked_after_a_comparison_compares_again() -> None:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     pytest.fail("the forked child's comparison did not finish")
+
+
+def test_a_batch_holding_a_transposed_pair_judges_it_as_compare_does() -> None:
+    """diff batches small float32 pairs; one whose two sides have the same size but another
+    shape ((2, 3) against (3, 2), a layout change) fails on its shape without a pass over the
+    data, beside the batched ones, and the default engine gives what compare gives."""
+    from verify.compare import compare_batch
+    from verify.scan import Batch
+
+    rng = np.random.default_rng(11)
+    pairs = [(rng.standard_normal((2, 3)).astype(np.float32), None),
+             (rng.standard_normal(50).astype(np.float32), None)]
+    pairs = [(a, a.T.copy() if a.ndim == 2 else a + np.float32(1e-3)) for a, _ in pairs]
+    batch = Batch(1 << 12)
+    items = []
+    for k, (a, r) in enumerate(pairs):
+        xa, xr, span = batch.add(a, r)
+        items.append((f"t{k}", xa, xr, None, True, span))
+    got = compare_batch(items, batch)  # type: ignore[arg-type]
+    want = [compare(f"t{k}", a, r, topk=True) for k, (a, r) in enumerate(pairs)]
+    assert got == want
+    assert not got[0].passed and got[0].reason == "shape (2,3) vs (3,2)"
+    assert not got[1].passed and got[1].reason.startswith("max|a-r|")

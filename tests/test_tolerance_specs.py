@@ -52,6 +52,8 @@ def test_specs_parse_into_their_rules(spec: str, rule: object) -> None:
     ("x:p50_abs<=-1", "p50_abs must be finite and >= 0, got -1"),
     ("x:cos>=-1.5", "cos>= takes a value in [-1, 1]"),
     ("x:cos>=1.5", "cos>= takes a value in [-1, 1]"),
+    ("x:floor=-1", "floor must be finite and >= 0, got -1"),
+    ("x:k=0", "k must be finite and > 0, got 0"),
     ("x:cos>=high", "'high' is not a number (write 1e-3 or 2^-12)"),
     ("x:sqnr>=40 dBm", "'40 dBm' is not a number (write 1e-3 or 2^-12)"),
     ("x:snr>=3", "unknown gate 'snr>=3' (use cos>=V, sqnr>=DB or pNN_abs<=V)"),

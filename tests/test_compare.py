@@ -533,3 +533,23 @@ def test_a_batch_holding_a_transposed_pair_judges_it_as_compare_does() -> None:
     assert got == want
     assert not got[0].passed and got[0].reason == "shape (2,3) vs (3,2)"
     assert not got[1].passed and got[1].reason.startswith("max|a-r|")
+
+
+def test_a_layer_whose_shape_changed_reads_as_no_figure_in_the_json() -> None:
+    """`verify diff --json` for a layer another build gives another shape: failing, its reason,
+    every metric "nan" (no figure: not 0, which would read as equal, nor null) and no element
+    counted, for a CI job to read."""
+    d = compare("conv1", np.zeros((1, 8, 4, 4), np.float32), np.zeros((1, 8, 2, 2), np.float32))
+    doc = d.to_dict()
+    assert json.loads(json.dumps(doc, allow_nan=False)) == {
+        "name": "conv1", "passed": False, "rule": "magnitude k=2^-14",
+        "reason": "shape (1,8,4,4) vs (1,8,2,2)", "actual_shape": [1, 8, 4, 4],
+        "reference_shape": [1, 8, 2, 2], "actual_dtype": "float32",
+        "reference_dtype": "float32", "size": 0, "max_abs": "nan", "max_rel": "nan",
+        "mean_abs": "nan", "cosine": "nan", "sqnr_db": "nan", "ref_peak": "nan",
+        "threshold": "nan", "tol_units": "nan", "n_outside": 0, "frac_outside": "nan",
+        "nan_actual": 0, "nan_reference": 0, "inf_actual": 0, "inf_reference": 0,
+        "nonfinite_mismatch": 0, "topk": None, "note": ""}
+    assert all(type(doc[k]) is int for k in ("size", "n_outside", "nan_actual", "nan_reference",
+                                             "inf_actual", "inf_reference",
+                                             "nonfinite_mismatch"))

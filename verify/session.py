@@ -33,7 +33,8 @@ import numpy as np
 
 from verify.devices import Profile
 from verify.drivers import make_driver
-from verify.drivers.base import Driver, LineChannel, Progress
+from verify.drivers.base import Driver, Progress
+from verify.drivers.channel import LineChannel
 from verify.errors import (
     DeviceError,
     InputError,

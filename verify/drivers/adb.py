@@ -37,11 +37,11 @@ from pathlib import Path
 from adbutils import AdbClient, AdbConnection, AdbDevice
 from adbutils.errors import AdbError, AdbTimeout
 
+from verify.drivers.channel import LineChannel
 from verify.drivers.base import (
     CommandResult,
     Driver,
     DriverConfig,
-    LineChannel,
     Progress,
     shell_command,
 )

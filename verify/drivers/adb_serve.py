@@ -11,7 +11,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 
-from verify.drivers.base import LineChannel
+from verify.drivers.channel import LineChannel
 from verify.errors import ConnectError
 
 SHELL_STDIN, SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN = 0, 1, 2, 3, 4

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import IO
 
 from verify.devices import verify_cache_dir
+from verify.drivers.channel import LineChannel
 from verify.drivers.base import (
     CacheFile,
     CommandResult,
     Driver,
     DriverConfig,
-    LineChannel,
     Progress,
 )
 from verify.errors import DeviceError, DeviceTimeout, TransferError

@@ -48,11 +48,11 @@ from pathlib import Path
 import paramiko
 
 from verify.drivers import ssh_files
+from verify.drivers.channel import LineChannel
 from verify.drivers.base import (
     CommandResult,
     Driver,
     DriverConfig,
-    LineChannel,
     Progress,
     shell_command,
 )

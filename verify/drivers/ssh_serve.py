@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import paramiko
 
-from verify.drivers.base import LineChannel
+from verify.drivers.channel import LineChannel
 from verify.errors import ConnectError
 
 _CHUNK = 1 << 16

@@ -1029,8 +1029,12 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
 
 
 def _return_freed_memory():
-    """glibc only: serve large blocks with mmap (a fixed threshold), so each freed tensor leaves
-    the process instead of fragmenting the heap across chunks."""
+    """glibc only: serve tensors up to 256 MiB from the heap and give back free heap above
+    64 MiB, so a freed tensor's memory is reused by the next one without faulting fresh pages
+    in, yet does not pile up. Mapping each tensor of 4 MiB or more on its own (the policy
+    before) made every dumped tensor map, zero and unmap its pages: run_dump on PP-OCRv4 det's
+    optimized graph took 2.0-2.3 CPU s at 640 and 5.3-6.8 at 960, against 1.3-1.5 and 2.5-2.8
+    this way, with the same peak (147-162 vs 160-172 MB, 250 vs 250-273 MB; issue 14)."""
     try:
         import ctypes
         import ctypes.util
@@ -1038,8 +1042,8 @@ def _return_freed_memory():
         name = ctypes.util.find_library("c")
         libc = ctypes.CDLL(name) if name else None
         if libc is not None and hasattr(libc, "mallopt"):
-            libc.mallopt(-3, 4 << 20)   # M_MMAP_THRESHOLD: fixed at 4 MiB
-            libc.mallopt(-1, 4 << 20)   # M_TRIM_THRESHOLD
+            libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD: fixed at 256 MiB
+            libc.mallopt(-1, 64 << 20)   # M_TRIM_THRESHOLD
     except (OSError, AttributeError, ValueError):
         pass
 

@@ -553,3 +553,26 @@ def test_a_layer_whose_shape_changed_reads_as_no_figure_in_the_json() -> None:
     assert all(type(doc[k]) is int for k in ("size", "n_outside", "nan_actual", "nan_reference",
                                              "inf_actual", "inf_reference",
                                              "nonfinite_mismatch"))
+
+
+def test_string_and_complex_outputs_are_judged_by_equality_alone() -> None:
+    """A classifier's label output (strings) or a complex FFT output: equal or not, element by
+    element; no magnitude figure ("nan" in the JSON); values that cannot be compared (sequences
+    in an object tensor) count as differing, never as a pass."""
+    r = np.array(["cat", "dog", "fox"], object)
+    same = compare("labels", r.copy(), r)
+    assert same.passed and (same.n_outside, same.tol_units, same.size) == (0, 0.0, 3)
+    doc = compare("labels", np.array(["cat", "dog", "eel"], object), r).to_dict()
+    assert {k: doc[k] for k in ("passed", "reason", "size", "n_outside", "frac_outside",
+                                "tol_units", "threshold", "max_abs", "max_rel", "mean_abs",
+                                "cosine", "sqnr_db")} == {
+        "passed": False, "reason": "1 of 3 elements differ", "size": 3, "n_outside": 1,
+        "frac_outside": 1 / 3, "tol_units": "inf", "threshold": 0.0, "max_abs": "nan",
+        "max_rel": "nan", "mean_abs": "nan", "cosine": "nan", "sqnr_db": "nan"}
+    seq = np.empty(2, object)
+    seq[0], seq[1] = np.array([1, 2]), np.array([3])
+    d = compare("seq", seq, seq.copy())
+    assert not d.passed and d.n_outside == 2 and d.reason == "2 of 2 elements differ"
+    c = np.array([1 + 2j, 3j])
+    assert compare("fft", c, c.copy()).passed
+    assert compare("fft", c * 1j, c).reason == "2 of 2 elements differ"

@@ -42,10 +42,22 @@ def top(name: str) -> str:
     return name.split(".")[0]
 
 
+# the runner's own files, which travel with it (verify/runner_files.py) and import each other
+# by plain name on the device (`import contract`)
+RUNNER_SIBLINGS = {p.stem for p in (PACKAGE / "runner").glob("*.py")}
+
+
 @pytest.mark.parametrize("path", [p for p in modules() if "runner" in p.parts], ids=rel)
 def test_device_runner_needs_only_stdlib_numpy_onnxruntime(path: Path) -> None:
-    foreign = {n for n in imported(path) if top(n) not in STDLIB | {"numpy", "onnxruntime"}}
+    allowed = STDLIB | {"numpy", "onnxruntime"} | RUNNER_SIBLINGS
+    foreign = {n for n in imported(path) if top(n) not in allowed}
     assert not foreign, f"{rel(path)} imports {sorted(foreign)}; the runner is copied to devices as is"
+
+
+def test_the_contract_module_needs_only_the_stdlib() -> None:
+    """contract.py is imported by the host too, and by any device Python: no numpy either."""
+    foreign = {n for n in imported(PACKAGE / "runner" / "contract.py") if top(n) not in STDLIB}
+    assert not foreign, foreign
 
 
 # verify/__main__.py is the command's other entry point (`python -m verify`), like the console

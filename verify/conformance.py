@@ -23,8 +23,10 @@ from verify.drivers import make_driver
 from verify.drivers.base import Driver
 from verify.errors import DeviceError
 from verify.layerdump import DumpSpec, dump_entry
-from verify.session import RUNNER_SOURCE, check_support_files, push_support_files, runner_argv
-from verify.runner.runner import CONTRACT, CONTRACT_VERSION
+from verify.runner import contract as C
+from verify.runner.contract import CaseResult, Describe, DumpResult, Job, Record, Result
+from verify.runner_files import runner_file
+from verify.session import check_support_files, push_support_files, runner_argv
 
 SCHEMA = Path(__file__).resolve().parent / "runner" / "contract.schema.json"
 
@@ -80,7 +82,7 @@ class _Session:
 
     def __init__(self, driver: Driver, profile: Profile, tmp: Path) -> None:
         self.driver, self.profile, self.tmp = driver, profile, tmp
-        runner_path = None if profile.runner else driver.push_cached(RUNNER_SOURCE)
+        runner_path = None if profile.runner else driver.push_cached(runner_file())
         push_support_files(driver, profile, None)
         self.argv = runner_argv(profile, runner_path)
         self.model_bytes = tiny_model()
@@ -94,15 +96,14 @@ class _Session:
         np.save(path, value, allow_pickle=False)
         return self.driver.push_cached(path)
 
-    def job(self, **overrides: Any) -> dict[str, Any]:
-        job: dict[str, Any] = {
-            "contract": CONTRACT, "version": CONTRACT_VERSION, "model": self.model,
-            "cases": [{"inputs": {"x": self.push_array(self.x)}}],
-            "providers": list(self.profile.providers),
-            "provider_options": {k: dict(v) for k, v in self.profile.provider_options.items()},
-            "opt_level": "all", "threads": 0, "session_config": {}, "warmup": 1,
-            "iterations": 3, "outputs_dir": "out", "result": "result.json", "profile": None}
-        job.update(overrides)
+    def job(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The timed job every check starts from (Job key -> value in `overrides`)."""
+        job = C.new_job(self.model, [C.job_case({"x": self.push_array(self.x)})], {
+            Job.PROVIDERS: list(self.profile.providers),
+            Job.PROVIDER_OPTIONS: {k: dict(v) for k, v in
+                                   self.profile.provider_options.items()},
+            Job.ITERATIONS: 3})
+        job.update(overrides or {})
         return job
 
     def run(self, job: Mapping[str, Any], pull: Callable[[str, Mapping[str, Any]], None]
@@ -117,7 +118,7 @@ class _Session:
             res = self.driver.run([*self.argv, f"{workdir}/job.json"], cwd=workdir, check=False)
             local = self.tmp / f"result{self.n}.json"
             try:
-                self.driver.get(f"{workdir}/{job['result']}", local)
+                self.driver.get(f"{workdir}/{job[Job.RESULT]}", local)
             except DeviceError:
                 return res.status, None
             try:
@@ -126,7 +127,7 @@ class _Session:
                 raise _Fail("the result file is not JSON") from None
             if not isinstance(result, dict):
                 raise _Fail("the result file is not a JSON object")
-            if pull is not None and result.get("status") == "ok":
+            if pull is not None and result.get(Result.STATUS) == C.STATUS_OK:
                 pull(workdir, result)
             return res.status, result
         finally:
@@ -148,9 +149,9 @@ def _ok_result(status: int, result: dict[str, Any] | None) -> dict[str, Any]:
     if result is None:
         raise _Fail(f"the runner exited {status} without writing a result")
     _validate(result, "result")
-    if result.get("status") != "ok":
-        err = result.get("error") or {}
-        raise _Fail(f"the job failed: {err.get('kind')}: {err.get('message')}")
+    if result.get(Result.STATUS) != C.STATUS_OK:
+        err = result.get(Result.ERROR) or {}
+        raise _Fail(f"the job failed: {err.get(C.Error.KIND)}: {err.get(C.Error.MESSAGE)}")
     if status != 0:
         raise _Fail(f"the runner wrote an ok result but exited {status}")
     return result
@@ -172,23 +173,23 @@ def _check_describe(s: _Session) -> str:
     except ValueError:
         raise _Fail("--describe did not print JSON") from None
     _validate(info, "describe")
-    who = info.get("runner") or f"Python {info.get('python')}"
-    return (f"{who}, onnxruntime {info.get('onnxruntime')}, "
-            f"providers {', '.join(info.get('providers') or [])}")
+    who = info.get(Describe.RUNNER) or f"Python {info.get(Describe.PYTHON)}"
+    return (f"{who}, onnxruntime {info.get(Describe.ONNXRUNTIME)}, "
+            f"providers {', '.join(info.get(Describe.PROVIDERS) or [])}")
 
 
 def _check_timed(s: _Session) -> str:
     got: dict[str, np.ndarray] = {}
 
     def pull(workdir: str, result: Mapping[str, Any]) -> None:
-        for name, rel in result["cases"][0]["outputs"].items():
+        for name, rel in result[Result.CASES][0][CaseResult.OUTPUTS].items():
             got[name] = s.get_npy(workdir, rel)
 
     result = _ok_result(*s.run(s.job(), pull))
-    case = result["cases"][0]
-    if (len(case["warmup_ms"]), len(case["iter_ms"])) != (1, 3):
-        raise _Fail(f"asked 1 warmup and 3 iterations, got {len(case['warmup_ms'])} and "
-                    f"{len(case['iter_ms'])} times")
+    case = result[Result.CASES][0]
+    warm, timed = len(case[CaseResult.WARMUP_MS]), len(case[CaseResult.ITER_MS])
+    if (warm, timed) != (1, 3):
+        raise _Fail(f"asked 1 warmup and 3 iterations, got {warm} and {timed} times")
     want = _host_outputs(s.model_bytes, s.x)
     if set(got) != set(want):
         raise _Fail(f"outputs {sorted(got)}, the model has {sorted(want)}")
@@ -207,34 +208,34 @@ def _error_kind(s: _Session, job: Mapping[str, Any], kind: str) -> str:
     if result is None:
         raise _Fail(f"exited {status} without a result; expected a result of kind {kind!r}")
     _validate(result, "result")
-    err = result.get("error") or {}
-    if result.get("status") != "error" or err.get("kind") != kind:
-        raise _Fail(f"expected status error, kind {kind!r}; got {result.get('status')}"
-                    + (f", kind {err.get('kind')!r}" if err else ""))
+    err = result.get(Result.ERROR) or {}
+    if result.get(Result.STATUS) != C.STATUS_ERROR or err.get(C.Error.KIND) != kind:
+        raise _Fail(f"expected status error, kind {kind!r}; got {result.get(Result.STATUS)}"
+                    + (f", kind {err.get(C.Error.KIND)!r}" if err else ""))
     if status != 0:
         raise _Fail(f"wrote the error result but exited {status} (the contract: 0)")
-    return str(err.get("message", ""))[:80]
+    return str(err.get(C.Error.MESSAGE, ""))[:80]
 
 
 def _check_bad_model(s: _Session) -> str:
     path = s.tmp / "bad.onnx"
     path.write_bytes(b"\x08\x07not a model")
-    return _error_kind(s, s.job(model=s.driver.push_cached(path)), "model")
+    return _error_kind(s, s.job({Job.MODEL: s.driver.push_cached(path)}), "model")
 
 
 def _check_bad_input(s: _Session) -> str:
     wrong = s.push_array(s.x[:, :1])
-    return _error_kind(s, s.job(cases=[{"inputs": {"x": wrong}}]), "input")
+    return _error_kind(s, s.job({Job.CASES: [C.job_case({"x": wrong})]}), "input")
 
 
 def _check_provider(s: _Session) -> str:
-    return _error_kind(s, s.job(providers=["NoSuchExecutionProvider"]), "provider")
+    return _error_kind(s, s.job({Job.PROVIDERS: ["NoSuchExecutionProvider"]}), "provider")
 
 
 def _check_bad_job(s: _Session) -> str:
-    status, result = s.run(s.job(version=CONTRACT_VERSION + 1))
+    status, result = s.run(s.job({Job.VERSION: C.VERSION + 1}))
     if status != 2 or result is not None:
-        raise _Fail(f"a job of version {CONTRACT_VERSION + 1}: expected exit 2 and no result, "
+        raise _Fail(f"a job of version {C.VERSION + 1}: expected exit 2 and no result, "
                     f"got exit {status}" + (" and a result" if result is not None else ""))
     return "exit 2, no result"
 
@@ -248,22 +249,23 @@ def _check_dump(s: _Session) -> str:
     dumped: dict[str, np.ndarray] = {}
 
     def pull_plain(workdir: str, result: Mapping[str, Any]) -> None:
-        for name, rel in result["cases"][0]["outputs"].items():
+        for name, rel in result[Result.CASES][0][CaseResult.OUTPUTS].items():
             finals[name] = s.get_npy(workdir, rel)
 
     def pull(workdir: str, result: Mapping[str, Any]) -> None:
-        for rec in ((result.get("dump") or {}).get("cases") or [[]])[0]:
-            if isinstance(rec, dict) and rec.get("name") in plan.outputs and rec.get("file"):
-                dumped[rec["name"]] = s.get_npy(workdir, rec["file"])
+        for rec in ((result.get(Result.DUMP) or {}).get(DumpResult.CASES) or [[]])[0]:
+            if isinstance(rec, dict) and rec.get(Record.NAME) in plan.outputs \
+                    and rec.get(Record.FILE):
+                dumped[rec[Record.NAME]] = s.get_npy(workdir, rec[Record.FILE])
 
-    _ok_result(*s.run(s.job(opt_level="disable", warmup=0, iterations=1), pull_plain))
-    result = _ok_result(*s.run(s.job(opt_level="disable", warmup=0, iterations=1, dump=entry),
-                               pull))
-    info = result.get("dump")
-    if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
+    once = {Job.OPT_LEVEL: "disable", Job.WARMUP: 0, Job.ITERATIONS: 1}
+    _ok_result(*s.run(s.job(once), pull_plain))
+    result = _ok_result(*s.run(s.job({**once, Job.DUMP: entry}), pull))
+    info = result.get(Result.DUMP)
+    if not isinstance(info, dict) or not isinstance(info.get(DumpResult.CASES), list):
         raise _Fail("the result of a dump job has no 'dump'")
-    records = [r for r in info["cases"][0] if r is not None]
-    names = {r.get("name") for r in records}
+    records = [r for r in info[DumpResult.CASES][0] if r is not None]
+    names = {r.get(Record.NAME) for r in records}
     missing = [t.name for t in plan.tensors if t.name not in names]
     if missing:
         raise _Fail(f"no record for {', '.join(missing)}")

@@ -18,10 +18,15 @@ import numpy as np
 from verify.capture import DumpPlan, plan_dump
 from verify.dump import is_tensor_file, manifest_header
 from verify.errors import RunnerError, UsageError
+from verify.runner.contract import (STAT_KEYS, DumpFirst, DumpResult, FusedAway, Job,
+                                    ManifestCase, ManifestOptions, ManifestTensor, Record,
+                                    Result)
+from verify.runner.contract import DumpSpec as DumpEntry
+from verify.runner.contract import Manifest as M
 from verify.session import DeviceSession
 
 OPTIMIZED = "optimized.onnx"
-DUMP_RESULT = "dump_result.json"
+DUMP_RESULT = DumpFirst.RESULT.default
 
 
 @dataclass(frozen=True)
@@ -58,11 +63,11 @@ def prepare_job(job: dict[str, Any], dump: DumpSpec, opt_level: str, model_bytes
     after it; at disable, the model itself, planned now and captured first by the timed runner
     in a child forked before its session (`dump_first`): the returned plan."""
     if opt_level != "disable":
-        job["optimized_model_path"] = OPTIMIZED
+        job[Job.OPTIMIZED_MODEL_PATH] = OPTIMIZED
         return None
     plan = plan_dump(model_bytes, None, dump.dump_filter, input_shapes(cases),
-                     "external_data" in job)
-    job["dump_first"] = {**dump_entry(plan, dump), "result": DUMP_RESULT}
+                     Job.EXTERNAL_DATA in job)
+    job[Job.DUMP_FIRST] = {**dump_entry(plan, dump), DumpFirst.RESULT: DUMP_RESULT}
     return plan
 
 
@@ -70,9 +75,10 @@ def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
     if not plan.tensors:
         raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
-    return {"tensors": [t.name for t in plan.tensors], "outputs": list(plan.outputs),
-            "budget_bytes": dump.budget_bytes, "dir": "dump", "save": dump.dest is not None,
-            "sizes": dict(plan.sizes)}
+    return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
+            DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
+            DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,
+            DumpEntry.SIZES: dict(plan.sizes)}
 
 
 def capture(session: DeviceSession, workdir: str, job: Mapping[str, Any], timed: Mapping[str, Any],
@@ -82,11 +88,11 @@ def capture(session: DeviceSession, workdir: str, job: Mapping[str, Any], timed:
     segments and each tensor file pulled into `dump.dest`: from the forked child's result
     where the timed runner made one, else by a dump job in a runner process of its own
     (a runner that could not fork, or knows no "dump_first", or a dump of the optimized model)."""
-    if plan is not None and timed.get("dump_result"):
+    if plan is not None and timed.get(Result.DUMP_RESULT):
         return _pull(session, workdir, dump, plan, session.result(workdir, DUMP_RESULT), keep)
-    job = {k: v for k, v in job.items() if k != "dump_first"}
-    model_ref, optimized = job["model"], None
-    if "optimized_model_path" in job:
+    job = {k: v for k, v in job.items() if k != Job.DUMP_FIRST}
+    model_ref, optimized = job[Job.MODEL], None
+    if Job.OPTIMIZED_MODEL_PATH in job:
         if not session.dev.exists(f"{workdir}/{OPTIMIZED}"):
             raise RunnerError(f"{session.spec}: the device's runner wrote no optimized model "
                               "(optimized_model_path), so the graph that ran cannot be dumped; "
@@ -94,13 +100,13 @@ def capture(session: DeviceSession, workdir: str, job: Mapping[str, Any], timed:
         local = session.tmp / OPTIMIZED
         session.pull(f"{workdir}/{OPTIMIZED}", local)
         model_ref, optimized = OPTIMIZED, local.read_bytes()
-        if job.get("external_data"):  # its weights went beside it (the runner's .data file)
-            job = {**job, "external_data": "."}
+        if Job.EXTERNAL_DATA.of(job):  # its weights went beside it (the runner's .data file)
+            job = {**job, Job.EXTERNAL_DATA: "."}
     plan = plan or plan_dump(model_bytes, optimized, dump.dump_filter, input_shapes(cases),
-                             "external_data" in job)
-    dump_job = {**job, "model": model_ref, "warmup": 0, "iterations": 1, "profile": None,
-                "optimized_model_path": None, "result": DUMP_RESULT,
-                "dump": dump_entry(plan, dump)}
+                             Job.EXTERNAL_DATA in job)
+    dump_job = {**job, Job.MODEL: model_ref, Job.WARMUP: 0, Job.ITERATIONS: 1,
+                Job.PROFILE: None, Job.OPTIMIZED_MODEL_PATH: None, Job.RESULT: DUMP_RESULT,
+                Job.DUMP: dump_entry(plan, dump)}
     session.say(f"dumping {len(plan.tensors)} tensors ({plan.graph} graph) on {session.spec}")
     result = session.job(dump_job, workdir, name="dump_job.json", timeout=timeout,
                          own_process=True)
@@ -111,35 +117,33 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
           result: Mapping[str, Any], keep: bool) -> DumpCapture:
     """The dump runner's records, each tensor file pulled into `dump.dest` (moved, not
     copied, where the transport can and the work directory is not kept)."""
-    info = result.get("dump")
-    if not isinstance(info, dict) or not isinstance(info.get("cases"), list):
+    info = result.get(Result.DUMP)
+    if not isinstance(info, dict) or not isinstance(info.get(DumpResult.CASES), list):
         raise RunnerError(f"{session.spec}: the device's runner does not capture layers (its "
                           "result has no 'dump'); use verify's own runner.py for dumps")
     records = []
-    for case_records in info.get("cases", []):
+    for case_records in info[DumpResult.CASES]:
         kept = []
         for rec in case_records:
             if rec is None:
                 continue
             rec = dict(rec)
-            if rec.get("file") and dump.dest is not None:
-                name = str(rec["file"]).rsplit("/", 1)[-1]
+            if rec.get(Record.FILE) and dump.dest is not None:
+                name = str(rec[Record.FILE]).rsplit("/", 1)[-1]
                 if not is_tensor_file(name):  # the device names it: never a path of its choice
                     raise RunnerError(f"{session.spec}: the runner named a dump file "
-                                      f"{rec['file']!r}, not c<case>_t<index>.npy")
-                session.pull(f"{workdir}/{rec['file']}", dump.dest / name,  # atomic by itself
+                                      f"{rec[Record.FILE]!r}, not c<case>_t<index>.npy")
+                session.pull(f"{workdir}/{rec[Record.FILE]}", dump.dest / name,  # atomic
                              move=not keep)
-                rec["file"] = name
+                rec[Record.FILE] = name
             kept.append(rec)
         records.append(tuple(kept))
-    segments = info.get("segments")
-    return DumpCapture(plan, int(info.get("budget_bytes", 0)), tuple(records),
-                       float(info.get("ms", 0.0)) / 1000.0, result.get("peak_rss_bytes"),
+    segments = info.get(DumpResult.SEGMENTS)
+    return DumpCapture(plan, int(info.get(DumpResult.BUDGET_BYTES) or 0), tuple(records),
+                       float(info.get(DumpResult.MS) or 0.0) / 1000.0,
+                       result.get(Result.PEAK_RSS_BYTES),
                        segments=len(segments) if isinstance(segments, list) else 0,
-                       measured=int(info.get("measured") or 0))
-
-
-_STATS = ("min", "max", "mean", "std", "nan", "inf", "first")
+                       measured=int(info.get(DumpResult.MEASURED) or 0))
 
 
 def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -151,14 +155,15 @@ def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[st
     for ci, records in zip(indices, capture.records, strict=True):
         tensors = []
         for rec in records:
-            t = info[rec["name"]]
+            t = info[rec[Record.NAME]]
+            T = ManifestTensor
             tensors.append({
-                "index": t.index, "name": t.name, "node": t.node, "op": t.op,
-                "origin": "optimized" if t.name in optimized_only else "model",
-                "floor": plan.floors.get(t.name, 0.0), "dtype": rec["dtype"],
-                "shape": rec["shape"], "file": rec.get("file"),
-                "stats": {k: rec.get(k) for k in _STATS}})
-        cases.append({"case": ci, "tensors": tensors})
+                T.INDEX: t.index, T.NAME: t.name, T.NODE: t.node, T.OP: t.op,
+                T.ORIGIN: "optimized" if t.name in optimized_only else "model",
+                T.FLOOR: plan.floors.get(t.name, 0.0), T.DTYPE: rec[Record.DTYPE],
+                T.SHAPE: rec[Record.SHAPE], T.FILE: rec.get(Record.FILE),
+                T.STATS: {k: rec.get(k) for k in STAT_KEYS}})
+        cases.append({ManifestCase.CASE: ci, ManifestCase.TENSORS: tensors})
     return cases
 
 
@@ -169,15 +174,16 @@ def manifest(capture: DumpCapture, cases: list[dict[str, Any]], *, device: Mappi
     plan = capture.plan
     header = manifest_header(
         device=device, spec=spec, providers=providers,
-        options={"opt_level": opt_level, "threads": threads,
-                 "captured_at_opt_level": "disable", "budget_bytes": capture.budget_bytes,
-                 "filter": dump_filter, "stats_only": stats_only},
+        options={ManifestOptions.OPT_LEVEL: opt_level, ManifestOptions.THREADS: threads,
+                 ManifestOptions.CAPTURED_AT_OPT_LEVEL: "disable",
+                 ManifestOptions.BUDGET_BYTES: capture.budget_bytes,
+                 ManifestOptions.FILTER: dump_filter, ManifestOptions.STATS_ONLY: stats_only},
         model_sha256=model_sha256, graph=plan.graph, outputs=plan.outputs)
-    return {**header, "cases": cases,
-            "optimized_only": list(plan.optimized_only),
-            "fused_away": [{"name": t.name, "node": t.node, "op": t.op}
+    return {**header, M.CASES: cases,
+            M.OPTIMIZED_ONLY: list(plan.optimized_only),
+            M.FUSED_AWAY: [{FusedAway.NAME: t.name, FusedAway.NODE: t.node, FusedAway.OP: t.op}
                            for t in plan.fused_away],
-            "fused_into": {k: list(v) for k, v in plan.fused_into.items()},
-            "filtered_out": plan.filtered_out,
-            "subgraph_tensors": plan.subgraph_tensors,
-            "segments": capture.segments}
+            M.FUSED_INTO: {k: list(v) for k, v in plan.fused_into.items()},
+            M.FILTERED_OUT: plan.filtered_out,
+            M.SUBGRAPH_TENSORS: plan.subgraph_tensors,
+            M.SEGMENTS: capture.segments}

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from verify.errors import UsageError
-from verify.runner.runner import OPT_LEVELS as _LEVELS
+from verify.runner.contract import OPT_LEVELS as _LEVELS
+from verify.runner.contract import Job
 
 if TYPE_CHECKING:
     from verify.devices import Profile
@@ -29,8 +30,8 @@ class SessionSettings:
     """How the session is made: graph optimization level, intra-op threads (0: onnxruntime's
     default), providers in order (empty: the device profile's) and raw session config entries."""
 
-    opt_level: str = "all"
-    threads: int = 0
+    opt_level: str = Job.OPT_LEVEL.default  # the runner contract's defaults: a job without
+    threads: int = Job.THREADS.default      # the key gets the same from every runner
     providers: tuple[str, ...] = ()
     session_config: tuple[tuple[str, str], ...] = ()
 
@@ -45,8 +46,8 @@ class SessionSettings:
 class TimedRuns:
     """Untimed warmup runs, then timed iterations, per case."""
 
-    iterations: int = 10
-    warmup: int = 1
+    iterations: int = Job.ITERATIONS.default
+    warmup: int = Job.WARMUP.default
 
     def __post_init__(self) -> None:
         if self.iterations < 1:

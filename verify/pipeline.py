@@ -25,7 +25,8 @@ from verify.graph import sha256_bytes
 from verify.reference import requested_ort_log
 from verify.layerdump import DumpCapture, DumpSpec, capture, prepare_job
 from verify.options import SessionSettings, TimedRuns
-from verify.runner.runner import CONTRACT, CONTRACT_VERSION
+from verify.runner import contract as C
+from verify.runner.contract import CaseResult, Describe, Job, Result
 from verify.session import (  # noqa: F401 (RUNNER_SOURCE and the helpers: conformance's too)
     RUNNER_SOURCE,
     DeviceSession,
@@ -109,10 +110,10 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
 def provider_problems(profile: Profile, info: Mapping[str, Any]) -> list[str]:
     """Why each of the profile's providers cannot run on the device `info` describes: the
     runner's probe where it made one, else whether the device lists the provider at all."""
-    probe = info.get("probe")
+    probe = info.get(Describe.PROBE)
     if isinstance(probe, dict):
         return [str(probe[p]) for p in profile.providers if probe.get(p)]
-    listed = info.get("providers") or []
+    listed = info.get(Describe.PROVIDERS) or []
     return [f"{p} is not available on this device (available: {', '.join(listed) or 'none'})"
             for p in profile.providers if p not in listed]
 
@@ -149,8 +150,8 @@ def run_model(session: DeviceSession, model_bytes: bytes,
     providers = options.session.providers or profile.providers
     model_sha256 = sha256_bytes(model_bytes)
     remote_model = session.push_bytes(model_bytes, ".onnx", "model")
-    job_cases = [{"inputs": {name: session.push_array(value, f"input {name}")
-                             for name, value in case.items()}} for case in cases]
+    job_cases = [C.job_case({name: session.push_array(value, f"input {name}")
+                             for name, value in case.items()}) for case in cases]
     external_links = [(session.push_file(f.path, f.location, f.sha256 or None), f.location)
                       for f in (external.files if external else ()) if f.path]
     workdir = session.workdir()
@@ -158,18 +159,19 @@ def run_model(session: DeviceSession, model_bytes: bytes,
         _link_external(session, workdir, external_links)
         job = _job(profile, options, providers, remote_model, job_cases)
         if external is not None:
-            job["external_data"] = EXTERNAL_DIR
+            job[Job.EXTERNAL_DATA] = EXTERNAL_DIR
         plan = prepare_job(job, dump, options.session.opt_level, model_bytes, cases) \
             if dump is not None else None
         session.say(f"running on {profile.spec}")
         result = session.job(job, workdir, timeout=options.timeout)
         case_runs = [_case_run(session, workdir, ci, case_result)
-                     for ci, case_result in enumerate(result["cases"])]
+                     for ci, case_result in enumerate(result[Result.CASES])]
         profile_file = None
-        if options.profile and result.get("profile"):
+        if options.profile and result.get(Result.PROFILE):
             assert profile_dest is not None
             profile_file = profile_dest  # pulled straight there, atomically
-            session.pull(f"{workdir}/{result['profile']}", profile_file, move=not options.keep)
+            session.pull(f"{workdir}/{result[Result.PROFILE]}", profile_file,
+                         move=not options.keep)
         dumped = None
         if dump is not None:
             dumped = capture(session, workdir, job, result, model_bytes, dump, plan,
@@ -177,13 +179,14 @@ def run_model(session: DeviceSession, model_bytes: bytes,
     finally:
         if not options.keep:  # quiet while failing: a dead link must not hide why
             session.remove(workdir, quiet=sys.exc_info()[1] is not None)
-    return DeviceRun(device=result.get("device", {}), spec=profile.spec,
-                     load_ms=float(result["load_ms"]), prepare_ms=float(result["prepare_ms"]),
+    return DeviceRun(device=result.get(Result.DEVICE, {}), spec=profile.spec,
+                     load_ms=float(result[Result.LOAD_MS]),
+                     prepare_ms=float(result[Result.PREPARE_MS]),
                      cases=tuple(case_runs),
                      transfers=session.stats,  # the session's so far
                      options=options, providers=tuple(providers), profile_file=profile_file,
                      workdir=workdir if options.keep else None, dump=dumped,
-                     peak_rss_bytes=result.get("peak_rss_bytes"), model_sha256=model_sha256,
+                     peak_rss_bytes=result.get(Result.PEAK_RSS_BYTES), model_sha256=model_sha256,
                      ort_log=session.last_stderr if requested_ort_log() is not None else "")
 
 
@@ -205,34 +208,31 @@ def _link_external(session: DeviceSession, workdir: str,
 
 def _job(profile: Profile, options: RunOptions, providers: Sequence[str], model: str,
          cases: list[dict[str, Any]]) -> dict[str, Any]:
-    job = {
-        "contract": CONTRACT, "version": CONTRACT_VERSION,
-        "model": model, "cases": cases,
-        "providers": list(providers),
-        "provider_options": {k: dict(v) for k, v in
-                             {**profile.provider_options, **options.provider_options}.items()},
-        "opt_level": options.session.opt_level, "threads": options.session.threads,
-        "session_config": dict(options.session.session_config),
-        "warmup": options.timed.warmup, "iterations": options.timed.iterations,
-        "outputs_dir": "out", "result": "result.json",
-        "profile": "profile.json" if options.profile else None,
-    }
-    if options.control_probe:
-        job["control_probe"] = True
+    job = C.new_job(model, cases, {
+        Job.PROVIDERS: list(providers),
+        Job.PROVIDER_OPTIONS: {k: dict(v) for k, v in
+                               {**profile.provider_options, **options.provider_options}.items()},
+        Job.OPT_LEVEL: options.session.opt_level, Job.THREADS: options.session.threads,
+        Job.SESSION_CONFIG: dict(options.session.session_config),
+        Job.WARMUP: options.timed.warmup, Job.ITERATIONS: options.timed.iterations,
+        Job.PROFILE: "profile.json" if options.profile else None,
+        Job.CONTROL_PROBE: options.control_probe,
+    })
     if requested_ort_log() is not None:
-        job["ort_log_severity"] = requested_ort_log()
+        job[Job.ORT_LOG_SEVERITY] = requested_ort_log()
     return job
 
 
 def _case_run(session: DeviceSession, workdir: str, ci: int,
               case_result: Mapping[str, Any]) -> CaseRun:
     outputs = {}
-    for name, rel in case_result["outputs"].items():
+    for name, rel in case_result[CaseResult.OUTPUTS].items():
         local = session.tmp / f"out_{ci}_{len(outputs)}.npy"
         session.pull(f"{workdir}/{rel}", local)
         outputs[name] = _load_npy(local, f"{session.spec}: output {name!r}")
-    return CaseRun(tuple(case_result["warmup_ms"]), tuple(case_result["iter_ms"]), outputs,
-                   tuple(case_result.get("control_ms", ())))
+    return CaseRun(tuple(case_result[CaseResult.WARMUP_MS]),
+                   tuple(case_result[CaseResult.ITER_MS]), outputs,
+                   tuple(CaseResult.CONTROL_MS.of(case_result)))
 
 
 def _load_npy(path: Path, what: str) -> np.ndarray:

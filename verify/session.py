@@ -43,10 +43,11 @@ from verify.errors import (
     ProviderUnavailable,
     RunnerError,
 )
+from verify.runner.contract import STATUS_OK, Describe, Error, Job, Result, Serve
+from verify.runner_files import RUNNER_SOURCE, runner_file  # noqa: F401 (RUNNER_SOURCE: for tests)
 
-RUNNER_SOURCE = Path(__file__).resolve().parent / "runner" / "runner.py"
-SERVE_FLAG = "--serve"      # the runner's serve mode (docs/runner-contract.md, "Serve")
-SERVE_REPLY = "verify-serve"  # the key of each reply line a serving runner prints
+SERVE_FLAG = Serve.FLAG      # the runner's serve mode (docs/runner-contract.md, "Serve")
+SERVE_REPLY = Serve.REPLY    # the key of each reply line a serving runner prints
 SERVE_STOP_S = 10.0         # how long a serving runner may take to exit at end of input
 
 # A callback for the CLI: status(message) between phases, and a progress factory for transfers.
@@ -123,8 +124,9 @@ class DeviceSession:
             self.say(f"connecting to {self.spec}")
             self.driver = make_driver(self.profile).open()
             self.connections += 1
+            runner = runner_file()  # runner.py with contract.py beside it, one zip application
             runner_path = None if self.profile.runner else self.driver.push_cached(
-                RUNNER_SOURCE, _progress(self.progress, "runner", RUNNER_SOURCE))
+                runner, _progress(self.progress, "runner", runner))
             push_support_files(self.driver, self.profile, self.progress)
             self.argv = runner_argv(self.profile, runner_path)
         except BaseException:
@@ -203,8 +205,8 @@ class DeviceSession:
         serving runner (dumps: their memory must start clean)."""
         path = f"{workdir}/{name}"
         self.put_json(job, path)
-        result_name = str(job.get("result", "result.json"))
-        served = not own_process and not job.get("dump") and not job.get("dump_first")
+        result_name = str(Job.RESULT.of(job))
+        served = not own_process and not Job.DUMP.of(job) and not Job.DUMP_FIRST.of(job)
         if served and self._serving():
             status, stderr = self._served_job(path, timeout)
         else:
@@ -230,9 +232,10 @@ class DeviceSession:
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise RunnerError(f"{self.spec}: the runner wrote an unreadable result file") \
                 from None
-        if result.get("status") != "ok":
-            err = result.get("error") or {}
-            kind, message = err.get("kind", "runtime"), err.get("message", "unknown error")
+        if result.get(Result.STATUS) != STATUS_OK:
+            err = result.get(Result.ERROR) or {}
+            kind = err.get(Error.KIND, "runtime")
+            message = err.get(Error.MESSAGE, "unknown error")
             if kind == "model":
                 raise ModelError(f"{self.spec}: {message}")
             if kind == "input":
@@ -259,7 +262,7 @@ class DeviceSession:
             info = json.loads(res.stdout) if res.status == 0 else {}
         except json.JSONDecodeError:
             info = {}
-        return isinstance(info, dict) and info.get("serve") is True
+        return isinstance(info, dict) and info.get(Describe.SERVE) is True
 
     def _start_server(self, limit: float) -> LineChannel | None:
         """A runner started with --serve, once it said it is ready; None when the transport
@@ -274,7 +277,7 @@ class DeviceSession:
             while (line := server.receive(deadline, limit, "the runner's start (--serve)")) \
                     is not None:
                 reply = _reply(line)
-                if reply is not None and reply.get("ready") is True:
+                if reply is not None and reply.get(Serve.READY) is True:
                     return server
         except BaseException:
             server.kill()
@@ -296,13 +299,13 @@ class DeviceSession:
                 return res.status, res.stderr
         server = self._server
         try:
-            server.send(json.dumps({"job": path}))
+            server.send(json.dumps({Serve.JOB: path}))
             deadline = time.monotonic() + limit
             while (line := server.receive(deadline, limit, "a job on the serving runner")) \
                     is not None:
                 reply = _reply(line)
-                if reply is not None and reply.get("job") == path:
-                    status = reply.get("status", 0)
+                if reply is not None and reply.get(Serve.JOB) == path:
+                    status = reply.get(Serve.STATUS, 0)
                     return (status if isinstance(status, int) else 1), server.stderr_tail()
         except BaseException:
             self._server = None

@@ -39,19 +39,27 @@ import tempfile
 import time
 import traceback
 
-CONTRACT = "verify-runner"
-CONTRACT_VERSION = 1
+try:  # imported as verify.runner.runner (the host's tools and tests)
+    from . import contract as C
+except (ImportError, SystemError, ValueError):  # a program on the device: contract.py is beside it
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import contract as C
+
 # onnxruntime's session option naming the folder external data is read from (job key
 # "external_data": that folder, relative to the work directory)
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 
-OPT_LEVELS = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "layout": "ORT_ENABLE_LAYOUT",  # extended plus layout rewrites (NCHWc); onnxruntime >= 1.21
-    "all": "ORT_ENABLE_ALL",
-}
+# every key the runner reads or writes, with its default
+J, R, D, CR, DR, T = C.Job, C.Result, C.Describe, C.CaseResult, C.DumpResult, C.Trace
+CONTRACT, CONTRACT_VERSION = C.CONTRACT, C.VERSION
+
+# the contract's names (C.OPT_LEVELS) -> onnxruntime's GraphOptimizationLevel members
+OPT_LEVELS = dict(zip(C.OPT_LEVELS, (
+    "ORT_DISABLE_ALL",
+    "ORT_ENABLE_BASIC",
+    "ORT_ENABLE_EXTENDED",
+    "ORT_ENABLE_LAYOUT",  # extended plus layout rewrites (NCHWc); onnxruntime >= 1.21
+    "ORT_ENABLE_ALL")))
 PROVIDER_PACKAGES = {
     "CUDAExecutionProvider": "onnxruntime-gpu",
     "TensorrtExecutionProvider": "onnxruntime-gpu (with TensorRT)",
@@ -106,33 +114,33 @@ def _machine_id():
 
 def describe():
     info = {
-        "arch": platform.machine(),
-        "os": platform.system() + " " + platform.release(),
-        "hostname": platform.node(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpu": _cpu_model(),
-        "machine_id": _machine_id(),
+        D.ARCH: platform.machine(),
+        D.OS: platform.system() + " " + platform.release(),
+        D.HOSTNAME: platform.node(),
+        D.PYTHON: platform.python_version(),
+        D.CPU_COUNT: os.cpu_count(),
+        D.CPU: _cpu_model(),
+        D.MACHINE_ID: _machine_id(),
     }
     try:
         import numpy
-        info["numpy"] = numpy.__version__
+        info[D.NUMPY] = numpy.__version__
     except Exception as exc:  # report, don't crash: describe must always answer
-        info["numpy"] = None
-        info["numpy_error"] = str(exc)
+        info[D.NUMPY] = None
+        info[D.NUMPY_ERROR] = str(exc)
     try:
         import onnxruntime
-        info["onnxruntime"] = onnxruntime.__version__
-        info["providers"] = list(onnxruntime.get_available_providers())
+        info[D.ONNXRUNTIME] = onnxruntime.__version__
+        info[D.PROVIDERS] = list(onnxruntime.get_available_providers())
     except Exception as exc:
-        info["onnxruntime"] = None
-        info["providers"] = []
-        info["onnxruntime_error"] = str(exc)
+        info[D.ONNXRUNTIME] = None
+        info[D.PROVIDERS] = []
+        info[D.ONNXRUNTIME_ERROR] = str(exc)
     try:
         st = os.statvfs(os.getcwd())
-        info["free_disk_bytes"] = st.f_bavail * st.f_frsize
+        info[D.FREE_DISK_BYTES] = st.f_bavail * st.f_frsize
     except (OSError, AttributeError):
-        info["free_disk_bytes"] = None
+        info[D.FREE_DISK_BYTES] = None
     return info
 
 
@@ -144,27 +152,27 @@ def make_session(ort, model_bytes, job):
     so = ort.SessionOptions()
     # onnxruntime's own log goes to this process's stderr; verify shows the runner's errors
     # from the result file, so by default only errors are logged ("ort_log_severity" 0-4)
-    severity = job.get("ort_log_severity", 3)
+    severity = J.ORT_LOG_SEVERITY.of(job)
     if severity not in (0, 1, 2, 3, 4):
-        severity = 3
+        severity = J.ORT_LOG_SEVERITY.default
     so.log_severity_level = severity
     # While the session is made, warnings are logged too: they are captured (never shown
     # unless asked for or the session fails) and say why a provider fell back (CUDA, cuDNN).
     _default_log_severity(ort, min(severity, 2))
-    level = job.get("opt_level", "disable")
+    level = J.OPT_LEVEL.of(job)
     if level not in OPT_LEVELS:
         raise JobError("input", "unknown opt_level %r" % level)
     if not hasattr(ort.GraphOptimizationLevel, OPT_LEVELS[level]):
         raise JobError("provider", "onnxruntime %s here has no %r optimization level (%s); "
                        "use extended or all" % (ort.__version__, level, OPT_LEVELS[level]))
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPT_LEVELS[level])
-    if job.get("threads"):
-        so.intra_op_num_threads = int(job["threads"])
-    if job.get("inter_op_threads"):
-        so.inter_op_num_threads = int(job["inter_op_threads"])
-    if job.get("optimized_model_path"):
-        so.optimized_model_filepath = job["optimized_model_path"]
-    external = job.get("external_data")
+    if J.THREADS.of(job):
+        so.intra_op_num_threads = int(J.THREADS.of(job))
+    if J.INTER_OP_THREADS.of(job):
+        so.inter_op_num_threads = int(J.INTER_OP_THREADS.of(job))
+    if J.OPTIMIZED_MODEL_PATH.of(job):
+        so.optimized_model_filepath = J.OPTIMIZED_MODEL_PATH.of(job)
+    external = J.EXTERNAL_DATA.of(job)
     if external:
         # the folder of the model's external data files (linked under their locations): read
         # from there whatever file or bytes the model comes as (a segment, a rewrite)
@@ -172,25 +180,25 @@ def make_session(ort, model_bytes, job):
         if not isinstance(model_bytes, (bytes, bytearray, memoryview)):
             with open(model_bytes, "rb") as fh:
                 model_bytes = fh.read()
-        if job.get("optimized_model_path"):  # over 2 GiB it cannot be one message either
+        if J.OPTIMIZED_MODEL_PATH.of(job):  # over 2 GiB it cannot be one message either
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_file_name",
-                os.path.basename(job["optimized_model_path"]) + ".data")
-    if job.get("no_cpu_arena"):
+                os.path.basename(J.OPTIMIZED_MODEL_PATH.of(job)) + ".data")
+    if J.NO_CPU_ARENA.of(job):
         so.enable_cpu_mem_arena = False
-    for key, value in (job.get("session_config") or {}).items():
+    for key, value in J.SESSION_CONFIG.of(job).items():
         so.add_session_config_entry(str(key), str(value))
-    if job.get("profile"):
+    if J.PROFILE.of(job):
         so.enable_profiling = True
-        so.profile_file_prefix = job["profile"] + ".raw"
-    providers = list(job.get("providers") or ["CPUExecutionProvider"])
+        so.profile_file_prefix = J.PROFILE.of(job) + ".raw"
+    providers = list(J.PROVIDERS.of(job) or J.PROVIDERS.default)
     available = ort.get_available_providers()
     for p in providers:
         if p not in available:
             hint = PROVIDER_PACKAGES.get(p)
             raise JobError("provider", "%s is not available on this device (available: %s)%s" % (
                 p, ", ".join(available), "; it comes with the %s package" % hint if hint else ""))
-    options = job.get("provider_options") or {}
+    options = J.PROVIDER_OPTIONS.of(job)
     provider_list = [(p, dict(options.get(p, {}))) for p in providers]
     try:
         try:
@@ -285,8 +293,8 @@ def probe_providers(providers):
     found = {}
     for p in providers:
         try:
-            make_session(ort, PROBE_MODEL, {"providers": [p, "CPUExecutionProvider"]
-                                            if p != "CPUExecutionProvider" else [p]})
+            make_session(ort, PROBE_MODEL, {J.PROVIDERS: [p, C.CPU_PROVIDER]
+                                            if p != C.CPU_PROVIDER else [p]})
             found[p] = None
         except JobError as exc:
             found[p] = str(exc)
@@ -300,7 +308,7 @@ def _first_line(text):
 
 def load_inputs(np, case, workdir):
     feeds = {}
-    for name, rel in case["inputs"].items():
+    for name, rel in case[C.JobCase.INPUTS].items():
         feeds[name] = np.load(os.path.join(workdir, rel), allow_pickle=False)
     return feeds
 
@@ -340,35 +348,39 @@ def run_job(job, workdir):
     import numpy as np
     import onnxruntime as ort
 
-    if job.get("external_data"):  # relative to the work directory
-        job = dict(job, external_data=os.path.abspath(os.path.join(workdir, job["external_data"])))
+    if J.EXTERNAL_DATA.of(job):  # relative to the work directory
+        job = dict(job)
+        job[J.EXTERNAL_DATA] = os.path.abspath(os.path.join(workdir, J.EXTERNAL_DATA.of(job)))
 
-    result = {"contract": CONTRACT, "version": CONTRACT_VERSION, "status": "ok", "cases": []}
-    if job.get("dump_first") and not job.get("dump"):
-        result["dump_result"] = forked_dump(job, workdir)
-    if job.get("optimized_model_path"):
-        job = dict(job, optimized_model_path=os.path.join(workdir, job["optimized_model_path"]))
-    if job.get("dump"):  # a dump job captures layers only (in its own process: see run_dump)
-        result["load_ms"] = result["prepare_ms"] = 0.0
-        result["cases"] = [{"warmup_ms": [], "iter_ms": [], "outputs": {}} for _ in job["cases"]]
+    result = C.new_result()
+    result[R.CASES] = []
+    if J.DUMP_FIRST.of(job) and not J.DUMP.of(job):
+        result[R.DUMP_RESULT] = forked_dump(job, workdir)
+    if J.OPTIMIZED_MODEL_PATH.of(job):
+        job = dict(job)
+        job[J.OPTIMIZED_MODEL_PATH] = os.path.join(workdir, J.OPTIMIZED_MODEL_PATH.of(job))
+    if J.DUMP.of(job):  # a dump job captures layers only (in its own process: see run_dump)
+        result[R.LOAD_MS] = result[R.PREPARE_MS] = 0.0
+        result[R.CASES] = [{CR.WARMUP_MS: [], CR.ITER_MS: [], CR.OUTPUTS: {}}
+                           for _ in job[J.CASES]]
         run_dump(np, ort, job, workdir, result)
         return result
     t0 = time.perf_counter()
-    with open(os.path.join(workdir, job["model"]), "rb") as fh:
+    with open(os.path.join(workdir, job[J.MODEL]), "rb") as fh:
         model_bytes = fh.read()
-    result["load_ms"] = _now_ms(t0)
+    result[R.LOAD_MS] = _now_ms(t0)
     t0 = time.perf_counter()
     sess = make_session(ort, model_bytes, job)
-    result["prepare_ms"] = _now_ms(t0)
+    result[R.PREPARE_MS] = _now_ms(t0)
     del model_bytes
     output_names = [o.name for o in sess.get_outputs()]
-    out_dir = os.path.join(workdir, job.get("outputs_dir", "out"))
-    os.makedirs(out_dir, exist_ok=True)
-    warmup = int(job.get("warmup", 1))
-    iterations = max(1, int(job.get("iterations", 1)))
+    out_rel = J.OUTPUTS_DIR.of(job)
+    os.makedirs(os.path.join(workdir, out_rel), exist_ok=True)
+    warmup = int(J.WARMUP.of(job))
+    iterations = max(1, int(J.ITERATIONS.of(job)))
     perf = time.perf_counter
-    control = bool(job.get("control_probe"))
-    for ci, case in enumerate(job["cases"]):
+    control = bool(J.CONTROL_PROBE.of(job))
+    for ci, case in enumerate(job[J.CASES]):
         feeds = load_inputs(np, case, workdir)
         warm_ms = []
         for _ in range(warmup):
@@ -388,14 +400,14 @@ def run_job(job, workdir):
             iter_ms.append((perf() - t) * 1000.0)
         files = {}
         for k, (name, value) in enumerate(zip(output_names, outputs)):
-            rel = os.path.join(job.get("outputs_dir", "out"), "case%d_out%d.npy" % (ci, k))
+            rel = os.path.join(out_rel, "case%d_out%d.npy" % (ci, k))
             np.save(os.path.join(workdir, rel), np.asarray(value), allow_pickle=False)
             files[name] = rel
-        record = {"warmup_ms": warm_ms, "iter_ms": iter_ms, "outputs": files}
+        record = {CR.WARMUP_MS: warm_ms, CR.ITER_MS: iter_ms, CR.OUTPUTS: files}
         if control:
-            record["control_ms"] = control_ms
-        result["cases"].append(record)
-    if job.get("profile"):
+            record[CR.CONTROL_MS] = control_ms
+        result[R.CASES].append(record)
+    if J.PROFILE.of(job):
         # onnxruntime cannot start profiling after the session exists, so the trace holds the
         # warmup runs too: say which model_run events they are (0-based, in time order) in the
         # trace's otherData, where Perfetto ignores it and `verify profile` drops them.
@@ -404,13 +416,14 @@ def run_job(job, workdir):
             events = json.load(fh)
         os.remove(raw)
         per_case = warmup + iterations
-        warm = [ci * per_case + k for ci in range(len(job["cases"])) for k in range(warmup)]
-        write_json_atomic(os.path.join(workdir, job["profile"]), {
-            "traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"verify_warmup_runs": warm, "verify_timed_runs":
-                          len(job["cases"]) * iterations, "onnxruntime": ort.__version__}})
-        result["profile"] = job["profile"]
-        result["profile_warmup_runs"] = warmup
+        n_cases = len(job[J.CASES])
+        warm = [ci * per_case + k for ci in range(n_cases) for k in range(warmup)]
+        write_json_atomic(os.path.join(workdir, J.PROFILE.of(job)), {
+            T.EVENTS: events, T.TIME_UNIT: "ms",
+            T.OTHER_DATA: {T.WARMUP_RUNS: warm, T.TIMED_RUNS: n_cases * iterations,
+                           T.ONNXRUNTIME: ort.__version__}})
+        result[R.PROFILE] = J.PROFILE.of(job)
+        result[R.PROFILE_WARMUP_RUNS] = warmup
     return result
 
 
@@ -423,7 +436,7 @@ _GRAPH_FIELD = 7
 _OUTPUT_TAG = b"\x62"      # field 12, wire type 2
 _NAME_TAG = b"\x0a"        # field 1, wire type 2
 _MIB = 1 << 20
-STAT_FIRST = 8             # how many leading values the stats keep
+STAT_FIRST = C.STAT_FIRST  # how many leading values the stats keep
 _STAT_BLOCK = 1 << 20      # elements per block when computing stats (bounded temporaries)
 ITEMSIZE = {"float": 4, "float16": 2, "double": 8, "bfloat16": 2, "int8": 1, "uint8": 1,
             "int16": 2, "uint16": 2, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
@@ -521,13 +534,14 @@ def tensor_stats(np, value, first=STAT_FIRST):
     """min, max, mean, std (float64 sums over finite values), NaN/Inf counts, first values;
     computed block by block so no full-size temporary is made."""
     a = np.asarray(value)
-    stats = {"dtype": str(a.dtype), "shape": [int(d) for d in a.shape], "size": int(a.size),
-             "nan": 0, "inf": 0, "min": None, "max": None, "mean": None, "std": None,
-             "first": []}
+    Rec = C.Record
+    stats = {Rec.DTYPE: str(a.dtype), Rec.SHAPE: [int(d) for d in a.shape],
+             Rec.SIZE: int(a.size), Rec.NAN: 0, Rec.INF: 0, Rec.MIN: None, Rec.MAX: None,
+             Rec.MEAN: None, Rec.STD: None, Rec.FIRST: []}
     if a.dtype.kind not in "biuf":
         return stats
     flat = a.reshape(-1)
-    stats["first"] = [v.item() for v in flat[:first]]
+    stats[Rec.FIRST] = [v.item() for v in flat[:first]]
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
     for start in range(0, flat.size, _STAT_BLOCK):
         block = flat[start:start + _STAT_BLOCK]
@@ -537,8 +551,8 @@ def tensor_stats(np, value, first=STAT_FIRST):
         if a.dtype.kind == "f" and not (np.isfinite(bmin) and np.isfinite(bmax)):
             finite = np.isfinite(block)
             nan = int(np.count_nonzero(np.isnan(block)))
-            stats["nan"] += nan
-            stats["inf"] += int(block.size - np.count_nonzero(finite)) - nan
+            stats[Rec.NAN] += nan
+            stats[Rec.INF] += int(block.size - np.count_nonzero(finite)) - nan
             block = block[finite]
             bmin = bmax = None
         if block.size == 0:
@@ -559,8 +573,8 @@ def tensor_stats(np, value, first=STAT_FIRST):
         lo = bmin if lo is None else min(lo, bmin)
         hi = bmax if hi is None else max(hi, bmax)
     if count:
-        stats.update({"min": lo, "max": hi, "mean": total / count,
-                      "std": (m2 / count) ** 0.5})
+        stats.update({Rec.MIN: lo, Rec.MAX: hi, Rec.MEAN: total / count,
+                      Rec.STD: (m2 / count) ** 0.5})
     return stats
 
 
@@ -854,8 +868,9 @@ def capture_segments(np, ort, model, tensors, cases, budget, session_job, scratc
     alone). Each segment is a session on its own model (see WireModel), run with optimizations
     as in `session_job`, on the case's inputs and the boundary values earlier segments left:
     every node runs once per case. With `copy` false, values view onnxruntime's buffers and are
-    valid only until the next item. `stats` (a dict), when given, receives "segments" (the
-    [first, last) node spans run for the first case), "nodes" and "subgraph_tensors"."""
+    valid only until the next item. `stats` (a dict), when given, receives the C.DumpResult
+    fields but its cases and time: the budget, the segments (the [first, last) node spans run
+    for the first case), the nodes, those measured, and the tensors inside subgraphs."""
     with open(model, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         buf = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
@@ -878,7 +893,8 @@ def measure_sizes(np, ort, model, cases, session_job, scratch):
     """Bytes of every named node's outputs, measured: one run per case of `model` (a file) with
     nothing marked (so memory as in a plain run) and onnxruntime's profiler on, whose node
     events record each output's type and shape. Largest over the cases."""
-    job = dict(session_job, profile=os.path.join(scratch, "_measure"))
+    job = dict(session_job)
+    job[J.PROFILE] = os.path.join(scratch, "_measure")
     sess = make_session(ort, model, job)
     names = [o.name for o in sess.get_outputs()]
     wanted = set(i.name for i in sess.get_inputs())
@@ -937,13 +953,12 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
     if budget is None:
         budget = max(default_budget(os.path.getsize(wire.path)),
                      plain_live_bytes(nodes, sizes, last_read) // 2)
-    if stats is not None:
-        stats["budget"] = budget
     path = os.path.join(scratch, "_segment.onnx")
     sessions = {}  # segment span -> session, kept across cases only when there are several
-    if stats is not None:
-        stats.update(nodes=len(nodes), segments=[], measured=len(unknown),
-                     subgraph_tensors=sum(n.subgraph_tensors for n in nodes))
+    if stats is not None:  # the result's "dump" entry, but for its cases and time
+        stats.update({DR.BUDGET_BYTES: budget, DR.NODES: len(nodes), DR.SEGMENTS: [],
+                      DR.MEASURED: len(unknown),
+                      DR.SUBGRAPH_TENSORS: sum(n.subgraph_tensors for n in nodes)})
     for ci, feeds in enumerate(cases):
         for name in tensors:
             if name in feeds:
@@ -954,7 +969,7 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
             held_bytes = sum(int(v.nbytes) for v, _ in held.values())
             last = next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes)
             if stats is not None and ci == 0:
-                stats["segments"].append([first, last])
+                stats[DR.SEGMENTS].append([first, last])
             fetch = [o for node in nodes[first:last] for o in node.outputs
                      if o and (o in captured or last_read.get(o, -1) >= last)]
             if fetch:
@@ -1051,60 +1066,59 @@ def _return_freed_memory():
 def run_dump(np, ort, job, workdir, result):
     """Capture the job's dump tensors into .npy files named by index, with per-tensor stats.
 
-    job["dump"]: {"tensors": [names in topological order], "outputs": [the model's own
-    outputs], "budget_bytes": int or null (default_budget), "dir": "dump", "save": bool
-    (false: stats only), "first": how many leading values the stats keep, "sizes": {node
-    output name: bytes or null} (optional: what is missing is measured)}. Every segment runs
-    at opt-level disable on job["model"]. result["dump"]: {"budget_bytes", "ms", "cases":
-    per case, per tensor in order, {"name", "file" (relative to the job's directory, or
-    null), "dtype", "shape", "size", "min", "max", "mean", "std", "nan", "inf", "first"},
-    "segments": [[first, last], ...] (node spans, in the order nodes ran), "nodes",
-    "measured", "subgraph_tensors"}.
+    job["dump"] is a C.DumpSpec: the tensors in topological order, the budget (null:
+    default_budget), where to write them and whether to, how many leading values a summary
+    keeps, the host's sizes (what is missing is measured). Every segment runs at opt-level
+    disable on job["model"]. result["dump"] is a C.DumpResult: per case, per tensor in order,
+    a C.Record (its file relative to the job's directory, or null), the segments' node spans
+    in the order they ran, and the counts.
 
     Run it in a process of its own, not after a timed session in the same one: what that
     session freed stays in the heap and adds to the dump's peak (1.7x instead of 1.2x a plain
     run on a wide model in benchmarks/bench_dump.py)."""
-    spec = job["dump"]
-    out_rel = spec.get("dir", "dump")
+    DS = C.DumpSpec
+    spec = job[J.DUMP]
+    out_rel = DS.DIR.of(spec)
     out_dir = os.path.join(workdir, out_rel)
     os.makedirs(out_dir, exist_ok=True)
-    model = os.path.join(workdir, job["model"])
+    model = os.path.join(workdir, job[J.MODEL])
     # No arena: it grows in doubling steps and keeps its peak, which a chunk's pinned outputs
     # would raise; and large buffers go back to the system as soon as they are freed.
     # Its worker threads do not spin between ops: a dump runs the graph as many short runs
     # (one per segment) whose timing nobody reads; spinning took ~20% of its CPU time (run_dump
     # on PP-OCRv4 det 640's optimized graph: 1.65-2.15 s without, 2.35-2.47 s with, on a
     # loaded 2-core host; issue 14). Scheduling only: the values are the same.
-    config = dict(job.get("session_config") or {})
+    config = J.SESSION_CONFIG.of(job)
     config.setdefault("session.intra_op.allow_spinning", "0")
-    session_job = dict(job, opt_level="disable", optimized_model_path=None, profile=None,
-                       no_cpu_arena=True, session_config=config)
+    session_job = dict(job)
+    session_job.update({J.OPT_LEVEL: "disable", J.OPTIMIZED_MODEL_PATH: None, J.PROFILE: None,
+                        J.NO_CPU_ARENA: True, J.SESSION_CONFIG: config})
     _return_freed_memory()
-    tensors = list(spec["tensors"])
+    tensors = list(spec[DS.TENSORS])
     index = {name: i for i, name in enumerate(tensors)}
-    save = bool(spec.get("save", True))
-    first = int(spec.get("first", STAT_FIRST))
-    cases = [load_inputs(np, case, workdir) for case in job["cases"]]
-    budget = spec.get("budget_bytes")  # None: default_budget, raised to half a plain run's
+    save = bool(DS.SAVE.of(spec))
+    first = int(DS.FIRST.of(spec))
+    cases = [load_inputs(np, case, workdir) for case in job[J.CASES]]
+    budget = DS.BUDGET_BYTES.of(spec)  # None: default_budget, raised to half a plain run's
     budget = int(budget) if budget else None  # live activations once the sizes are known
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
-    stats = {}
+    stats = {DR.BUDGET_BYTES: budget}
     for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget, session_job,
-                                            out_dir, sizes=spec.get("sizes"), copy=False,
+                                            out_dir, sizes=DS.SIZES.of(spec), copy=False,
                                             stats=stats):
         rec = tensor_stats(np, value, first)
-        rec["name"] = name
-        rec["file"] = None
+        rec[C.Record.NAME] = name
+        rec[C.Record.FILE] = None
         if save:
-            rec["file"] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
-            np.save(os.path.join(workdir, rec["file"]), np.asarray(value), allow_pickle=False)
+            rec[C.Record.FILE] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
+            np.save(os.path.join(workdir, rec[C.Record.FILE]), np.asarray(value),
+                    allow_pickle=False)
         records[ci][index[name]] = rec
-    result["dump"] = {"budget_bytes": stats.get("budget", budget), "ms": _now_ms(t0),
-                      "cases": records,
-                      "segments": stats.get("segments", []), "nodes": stats.get("nodes", 0),
-                      "measured": stats.get("measured", 0),
-                      "subgraph_tensors": stats.get("subgraph_tensors", 0)}
+    dump = dict((f, f.of(stats)) for f in DR.fields() if not f.required)
+    dump.update({DR.BUDGET_BYTES: stats[DR.BUDGET_BYTES], DR.MS: _now_ms(t0),
+                 DR.CASES: records})
+    result[R.DUMP] = dump
 
 
 def peak_rss_bytes():
@@ -1139,9 +1153,9 @@ def main(argv):
     if argv[1:2] == ["--describe"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--probe"]):
         info = describe()
         if __name__ == "__main__":  # --serve is offered by this file run as the program, not
-            info["serve"] = True    # by a wrapper that imports it and calls main() per job
-        if len(argv) == 4 and info.get("onnxruntime"):
-            info["probe"] = probe_providers([p for p in argv[3].split(",") if p])
+            info[D.SERVE] = True    # by a wrapper that imports it and calls main() per job
+        if len(argv) == 4 and info.get(D.ONNXRUNTIME):
+            info[D.PROBE] = probe_providers([p for p in argv[3].split(",") if p])
         json.dump(info, sys.stdout)
         sys.stdout.write("\n")
         return 0
@@ -1160,9 +1174,9 @@ def run_job_file(path):
     workdir = os.path.dirname(job_path)
     with open(job_path) as fh:
         job = json.load(fh)
-    if job.get("contract") != CONTRACT or int(job.get("version", 0)) > CONTRACT_VERSION:
-        sys.stderr.write("runner speaks %s version %d; the job is %s version %s\n" % (
-            CONTRACT, CONTRACT_VERSION, job.get("contract"), job.get("version")))
+    problem = C.job_problem(job)
+    if problem:
+        sys.stderr.write(problem + "\n")
         return 2
     execute_job(job, workdir)
     return 0
@@ -1211,18 +1225,16 @@ def serve(requests, run=None):
 
 def execute_job(job, workdir):
     """Run the job and write its result file (errors included)."""
-    result_path = os.path.join(workdir, job.get("result", "result.json"))
+    result_path = os.path.join(workdir, J.RESULT.of(job))
     try:
         result = run_job(job, workdir)
     except JobError as exc:
-        result = {"contract": CONTRACT, "version": CONTRACT_VERSION, "status": "error",
-                  "error": {"kind": exc.kind, "message": str(exc)}}
+        result = C.error_result(exc.kind, str(exc))
     except Exception as exc:  # anything else is a runner failure; keep the trace for the host
-        result = {"contract": CONTRACT, "version": CONTRACT_VERSION, "status": "error",
-                  "error": {"kind": "runtime", "message": "%s: %s" % (type(exc).__name__, exc),
-                            "traceback": traceback.format_exc()}}
-    result["device"] = describe()
-    result["peak_rss_bytes"] = peak_rss_bytes()
+        result = C.error_result("runtime", "%s: %s" % (type(exc).__name__, exc),
+                                traceback.format_exc())
+    result[R.DEVICE] = describe()
+    result[R.PEAK_RSS_BYTES] = peak_rss_bytes()
     write_json_atomic(result_path, result)
 
 
@@ -1238,9 +1250,12 @@ def forked_dump(job, workdir):
     model needs the file the timed session writes."""
     if not hasattr(os, "fork"):
         return None
-    spec = dict(job["dump_first"])
-    dump_job = dict(job, dump=spec, result=spec.pop("result", "dump_result.json"))
-    del dump_job["dump_first"]
+    spec = dict(job[J.DUMP_FIRST])
+    dump_job = dict(job)
+    dump_job[J.RESULT] = C.DumpFirst.RESULT.of(spec)
+    spec.pop(C.DumpFirst.RESULT, None)
+    dump_job[J.DUMP] = spec
+    del dump_job[J.DUMP_FIRST]
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -1252,7 +1267,7 @@ def forked_dump(job, workdir):
         finally:
             os._exit(code)
     os.waitpid(pid, 0)
-    name = dump_job["result"]
+    name = dump_job[J.RESULT]
     return name if os.path.exists(os.path.join(workdir, name)) else None  # killed: no result
 
 

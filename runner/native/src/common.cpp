@@ -198,13 +198,13 @@ int log_severity(const json& job) {
     int s = job["ort_log_severity"].get<int>();
     if (s >= 0 && s <= 4) return s;
   }
-  return 3;
+  return contract::kDefaultOrtLogSeverity;
 }
 
 Ort::SessionOptions session_options(const json& job) {
   Ort::SessionOptions so;
   so.SetLogSeverityLevel(log_severity(job));
-  std::string level = job.value("opt_level", std::string("disable"));
+  std::string level = job.value("opt_level", std::string(contract::kDefaultOptLevel));
   auto it = kOptLevels.find(level);
   if (it == kOptLevels.end()) throw JobError("input", "unknown opt_level '" + level + "'");
   GraphOptimizationLevel levels[] = {ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ORT_ENABLE_EXTENDED,
@@ -229,7 +229,7 @@ Ort::SessionOptions session_options(const json& job) {
       so.AddConfigEntry("session.optimized_model_external_initializers_file_name", data.c_str());
     }
   }
-  if (job.value("no_cpu_arena", false)) so.DisableCpuMemArena();
+  if (job.value("no_cpu_arena", contract::kDefaultNoCpuArena)) so.DisableCpuMemArena();
   if (job.contains("session_config") && job["session_config"].is_object())
     for (auto& [k, v] : job["session_config"].items())
       so.AddConfigEntry(k.c_str(), value_string(v).c_str());
@@ -237,7 +237,7 @@ Ort::SessionOptions session_options(const json& job) {
     std::string prefix = job["profile"].get<std::string>() + ".raw";
     so.EnableProfiling(prefix.c_str());
   }
-  std::vector<std::string> providers = {"CPUExecutionProvider"};
+  std::vector<std::string> providers = {contract::kCpuProvider};
   if (job.contains("providers") && job["providers"].is_array() && !job["providers"].empty())
     providers = job["providers"].get<std::vector<std::string>>();
   std::vector<std::string> available = available_providers();

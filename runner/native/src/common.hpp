@@ -12,14 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "contract.hpp"
 #include "npy.hpp"
 
 namespace vr {
 
 using json = nlohmann::ordered_json;  // keeps key order: outputs in the model's order
 
-constexpr const char* kContract = "verify-runner";
-constexpr int kContractVersion = 1;
+constexpr const char* kContract = contract::kContract;
+constexpr int kContractVersion = contract::kContractVersion;
 constexpr const char* kRunnerVersion = "0.1.0";
 
 // An error the runner can attribute: kind is model, input, provider or runtime.

@@ -12,7 +12,7 @@
 
 namespace vr {
 
-constexpr int kStatFirst = 8;
+constexpr int kStatFirst = contract::kStatFirst;
 
 // Bytes of live tensors a segment may hold when the job names no budget: 1.5x the model, at
 // least 16 MiB, at most 1/16 of memory (runner.py's default_budget).

@@ -67,11 +67,11 @@ json run_timed(json job, const std::string& workdir) {
     output_names.push_back(sess.GetOutputNameAllocated(i, alloc).get());
   std::vector<const char*> out_ptrs;
   for (const auto& n : output_names) out_ptrs.push_back(n.c_str());
-  std::string out_rel = job.value("outputs_dir", std::string("out"));
+  std::string out_rel = job.value("outputs_dir", std::string(contract::kDefaultOutputsDir));
   make_dirs(join_path(workdir, out_rel));
-  int warmup = job.value("warmup", 1);
-  int iterations = std::max(1, job.value("iterations", 1));
-  bool control = job.contains("control_probe") && job["control_probe"] == true;
+  int warmup = job.value("warmup", contract::kDefaultWarmup);
+  int iterations = std::max(1, job.value("iterations", contract::kDefaultIterations));
+  bool control = job.contains("control_probe") && job["control_probe"] == true;  // else false
   size_t ci = 0;
   for (const json& c : job.at("cases")) {
     std::map<std::string, npy::Array> feeds = load_inputs(c, workdir);
@@ -148,7 +148,8 @@ json error_result(const std::string& kind, const std::string& message) {
 }
 
 int execute_job(const json& job, const std::string& workdir) {
-  std::string result_path = join_path(workdir, job.value("result", std::string("result.json")));
+  std::string result_path =
+      join_path(workdir, job.value("result", std::string(contract::kDefaultResult)));
   json result;
   try {
     result = run_job(job, workdir);

@@ -215,7 +215,7 @@ std::string segment_model(const Graph& g, size_t first, size_t last,
 
 void run_dump_segments(const json& job, const std::string& workdir, json& result) {
   const json& spec = job.at("dump");
-  std::string out_rel = spec.value("dir", std::string("dump"));
+  std::string out_rel = spec.value("dir", std::string(contract::kDefaultDumpDir));
   make_dirs(join_path(workdir, out_rel));
   std::string model_path = join_path(workdir, job.at("model").get<std::string>());
   json session_job = job;
@@ -226,7 +226,7 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   std::vector<std::string> tensors = spec.at("tensors").get<std::vector<std::string>>();
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i], i);
-  bool save = spec.value("save", true);
+  bool save = spec.value("save", contract::kDefaultDumpSave);
   int first_n = spec.value("first", kStatFirst);
   std::vector<std::map<std::string, npy::Array>> cases;
   for (const json& c : job.at("cases")) cases.push_back(load_inputs(c, workdir));

@@ -138,7 +138,7 @@ def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path
                                                         ) -> None:
     import sys
 
-    from verify.pipeline import RUNNER_SOURCE
+    from verify.runner_files import RUNNER_SOURCE
 
     log, wrapper = tmp_path / "plans.jsonl", tmp_path / "recording_runner.py"
     wrapper.write_text(_PLAN_RECORDING_RUNNER.format(runner=str(RUNNER_SOURCE)))

@@ -19,7 +19,7 @@ import pytest
 from fixtures_devices import ALT_RUNNER, REPO, DeviceEnv, run_cli, run_json
 
 from verify.devices import load_profile
-from verify.pipeline import RUNNER_SOURCE
+from verify.runner_files import runner_file
 from verify.testcase import read_archive
 
 
@@ -59,7 +59,7 @@ def test_run_end_to_end_and_the_second_run_pushes_only_the_job(
     dumped = np.load(tmp_path / "out" / "case0-out0.npy", allow_pickle=False)
     assert np.array_equal(dumped, next(iter(tc.cases[0].outputs.values())))
 
-    cached_bytes = (RUNNER_SOURCE.stat().st_size + len(tc.model_bytes)
+    cached_bytes = (runner_file().stat().st_size + len(tc.model_bytes)
                     + sum(_npy_size(v) for v in tc.cases[0].inputs.values()))
     t1 = first["transfers"]
     assert (t1["files_put"], t1["files_cached"]) == (5, 0)  # runner, model, 2 inputs, job

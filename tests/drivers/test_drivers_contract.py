@@ -268,16 +268,16 @@ def test_devices_check_shows_the_cache_and_clean_keep_mb_trims_it(
     code, out, _ = verify(capsys, "devices", "check", "box")
     assert code == 0
     # the three files, and the runner check itself pushed (just used: it stays)
-    from verify.session import RUNNER_SOURCE
+    from verify.runner_files import runner_file
 
-    mb = (3 * (1 << 20) + RUNNER_SOURCE.stat().st_size + 4) / (1 << 20)
+    mb = (3 * (1 << 20) + runner_file().stat().st_size + 4) / (1 << 20)
     assert re.search(rf"^  cache +{mb:.1f} MB in 4 file\(s\), 1 partial transfer\(s\) \(trim "
                      r"it: verify devices clean SPEC --keep-mb N\)$", out, re.M), out
     code, out, _ = verify(capsys, "devices", "clean", "box", "--keep-mb", "2.5")
     assert code == 0
     assert out.splitlines()[-1] == ("device box: cache trimmed to at most 2.5 MB (2 file(s) "
                                     "removed)")
-    assert sorted(p.suffix for p in cache.iterdir()) == [".bin", ".bin", ".py"]
+    assert sorted(p.suffix for p in cache.iterdir()) == [".bin", ".bin", ".pyz"]
     assert not (cache / "0.bin").exists()
     code, _, err = verify(capsys, "devices", "clean", "box", "--keep-mb", "-1")
     assert (code, err.strip()) == (2, "error: --keep-mb -1: expected a number of MB >= 0")

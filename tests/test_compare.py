@@ -563,12 +563,20 @@ def test_string_and_complex_outputs_are_judged_by_equality_alone() -> None:
     same = compare("labels", r.copy(), r)
     assert same.passed and (same.n_outside, same.tol_units, same.size) == (0, 0.0, 3)
     doc = compare("labels", np.array(["cat", "dog", "eel"], object), r).to_dict()
-    assert {k: doc[k] for k in ("passed", "reason", "size", "n_outside", "frac_outside",
-                                "tol_units", "threshold", "max_abs", "max_rel", "mean_abs",
-                                "cosine", "sqnr_db")} == {
-        "passed": False, "reason": "1 of 3 elements differ", "size": 3, "n_outside": 1,
-        "frac_outside": 1 / 3, "tol_units": "inf", "threshold": 0.0, "max_abs": "nan",
-        "max_rel": "nan", "mean_abs": "nan", "cosine": "nan", "sqnr_db": "nan"}
+    assert json.loads(json.dumps(doc, allow_nan=False)) == {
+        "name": "labels", "passed": False, "rule": "exact", "reason": "1 of 3 elements differ",
+        "actual_shape": [3], "reference_shape": [3], "actual_dtype": "object",
+        "reference_dtype": "object", "size": 3, "max_abs": "nan", "max_rel": "nan",
+        "mean_abs": "nan", "cosine": "nan", "sqnr_db": "nan", "ref_peak": "nan",
+        "threshold": 0.0, "tol_units": "inf", "n_outside": 1, "frac_outside": 1 / 3,
+        "nan_actual": 0, "nan_reference": 0, "inf_actual": 0, "inf_reference": 0,
+        "nonfinite_mismatch": 0, "topk": None, "note": ""}
+    # text stored as another type, and one label wrong: both said
+    both = compare("labels", np.array(["cat", "dog", "eel"]), r)
+    assert both.reason == "dtype <U3 vs object; 1 of 3 elements differ"
+    empty = np.array([], object)  # no detections: nothing to differ
+    e = compare("labels", empty, empty.copy())
+    assert e.passed and (e.n_outside, e.frac_outside, e.tol_units) == (0, 0.0, 0.0)
     seq = np.empty(2, object)
     seq[0], seq[1] = np.array([1, 2]), np.array([3])
     d = compare("seq", seq, seq.copy())

@@ -584,3 +584,14 @@ def test_string_and_complex_outputs_are_judged_by_equality_alone() -> None:
     c = np.array([1 + 2j, 3j])
     assert compare("fft", c, c.copy()).passed
     assert compare("fft", c * 1j, c).reason == "2 of 2 elements differ"
+
+
+def test_large_integer_ids_one_apart_are_reported_one_apart() -> None:
+    """Integer outputs are read in float64 (exact to 2^53), never float32: two token ids
+    2^25 + 1 and 2^25 + 2 differ, and the reason says by how much (float32 holds neither)."""
+    r = np.array([7, 2**25 + 1], np.int64)
+    a = np.array([7, 2**25 + 2], np.int64)
+    for dt in (np.int64, np.int32):
+        d = compare("ids", a.astype(dt), r.astype(dt))
+        assert not d.passed and d.max_abs == 1.0
+        assert d.reason == "1 of 2 elements differ (max|a-r| 1)"

@@ -595,3 +595,10 @@ def test_large_integer_ids_one_apart_are_reported_one_apart() -> None:
         d = compare("ids", a.astype(dt), r.astype(dt))
         assert not d.passed and d.max_abs == 1.0
         assert d.reason == "1 of 2 elements differ (max|a-r| 1)"
+
+
+def test_a_relative_error_below_one_over_eps_is_reported_as_is() -> None:
+    """max_rel is taken again against eps * max|r| only past 1/eps (a reference element near
+    zero blowing it up); an element at 1e-9 next to a peak of 1, off by 100%, reads 1.0."""
+    d = compare("x", np.float32([1.0, 2e-9]), np.float32([1.0, 1e-9]))
+    assert d.max_rel == pytest.approx(1.0, rel=1e-6)

@@ -169,3 +169,36 @@ def test_a_serving_runner_that_overruns_is_killed(
     while process_alive(server["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not process_alive(server["pid"])
+
+
+def test_ctrl_c_during_a_served_job_exits_130_and_leaves_nothing(
+        transport: str, sshd: Any, device_env: Any, cnn_two_cases: Path,
+        tmp_path: Path) -> None:
+    import signal
+
+    from fixtures_devices import verify_process
+
+    log = tmp_path / "starts.log"
+    spec = _profile(device_env, transport, "slow", sshd, runner=[
+        sys.executable, str(COUNTING), str(log), str(TESTS / "ci_wrapped_runner.py"),
+        "--sleep-ms", "60000", str(RUNNER)])
+    jobs = device_env.local_jobs() if transport == "local" else \
+        device_env.cache / f"{transport}-slow" / "jobs"
+    proc = verify_process(["bench", cnn_two_cases, "--device", spec, "--setting", "opt=all",
+                           "--iter", 1], device_env.env)
+    deadline = time.monotonic() + 120
+    while not any(s["argv"][-1] == "--serve" for s in _starts(log)) \
+            or not list(jobs.glob("*/job.json")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the served job never started"
+        time.sleep(0.05)
+    time.sleep(1.0)  # the job handed over: the runner sleeps inside its first inference
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (130, "", "\ninterrupted\n")
+    server = _starts(log)[-1]
+    deadline = time.monotonic() + 10
+    while process_alive(server["pid"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not process_alive(server["pid"])
+    assert list(jobs.iterdir()) == []

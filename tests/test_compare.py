@@ -602,3 +602,21 @@ def test_a_relative_error_below_one_over_eps_is_reported_as_is() -> None:
     zero blowing it up); an element at 1e-9 next to a peak of 1, off by 100%, reads 1.0."""
     d = compare("x", np.float32([1.0, 2e-9]), np.float32([1.0, 1e-9]))
     assert d.max_rel == pytest.approx(1.0, rel=1e-6)
+    # at 1/eps exactly (2^23 for float32) it is still as is: 2^-7 off an element of 2^-30
+    r = np.float32([1.0, 2.0 ** -30])
+    a = np.float32([1.0, 2.0 ** -7 + 2.0 ** -30])
+    assert compare("x", a, r).max_rel == 2.0 ** 23
+
+
+def test_no_detections_and_integer_zeros_read_plainly() -> None:
+    """A detector's box output with no box on either side (shape (0, 4)) passes with nothing
+    outside (fraction 0, not 1); an integer output all zero (no class present) gets no
+    "reference is all zero" note, which is said of float references only."""
+    none = np.zeros((0, 4), np.float32)
+    d = compare("boxes", none, none.copy())
+    assert d.passed and (d.n_outside, d.frac_outside, d.size) == (0, 0.0, 0)
+    z = np.zeros(6, np.int64)
+    i = compare("classes", z, z.copy())
+    assert i.passed and i.note == ""
+    assert compare("scores", z.astype(np.float32), z.astype(np.float32)).note == \
+        "reference is all zero"

@@ -14,6 +14,12 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from fixtures_devices import DeviceEnv
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "build_native_runner.py"
@@ -95,3 +101,22 @@ def unit_test_bin() -> Path:
         return Path(build_script().unit_tests("linux-x86_64"))
     finally:
         _set_xdg(saved)
+
+
+def minimal_root() -> Path:
+    from verify.devices import arm64_root
+
+    return Path(str(arm64_root()) + "-minimal")
+
+
+@pytest.fixture
+def arm64_native(device_env: DeviceEnv) -> str:
+    """The shipped devices/arm64-native.toml, its {cache} pointed at the built bundles."""
+    import shutil
+
+    if shutil.which("qemu-aarch64-static") is None or not (minimal_root() / "lib").is_dir():
+        pytest.skip("no minimal arm64 root or qemu: python scripts/build_arm64_root.py --minimal")
+    cache = device_env.cache / "verify"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "native-runner").symlink_to(bundle("linux-aarch64").parent)
+    return "arm64-native"

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from fixtures_devices import DeviceEnv, device_env, run_cli  # noqa: F401
-from fixtures_native import native_bin
-from test_native_devices import arm64_native  # noqa: F401  (a fixture)
+from fixtures_native import arm64_native, native_bin  # noqa: F401  (a fixture)
 
 TESTS = Path(__file__).resolve().parent
 BROKEN = TESTS / "broken_runner.py"

@@ -21,32 +21,13 @@ import numpy as np
 import pytest
 
 from fixtures_devices import DeviceEnv, run_cli, run_json
-from fixtures_native import bundle, native_bin, validate
+from fixtures_native import arm64_native, bundle, minimal_root, native_bin, validate  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def minimal_root() -> Path:
-    from verify.devices import arm64_root
-
-    return Path(str(arm64_root()) + "-minimal")
-
-
 def qemu_prefix() -> list[str]:
     return ["qemu-aarch64-static", "-L", str(minimal_root()), "-cpu", "neoverse-n1"]
-
-
-@pytest.fixture
-def arm64_native(device_env: DeviceEnv) -> str:
-    """The shipped devices/arm64-native.toml, its {cache} pointed at the built bundles."""
-    import shutil
-
-    if shutil.which("qemu-aarch64-static") is None or not (minimal_root() / "lib").is_dir():
-        pytest.skip("no minimal arm64 root or qemu: python scripts/build_arm64_root.py --minimal")
-    cache = device_env.cache / "verify"
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "native-runner").symlink_to(bundle("linux-aarch64").parent)
-    return "arm64-native"
 
 
 def pushed_runner(target: str = "linux-aarch64") -> dict[str, Any]:

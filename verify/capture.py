@@ -25,10 +25,11 @@ from verify.graph import (TensorInfo, fused_away, output_names, parse_model,
                           saturation_floors, tensor_order)
 from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
+from verify.runner.contract import CPU_PROVIDER, Job
 from verify.shapes import tensor_sizes
 
 # The host reference: plain CPU kernels, as for ground truth (reference.py).
-_HOST_JOB = {"opt_level": "disable", "providers": ["CPUExecutionProvider"]}
+_HOST_JOB = {Job.OPT_LEVEL: "disable", Job.PROVIDERS: [CPU_PROVIDER]}
 
 
 class HostCapture:
@@ -45,9 +46,9 @@ class HostCapture:
         """`model`: `model_bytes` already parsed by the caller (it is not parsed again);
         `external_dir`: the folder its external data files lie in (then `model` is given)."""
         model = model if model is not None else parse_model(model_bytes, "model")
-        self._job = {**_HOST_JOB, "ort_log_severity": ort_log_severity()}
+        self._job = {**_HOST_JOB, Job.ORT_LOG_SEVERITY: ort_log_severity()}
         if external_dir is not None:
-            self._job["external_data"] = str(Path(external_dir).resolve())
+            self._job[Job.EXTERNAL_DATA] = str(Path(external_dir).resolve())
         self._order = [t.name for t in tensor_order(model)]
         self._outputs = output_names(model)
         self._model = model

@@ -27,9 +27,15 @@ import numpy as np
 
 from verify import __version__
 from verify.errors import DumpError, UsageError
+from verify.runner.contract import (DUMP_FORMAT, DUMP_FORMAT_VERSION, FusedAway,
+                                    ManifestCase, ManifestOptions, ManifestTensor,
+                                    ManifestVersions, Record)
+from verify.runner.contract import Describe as D
+from verify.runner.contract import Manifest as M
 
-FORMAT = "verify-dump"
-FORMAT_VERSION = 1
+FORMAT = DUMP_FORMAT
+FORMAT_VERSION = DUMP_FORMAT_VERSION
+MC, MT, V = ManifestCase, ManifestTensor, ManifestVersions
 MANIFEST = "manifest.json"
 _FILE_RE = re.compile(r"c\d+_t\d+\.npy")
 
@@ -83,14 +89,14 @@ def manifest_header(*, device: Mapping[str, Any], spec: str, providers: Sequence
                     outputs: Sequence[str]) -> dict[str, Any]:
     """The manifest's fields other than the tensors."""
     return {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "complete": True,
-        "verify": __version__,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "device": dict(device), "spec": spec, "providers": list(providers),
-        "options": dict(options),
-        "versions": {"onnxruntime": device.get("onnxruntime"), "numpy": device.get("numpy"),
-                     "python": device.get("python"), "verify": __version__},
-        "model_sha256": model_sha256, "graph": graph, "outputs": list(outputs),
+        M.FORMAT: FORMAT, M.FORMAT_VERSION: FORMAT_VERSION, M.COMPLETE: True,
+        M.VERIFY: __version__,
+        M.CREATED_UTC: _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        M.DEVICE: dict(device), M.SPEC: spec, M.PROVIDERS: list(providers),
+        M.OPTIONS: dict(options),
+        M.VERSIONS: {V.ONNXRUNTIME: device.get(D.ONNXRUNTIME), V.NUMPY: device.get(D.NUMPY),
+                     V.PYTHON: device.get(D.PYTHON), V.VERIFY: __version__},
+        M.MODEL_SHA256: model_sha256, M.GRAPH: graph, M.OUTPUTS: list(outputs),
     }
 
 
@@ -133,49 +139,49 @@ class Dump:
 
     @property
     def n_cases(self) -> int:
-        return len(self.manifest["cases"])
+        return len(self.manifest[M.CASES])
 
     @property
     def stats_only(self) -> bool:
-        return bool(self.manifest.get("options", {}).get("stats_only"))
+        return bool(self.manifest.get(M.OPTIONS, {}).get(ManifestOptions.STATS_ONLY))
 
     # the manifest's fields a reader uses, typed (open_dump checked their types)
     @property
     def outputs(self) -> frozenset[str]:
         """The model's own outputs."""
-        return frozenset(self.manifest.get("outputs") or ())
+        return frozenset(self.manifest.get(M.OUTPUTS) or ())
 
     @property
     def fused_away(self) -> frozenset[str]:
         """Tensors of the model that the captured (optimized) graph no longer has."""
-        return frozenset(str(f["name"]) for f in self.manifest.get("fused_away") or ()
-                         if isinstance(f, dict) and "name" in f)
+        return frozenset(str(f[FusedAway.NAME]) for f in self.manifest.get(M.FUSED_AWAY) or ()
+                         if isinstance(f, dict) and FusedAway.NAME in f)
 
     @property
     def fused_into(self) -> dict[str, list[str]]:
         """Optimized-graph tensor → the model's tensors fused into it."""
         return {str(k): [str(x) for x in v]
-                for k, v in (self.manifest.get("fused_into") or {}).items()}
+                for k, v in (self.manifest.get(M.FUSED_INTO) or {}).items()}
 
     @property
     def subgraph_tensors(self) -> int:
         """Tensors inside If/Loop/Scan bodies the dump could not capture."""
-        n = self.manifest.get("subgraph_tensors") or 0
+        n = self.manifest.get(M.SUBGRAPH_TENSORS) or 0
         return n if _is_int(n) else 0
 
     @property
     def model_sha256(self) -> str:
-        return str(self.manifest.get("model_sha256") or "")
+        return str(self.manifest.get(M.MODEL_SHA256) or "")
 
     @property
     def graph(self) -> str:
         """Which graph was captured: "model" or "optimized"."""
-        return str(self.manifest.get("graph") or "model")
+        return str(self.manifest.get(M.GRAPH) or M.GRAPH.default)
 
     @property
     def case_numbers(self) -> list[int]:
         """The archive's case numbers the dump holds (a run with --case 2 holds just 2)."""
-        return [int(c.get("case", i)) for i, c in enumerate(self.manifest["cases"])]
+        return [int(c.get(MC.CASE, i)) for i, c in enumerate(self.manifest[M.CASES])]
 
     def entries(self, case: int = 0) -> list[DumpEntry]:
         """The tensors of the archive's case `case`, in topological order."""
@@ -184,12 +190,11 @@ class Dump:
             raise UsageError(f"{self.path}: no case {case} (the dump holds case(s) "
                              f"{', '.join(map(str, numbers))})")
         try:
-            return [DumpEntry(int(t["index"]), str(t["name"]), str(t.get("node", "")),
-                              str(t.get("op", "")), str(t["dtype"]),
-                              tuple(int(d) for d in t["shape"]), t.get("file"),
-                              t.get("stats", {}), float(t.get("floor", 0.0)),
-                              str(t.get("origin", "model")))
-                    for t in self.manifest["cases"][numbers.index(case)]["tensors"]]
+            return [DumpEntry(int(t[MT.INDEX]), str(t[MT.NAME]), str(MT.NODE.of(t)),
+                              str(MT.OP.of(t)), str(t[MT.DTYPE]),
+                              tuple(int(d) for d in t[MT.SHAPE]), t.get(MT.FILE),
+                              MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)))
+                    for t in self.manifest[M.CASES][numbers.index(case)][MC.TENSORS]]
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "
                             f"{type(exc).__name__}: {exc})") from None
@@ -337,25 +342,25 @@ def open_dump(path: Path) -> Dump:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise DumpError(f"{path}: {MANIFEST} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get(M.FORMAT) != FORMAT:
         raise DumpError(f"{path}: {MANIFEST} is not a verify dump manifest")
-    version = manifest.get("format_version")
+    version = manifest.get(M.FORMAT_VERSION)
     if not isinstance(version, int) or version < 1:
         raise DumpError(f"{path}: invalid dump format version {version!r}")
     if version > FORMAT_VERSION:
         raise DumpError(f"{path}: dump format version {version} is newer than this verify "
                         f"{__version__} reads (up to {FORMAT_VERSION}): upgrade verify")
-    if manifest.get("complete") is not True:
+    if manifest.get(M.COMPLETE) is not True:
         raise DumpError(f"{path}: incomplete dump (the manifest is not marked complete); "
                         "re-run it")
-    cases = manifest.get("cases")
+    cases = manifest.get(M.CASES)
     if not isinstance(cases, list) or not cases or not all(
-            isinstance(c, dict) and isinstance(c.get("tensors"), list) for c in cases):
+            isinstance(c, dict) and isinstance(c.get(MC.TENSORS), list) for c in cases):
         raise DumpError(f"{path}: corrupt {MANIFEST} (no cases)")
     problem = _manifest_problem(manifest)
     if problem:
         raise DumpError(f"{path}: corrupt {MANIFEST} ({problem})")
-    if not any(c["tensors"] for c in cases):
+    if not any(c[MC.TENSORS] for c in cases):
         raise DumpError(f"{path}: empty dump (no tensors; was --dump-filter too narrow?)")
     return Dump(path, manifest)
 
@@ -371,39 +376,40 @@ def _is_strs(v: Any) -> bool:
 def _manifest_problem(m: Mapping[str, Any]) -> str | None:
     """What is wrong with a manifest's fields (every one a reader uses, by type and range),
     or None. A manifest is a file anyone can edit: nothing is trusted before this."""
-    optional: dict[str, Any] = {"options": dict, "outputs": _is_strs, "optimized_only": _is_strs,
-                                "fused_away": list, "fused_into": dict, "model_sha256": str,
-                                "graph": str, "filtered_out": _is_int}
+    optional: dict[str, Any] = {M.OPTIONS: dict, M.OUTPUTS: _is_strs,
+                                M.OPTIMIZED_ONLY: _is_strs, M.FUSED_AWAY: list,
+                                M.FUSED_INTO: dict, M.MODEL_SHA256: str, M.GRAPH: str,
+                                M.FILTERED_OUT: _is_int}
     for key, kind in optional.items():
         if key in m and m[key] is not None and not (
                 kind(m[key]) if callable(kind) and not isinstance(kind, type)
                 else isinstance(m[key], kind)):
             return f"field {key!r} has the wrong type"
-    if not all(isinstance(f, dict) and isinstance(f.get("name", ""), str)
-               for f in m.get("fused_away") or []):
+    if not all(isinstance(f, dict) and isinstance(f.get(FusedAway.NAME, ""), str)
+               for f in m.get(M.FUSED_AWAY) or []):
         return "fused_away entries are not records with a name"
-    if not all(isinstance(k, str) and _is_strs(v) for k, v in (m.get("fused_into") or {}).items()):
+    if not all(isinstance(k, str) and _is_strs(v) for k, v in (m.get(M.FUSED_INTO) or {}).items()):
         return "fused_into does not map names to name lists"
     seen = set()
-    for i, case in enumerate(m["cases"]):
-        number = case.get("case", i)
+    for i, case in enumerate(m[M.CASES]):
+        number = case.get(MC.CASE, i)
         if not _is_int(number) or number in seen:
             return f"case number {number!r} is not a new integer >= 0"
         seen.add(number)
-        for t in case["tensors"]:
+        for t in case[MC.TENSORS]:
             if not isinstance(t, dict):
                 return "a tensor entry is not a record"
-            ok = (_is_int(t.get("index")) and isinstance(t.get("name"), str)
-                  and isinstance(t.get("dtype"), str)
-                  and isinstance(t.get("shape"), list) and len(t["shape"]) <= 64
-                  and all(_is_int(d) for d in t["shape"])
-                  and (t.get("file") is None or isinstance(t.get("file"), str))
-                  and all(isinstance(t.get(k, ""), str) for k in ("node", "op", "origin"))
-                  and isinstance(t.get("stats", {}), dict)
-                  and isinstance(t.get("floor", 0.0), (int, float))
-                  and not isinstance(t.get("floor", 0.0), bool))
+            ok = (_is_int(t.get(MT.INDEX)) and isinstance(t.get(MT.NAME), str)
+                  and isinstance(t.get(MT.DTYPE), str)
+                  and isinstance(t.get(MT.SHAPE), list) and len(t[MT.SHAPE]) <= 64
+                  and all(_is_int(d) for d in t[MT.SHAPE])
+                  and (t.get(MT.FILE) is None or isinstance(t.get(MT.FILE), str))
+                  and all(isinstance(t.get(k, ""), str) for k in (MT.NODE, MT.OP, MT.ORIGIN))
+                  and isinstance(t.get(MT.STATS, {}), dict)
+                  and isinstance(t.get(MT.FLOOR, 0.0), (int, float))
+                  and not isinstance(t.get(MT.FLOOR, 0.0), bool))
             if not ok:
-                return f"tensor entry {str(t.get('name'))[:60]!r} is malformed"
+                return f"tensor entry {str(t.get(MT.NAME))[:60]!r} is malformed"
     return None
 
 
@@ -429,6 +435,12 @@ def escape(name: str) -> str:
                    for c in name)
 
 
+def io_dump_cases(cases: Sequence[Mapping[str, Any]]
+                  ) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The manifest's cases as `io_dump_text` takes them: each tensor entry with its stats."""
+    return [(c[MC.CASE], [{**t, **t[MT.STATS]} for t in c[MC.TENSORS]]) for c in cases]
+
+
 def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
                  ) -> str:
     """load_and_run's --io-dump: one block per tensor in order, stable formatting (7
@@ -439,12 +451,12 @@ def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapp
     for case, records in cases:
         lines.append(f"=== case {case}: {len(records)} tensors")
         for t in records:
-            lines.append(f"[{int(t['index']):05d}] {escape(str(t['name']))}")
-            lines.append(f"  node {escape(str(t.get('node') or '-'))}  "
-                         f"op {escape(str(t.get('op') or '-'))}")
-            lines.append(f"  shape {_shape(t.get('shape', ()))}  dtype {t.get('dtype')}")
-            lines.append("  first " + " ".join(_num(v) for v in t.get("first") or []))
-            lines.append(f"  min {_num(t.get('min'))}  max {_num(t.get('max'))}  "
-                         f"mean {_num(t.get('mean'))}  std {_num(t.get('std'))}")
-            lines.append(f"  nan {t.get('nan', 0)}  inf {t.get('inf', 0)}")
+            lines.append(f"[{int(t[MT.INDEX]):05d}] {escape(str(t[MT.NAME]))}")
+            lines.append(f"  node {escape(str(t.get(MT.NODE) or '-'))}  "
+                         f"op {escape(str(t.get(MT.OP) or '-'))}")
+            lines.append(f"  shape {_shape(t.get(MT.SHAPE, ()))}  dtype {t.get(MT.DTYPE)}")
+            lines.append("  first " + " ".join(_num(v) for v in t.get(Record.FIRST) or []))
+            lines.append(f"  min {_num(t.get(Record.MIN))}  max {_num(t.get(Record.MAX))}  "
+                         f"mean {_num(t.get(Record.MEAN))}  std {_num(t.get(Record.STD))}")
+            lines.append(f"  nan {t.get(Record.NAN, 0)}  inf {t.get(Record.INF, 0)}")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,7 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
-from verify.dump import discard_dump, io_dump_text, prepare_dir, write_manifest
+from verify.dump import discard_dump, io_dump_cases, io_dump_text, prepare_dir, write_manifest
 from verify.errors import UsageError
 from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
@@ -221,8 +221,7 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
     if request.io_dump is not None:
         lines = [f"verify io-dump of {tc.path.name if tc.path else 'model'} on {device_run.spec}"
                  f" (opt-level {opts.opt_level}, {capture.plan.graph} graph)"]
-        text = io_dump_text(lines, [(c["case"], [{**t, **t["stats"]} for t in c["tensors"]])
-                                    for c in cases])
+        text = io_dump_text(lines, io_dump_cases(cases))
         write_text_atomic(Path(request.io_dump), text)
         written["io_dump"] = str(request.io_dump)
     return written

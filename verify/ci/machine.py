@@ -19,28 +19,31 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from verify.runner.contract import Describe as D
+
 ENV = "VERIFY_MACHINE"
 
 
 def facts(device: Mapping[str, Any], host: str | None = None) -> dict[str, Any]:
     """The parts of a device description that identify its machine; `host` is this host's
     name (VERIFY_MACHINE applies to devices reporting it)."""
-    name = str(device.get("hostname") or "")
-    machine_id = str(device.get("machine_id") or "")
+    name = str(device.get(D.HOSTNAME) or "")
+    machine_id = str(device.get(D.MACHINE_ID) or "")
     label = os.environ.get(ENV, "").strip()
     if label and name == (platform.node() if host is None else host):
         name, machine_id = label, ""
-    return {"hostname": name, "arch": str(device.get("arch") or ""),
-            "system": str(device.get("os") or "").split(" ")[0],
-            "cpu_count": device.get("cpu_count"), "cpu": str(device.get("cpu") or ""),
-            "machine_id": machine_id}
+    # named as in the description they come from, but "system" (the OS without its release)
+    return {D.HOSTNAME: name, D.ARCH: str(device.get(D.ARCH) or ""),
+            "system": str(device.get(D.OS) or "").split(" ")[0],
+            D.CPU_COUNT: device.get(D.CPU_COUNT), D.CPU: str(device.get(D.CPU) or ""),
+            D.MACHINE_ID: machine_id}
 
 
 def fingerprint(device: Mapping[str, Any], host: str | None = None) -> str:
     """`<host name>-<10 hex digits>`: readable, and different for different machines."""
     f = facts(device, host)
     digest = hashlib.sha256(json.dumps(f, sort_keys=True).encode()).hexdigest()[:10]
-    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", f["hostname"]).strip("-.")[:40]
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "-", f[D.HOSTNAME]).strip("-.")[:40]
     return f"{slug or 'machine'}-{digest}"
 
 

@@ -1159,7 +1159,7 @@ def main(argv):
         json.dump(info, sys.stdout)
         sys.stdout.write("\n")
         return 0
-    if argv[1:] == ["--serve"] and __name__ == "__main__":
+    if argv[1:] == [C.Serve.FLAG] and __name__ == "__main__":
         return serve(sys.stdin)
     if len(argv) != 2:
         sys.stderr.write("usage: runner.py JOB.json | --serve | --describe [--probe P[,P...]]\n")
@@ -1182,7 +1182,7 @@ def run_job_file(path):
     return 0
 
 
-SERVE_REPLY = "verify-serve"
+SERVE_REPLY = C.Serve.REPLY
 
 
 def serve(requests, run=None):
@@ -1200,12 +1200,12 @@ def serve(requests, run=None):
     except Exception:  # each job reports it in its result, as a one-shot runner would
         pass
     run = run or run_job_file
-    replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, "ready": True}) + "\n")
+    replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, C.Serve.READY: True}) + "\n")
     for line in requests:
         if not line.strip():
             continue
         try:
-            path = json.loads(line)["job"]
+            path = json.loads(line)[C.Serve.JOB]
             if not isinstance(path, str) or not os.path.isabs(path):
                 raise ValueError("not an absolute path")
         except (ValueError, KeyError, TypeError) as exc:
@@ -1218,8 +1218,8 @@ def serve(requests, run=None):
         except (OSError, ValueError) as exc:  # an unreadable job file: as a one-shot run would
             sys.stderr.write("runner: cannot read job %s: %s\n" % (path, exc))
             status = 2
-        replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, "job": path,
-                                  "status": status}) + "\n")
+        replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, C.Serve.JOB: path,
+                                  C.Serve.STATUS: status}) + "\n")
     return 0
 
 

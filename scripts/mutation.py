@@ -50,8 +50,8 @@ _MESSAGES = r"raise \w+Error\("  # a raise's message wording: tested where users
 
 _COMPARE_TESTS = ("tests/test_compare.py", "tests/test_tolerance.py",
                   "tests/test_tolerance_specs.py",
-                  # numpy only: the batch tests' numba variants hang in mutmut's forked
-                  # workers (any layer)
+                  # numpy only: the batch tests' numba variants hung in mutmut's forked
+                  # workers (scan.py's thread pool, since fixed); the engines agree anyway
                   *(f"tests/test_diff_batch.py::test_compare_batch_equals_compare_field_by_"
                     f"field[spec{i}-numpy]" for i in range(5)),
                   "tests/test_diff_batch.py::test_batch_blocks_never_straddle_tensors[numpy]",

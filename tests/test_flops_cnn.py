@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from verify.cli import main
-from verify.flops import model_costs
+from verify.profile_model import model_costs
 
 CNN = Path(__file__).resolve().parent.parent / "goldens" / "models" / "cnn.onnx"
 

@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from verify.errors import ProfileError, UsageError
-from verify.flops import UNKNOWN, NodeCost, TensorSpec, model_costs, node_cost
+from verify.flops import UNKNOWN, NodeCost, TensorSpec, node_cost
+from verify.profile_model import model_costs
 from verify.profile import (COLUMNS, ModelIndex, analyze, load_profile,
                             parse_profile, si)
 

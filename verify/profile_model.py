@@ -4,7 +4,8 @@ with the model's attributes and the weights the kernel pre-packed out of the tra
 
 `load_model_index` reads an .onnx file or a .vtc archive's model; `variant_cost` aligns a
 trace's shapes with the model node's inputs (or, without the model, infers which weight the
-trace left out)."""
+trace left out); `model_costs` costs every node of a model from shape inference alone. The
+ONNX protos are read here, so verify.flops stays plain arithmetic on shapes."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from verify import schema
-from verify.flops import (UNKNOWN, NodeCost, TensorSpec, initializer_spec, node_attrs,
-                          node_cost, ort_node_name)
+from verify.flops import ONNX_DTYPES, UNKNOWN, NodeCost, TensorSpec, node_cost
 from verify.trace import NodeStats, ShapeVariant
 
 
@@ -151,3 +151,79 @@ def _gemm_roles(a: TensorSpec, second: TensorSpec, y: TensorSpec) -> tuple[bool,
     padded = (1,) * (2 - len(s)) + s if len(s) <= 2 else None
     c_like = padded is not None and all(d in (1, full) for d, full in zip(padded, (m, n)))
     return b_like, c_like
+
+
+# --- node costs from an ONNX model ----------------------------------------------------------
+def tensor_spec(type_proto: Any) -> TensorSpec:
+    """TensorSpec of an onnx TypeProto (value_info.type); symbolic or missing dims -> shape None."""
+    if not type_proto.HasField("tensor_type"):
+        return UNKNOWN
+    tt = type_proto.tensor_type
+    dtype = ONNX_DTYPES.get(tt.elem_type)
+    if not tt.HasField("shape") or any(not d.HasField("dim_value") for d in tt.shape.dim):
+        return TensorSpec(dtype, None)
+    return TensorSpec(dtype, tuple(int(d.dim_value) for d in tt.shape.dim))
+
+
+def initializer_spec(init: Any) -> TensorSpec:
+    return TensorSpec(ONNX_DTYPES.get(init.data_type), tuple(int(d) for d in init.dims))
+
+
+def node_attrs(node: Any) -> dict[str, Any]:
+    """A NodeProto's attributes as plain Python values (strings decoded, subgraphs left out)."""
+    import onnx
+
+    attrs: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            continue
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        attrs[a.name] = v
+    return attrs
+
+
+def ort_node_name(node: Any, index: int) -> str:
+    """The name onnxruntime gives a node in its profile: its own, or '<OpType>_<index in file>'."""
+    return node.name or f"{node.op_type}_{index}"
+
+
+def model_costs(model: Any, input_shapes: Mapping[str, Sequence[int]] | None = None
+                ) -> dict[str, NodeCost]:
+    """Cost of every node of the model's main graph, by onnxruntime node name, from
+    onnx.shape_inference. `input_shapes` fixes graph inputs' dims (needed for symbolic ones);
+    a node whose shapes stay symbolic gets None counts.
+    """
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    graph_inputs = {i.name: i for i in m.graph.input}
+    for name, dims in (input_shapes or {}).items():
+        if name not in graph_inputs:
+            from verify.errors import InputError
+            raise InputError(f"model has no input named {name!r}; inputs: "
+                             f"{', '.join(graph_inputs) or '(none)'}")
+        shape = graph_inputs[name].type.tensor_type.shape
+        shape.ClearField("dim")
+        for d in dims:
+            shape.dim.add().dim_value = int(d)
+    try:
+        m = onnx.shape_inference.infer_shapes(m, data_prop=True)
+    except Exception as exc:  # onnx raises several unrelated types; any failure means the same
+        from verify.errors import ModelError
+        raise ModelError(f"shape inference failed: {str(exc).splitlines()[0]}") from None
+    specs: dict[str, TensorSpec] = {}
+    for vi in (*m.graph.input, *m.graph.value_info, *m.graph.output):
+        specs[vi.name] = tensor_spec(vi.type)
+    for init in m.graph.initializer:
+        specs[init.name] = initializer_spec(init)
+    costs: dict[str, NodeCost] = {}
+    for i, node in enumerate(m.graph.node):
+        ins = [specs.get(n, UNKNOWN) if n else None for n in node.input]
+        outs = [specs.get(n, UNKNOWN) if n else None for n in node.output]
+        costs[ort_node_name(node, i)] = node_cost(node.op_type, ins, outs, node_attrs(node))
+    return costs

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli import CONTEXT, cli, emit_json, json_option, render_archive
 from verify.errors import EXIT_OK
 
 
@@ -32,11 +32,11 @@ def inspect(archive: Path, as_json: bool) -> int:
         from verify.graph import load_model
 
         _, data, external = load_model(archive, keep_external=True)  # weights not read
-        summary = render.model_summary(archive, data, external)
+        summary = render_archive.model_summary(archive, data, external)
         if as_json:
             emit_json(summary, "inspect-model")
         else:
-            render.print_model(summary)
+            render_archive.print_model(summary)
         return EXIT_OK
     from verify.archive_check import check_cases
     from verify.graph import parse_model
@@ -54,7 +54,7 @@ def inspect(archive: Path, as_json: bool) -> int:
         reader.check_external()
     check_cases(tc, parse_model(tc.model_bytes, f"{archive}: the archive's model", tc.external))
     tolerance_set(tc.tolerances, None, None, ())  # a record run would refuse: refused here
-    summary = render.inspect_summary(tc)
+    summary = render_archive.inspect_summary(tc)
     tensors = sum(len(c.inputs) + len(c.outputs) for c in tc.cases) + layers
     summary["integrity"] = (f"verified: the model, {tensors} tensor(s) and "
                             f"{len(tc.external)} external data file(s) match their checksums"
@@ -66,5 +66,5 @@ def inspect(archive: Path, as_json: bool) -> int:
     if as_json:
         emit_json(summary, "inspect")
     else:
-        render.print_inspect(summary)
+        render_archive.print_inspect(summary)
     return EXIT_OK

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli import CONTEXT, cli, emit_json, json_option, render_archive
 from verify.cli.groups import tolerance_group
 from verify.errors import EXIT_OK, UsageError
 
@@ -86,11 +86,11 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
         tolerances=tolerance_record(tolerances.atol, tolerances.rtol, tolerances.specs),
         layers=layers, expected=expected, reference=reference, keep_external=keep_external)
     tc = packing.pack(model, out, options)
-    summary = render.pack_summary(tc, out)
+    summary = render_archive.pack_summary(tc, out)
     if as_json:
         emit_json(summary, "pack")
     else:
-        click.echo(render.pack_text(summary))
+        click.echo(render_archive.pack_text(summary))
     return EXIT_OK
 
 

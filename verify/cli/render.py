@@ -9,19 +9,15 @@ import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
 
 from verify.timing import timing_summary
-from verify.tolerance import describe_record
 
 if TYPE_CHECKING:
     from verify.devices import Profile
     from verify.execute import RunOutcome
-    from verify.testcase import Testcase
 
 
 def console(stderr: bool = False, width: int = 140):
@@ -48,184 +44,6 @@ def fmt_bytes(n: float) -> str:
             break
         n /= 1024
     return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-
-
-# --- pack / inspect -----------------------------------------------------------------------------
-def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) -> dict[str, Any]:
-    import onnx
-
-    from verify.graph import count_ops, opset_of, parse_model
-
-    model = parse_model(model_bytes, where, external)  # corrupt: one ModelError line, exit 2
-    g = model.graph
-    inits = {i.name for i in g.initializer}
-
-    def io(values: Any) -> list[dict[str, Any]]:
-        out = []
-        for v in values:
-            if v.name in inits:
-                continue
-            t = v.type.tensor_type
-            dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0
-                    else (d.dim_param or "?") for d in t.shape.dim]
-            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(
-                t.elem_type).name if t.elem_type else "?", "shape": dims})
-        return out
-
-    return {"ir_version": model.ir_version, "opset": opset_of(model),
-            "producer": f"{model.producer_name} {model.producer_version}".strip(),
-            "nodes": len(g.node), "initializers": len(g.initializer),
-            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)),
-            "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
-            "size_bytes": len(model_bytes),
-            "external_data": [{"location": f.location, "bytes": f.size} for f in external]}
-
-
-def _array_info(a: np.ndarray) -> dict[str, Any]:
-    info: dict[str, Any] = {"dtype": a.dtype.name, "shape": list(a.shape)}
-    if a.size and a.dtype.kind in "fiub":
-        finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
-        if finite.size:
-            info["min"] = float(finite.min())
-            info["max"] = float(finite.max())
-            info["mean"] = float(finite.astype(np.float64).mean())
-    return info
-
-
-def inspect_summary(tc: "Testcase") -> dict[str, Any]:
-    return {
-        "archive": str(tc.path), "format_version": tc.format_version,
-        "model": _model_info(tc.model_bytes, f"{tc.path}: the archive's model", tc.external),
-        "cases": [{"index": i, "source": c.source,
-                   "inputs": {k: _array_info(v) for k, v in c.inputs.items()},
-                   "outputs": {k: _array_info(v) for k, v in c.outputs.items()}}
-                  for i, c in enumerate(tc.cases)],
-        "per_layer_references": tc.has_layers,
-        "tensors": len(tc.tensor_order),
-        "tolerances": dict(tc.tolerances),
-        "tolerance_rule": describe_record(tc.tolerances),
-        "provenance": tc.provenance,
-    }
-
-
-def model_summary(path: Path, model_bytes: bytes, external: Sequence[Any] = ()) -> dict[str, Any]:
-    """`inspect` of a plain .onnx file: the model part of an archive's summary."""
-    return {"model_file": str(path), "model": _model_info(model_bytes, str(path), external)}
-
-
-def print_model(s: Mapping[str, Any]) -> None:
-    con = console()
-    con.print(f"[bold]{s['model_file']}[/bold]  (an ONNX model, not an archive: "
-              "verify pack it to add inputs and ground truth)")
-    _print_model_part(con, s["model"])
-
-
-def pack_summary(tc: "Testcase", out: Path) -> dict[str, Any]:
-    return {**inspect_summary(tc), "archive": str(out), "archive_bytes": out.stat().st_size}
-
-
-def pack_text(s: Mapping[str, Any]) -> str:
-    m = s["model"]
-    lines = [f"packed {s['archive']} ({fmt_bytes(s['archive_bytes'])}): "
-             f"{len(s['cases'])} case(s), {m['nodes']} nodes, opset {m['opset']}"
-             + (", per-layer references" if s["per_layer_references"] else "")]
-    for case in s["cases"]:
-        for name, o in case["outputs"].items():
-            rng = f" range [{o['min']:.4g}, {o['max']:.4g}]" if "min" in o else ""
-            lines.append(f"  case {case['index']}: {name} {o['dtype']}{fmt_shape(o['shape'])}{rng}")
-    prov = s["provenance"]
-    ref = str(prov.get("reference", ""))
-    if "torch" in prov:
-        lines.append(f"ground truth: {ref}")
-        lines.extend(torch_pack_lines(prov))
-    else:
-        lines.append(f"ground truth: {ref}" + ("" if ref.startswith("given") else
-                     f" (onnxruntime {prov.get('onnxruntime', '?')})"))
-    return "\n".join(lines)
-
-
-def torch_pack_lines(prov: Mapping[str, Any]) -> list[str]:
-    """What a PyTorch reference found: the mapping of FX nodes, and onnxruntime on this host."""
-    from verify import schema
-
-    lines = []
-    mapping = prov.get(schema.PROV_TORCH_MAP)
-    if mapping:
-        unmapped = mapping.get("unmapped", [])
-        lines.append(f"per-layer: {mapping['mapped']} of {mapping['onnx_tensors']} ONNX tensors "
-                     f"hold PyTorch's value (mapped by {mapping['how']}); {len(unmapped)} FX "
-                     "node(s) map onto no tensor (listed in the provenance: verify inspect "
-                     "--json)")
-    check = prov.get(schema.PROV_HOST_CHECK) or {}
-    first = check.get("first")
-    if first:
-        where = f" ({first['module']})" if first.get("module") else ""
-        lines.append(f"WARNING: onnxruntime {prov.get('onnxruntime', '?')} on this host already "
-                     f"differs from PyTorch: the export changed the numbers; first at "
-                     f"{first['tensor']!r} (node {first['node']}, op {first['op']}){where}, "
-                     f"max abs err {first['max_abs']:.3g}; {len(check.get('failing', []))} "
-                     "tensor(s) over tolerance")
-    elif check:
-        lines.append(f"onnxruntime {prov.get('onnxruntime', '?')} on this host matches PyTorch "
-                     f"({check.get('compared', 'outputs')}) within the archive's tolerances")
-    return lines
-
-
-def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:
-    from rich.table import Table
-
-    con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
-              f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
-              f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
-    if m.get("external_data"):
-        files = m["external_data"]
-        con.print(f"external data: {len(files)} file(s), "
-                  f"{fmt_bytes(sum(f['bytes'] for f in files))} "
-                  f"({', '.join(f['location'] for f in files[:4])}{' …' if len(files) > 4 else ''})")
-    ops = ", ".join(f"{k} {v}" for k, v in list(m["ops"].items())[:12])
-    con.print(f"ops: {ops}{' …' if len(m['ops']) > 12 else ''}")
-    table = Table(title=None, show_edge=False, pad_edge=False)
-    for col in ("", "name", "dtype", "shape"):
-        table.add_column(col)
-    for kind, items in (("input", m["inputs"]), ("output", m["outputs"])):
-        for item in items:
-            table.add_row(kind, item["name"], item["dtype"], fmt_shape(item["shape"]))
-    con.print(table)
-
-
-def print_inspect(s: Mapping[str, Any]) -> None:
-    from rich.table import Table
-
-    con = console()
-    m = s["model"]
-    con.print(f"[bold]{s['archive']}[/bold]  (archive format v{s['format_version']})")
-    _print_model_part(con, m)
-    for case in s["cases"]:
-        con.print(f"case {case['index']}: {case['source'] or ''}")
-        for role in ("inputs", "outputs"):
-            for name, a in case[role].items():
-                rng = f"  min {a['min']:.4g} max {a['max']:.4g} mean {a['mean']:.4g}" if "min" in a else ""
-                con.print(f"  {role[:-1]:6} {name}: {a['dtype']}{fmt_shape(a['shape'])}{rng}")
-    con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
-              f"({s['tensors']} tensors in graph order)")
-    con.print(f"tolerances: {s['tolerance_rule']}")
-    if "integrity" in s:
-        con.print(f"integrity: {s['integrity']}")
-    p = s["provenance"]
-    con.print(f"provenance: {p.get('reference', '')}; onnxruntime {p.get('onnxruntime')}, "
-              f"onnx {p.get('onnx')}, numpy {p.get('numpy')}, verify {p.get('verify')}; "
-              f"{p.get('host_arch')} {p.get('host_os')}; {p.get('created_utc')}; "
-              f"model sha256 {str(p.get('model_sha256', ''))[:16]}…")
-    origin = p.get("repro_of")
-    if isinstance(origin, Mapping):
-        nodes = ", ".join(map(str, origin.get("nodes", ()))) or "?"
-        con.print(f"repro of: {origin.get('archive') or '?'} case {origin.get('case', '?')}, "
-                  f"node(s) {nodes}", soft_wrap=True)
-        if origin.get("device"):
-            con.print(f"  {origin.get('verdict') or 'found'} on device {origin['device']} at "
-                      f"--opt-level {origin.get('opt_level') or '?'}: reproduce with "
-                      f"`verify run {s['archive']} --device {origin['device']} --opt-level "
-                      f"{origin.get('opt_level') or 'all'}`", soft_wrap=True)
 
 
 # --- run ------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ def test_cases_match_one_call_per_case_and_open_each_side_once(
     reads, parses = [], []
     read, parse = diff.ArchiveReader, diff.parse_model
     monkeypatch.setattr(diff, "ArchiveReader", lambda p: reads.append(p) or read(p))
-    monkeypatch.setattr(diff, "parse_model", lambda b, w: parses.append(w) or parse(b, w))
+    monkeypatch.setattr(diff, "parse_model", lambda b, w, *e: parses.append(w) or parse(b, w, *e))
     together = diff.diff_cases(dump, archive, rules, [0, 1, 2])
     assert (len(reads), len(parses)) == (1, 1)
     reads.clear()

@@ -20,15 +20,20 @@ import pytest
 from fixtures_devices import DeviceEnv, run_cli, run_json, verify_process
 from fixtures_ssh import process_alive
 
-# A python "prefix" that waits until two work directories exist on the device (so both runs are
-# provably inside the device at once), notes how many it saw, then runs the real runner.
+# A python "prefix" that makes the two runners meet: each notes its work directory, then waits
+# until the other has arrived too (so both runners are provably running on the device at once),
+# notes how many it saw, then runs the real runner. (Waiting for two work directories is not
+# enough: a run creates its directory before it pushes its files and starts its runner, so the
+# first run could finish before the second runner started.)
 GATED = """\
-import os, runpy, sys, time
-jobs = os.path.dirname(os.getcwd())
-deadline = time.monotonic() + 30
-while len(os.listdir(jobs)) < 2 and time.monotonic() < deadline:
+import glob, os, runpy, sys, time
+log = {log!r}
+open(os.path.join(log, "arrived-%d" % os.getpid()), "w").write(os.getcwd())
+deadline = time.monotonic() + 120
+while len(glob.glob(os.path.join(log, "arrived-*"))) < 2 and time.monotonic() < deadline:
     time.sleep(0.05)
-open(os.path.join({log!r}, "seen-%d" % os.getpid()), "w").write(str(len(os.listdir(jobs))))
+seen = len(glob.glob(os.path.join(log, "arrived-*")))
+open(os.path.join(log, "seen-%d" % os.getpid()), "w").write(str(seen))
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")
 """
@@ -80,7 +85,10 @@ def test_two_runs_on_one_device_at_once(device_env: DeviceEnv, sshd_server, smal
     assert [p.returncode for p in procs] == [0, 0], results
     docs = [json.loads(out) for out, _ in results]
     assert all(d["passed"] is True for d in docs)
-    assert sorted(p.read_text() for p in log.iterdir()) == ["2", "2"]  # both inside at once
+    seen = [p.read_text() for p in log.glob("seen-*")]
+    assert seen == ["2", "2"]  # both runners were running at once
+    jobs = {Path(p.read_text()) for p in log.glob("arrived-*")}
+    assert len(jobs) == 2 and all(j.parent == base / "jobs" for j in jobs)  # each in its own
     assert list((base / "jobs").iterdir()) == []
 
 

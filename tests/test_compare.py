@@ -454,7 +454,7 @@ def test_read_only_memmaps(tmp_path, engine: str) -> None:
 
 
 def test_auto_engine_policy(monkeypatch) -> None:
-    from verify import scan as module
+    from verify import scan_numba as module
 
     monkeypatch.setattr(module, "_bytes_seen", 0)
     assert module.choose_engine("numpy", 1 << 40) == "numpy"

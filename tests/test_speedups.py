@@ -113,7 +113,7 @@ def test_dump_at_opt_disable_is_taken_by_a_forked_child_else_by_a_job_of_its_own
 # --- the auto engine loads numba up front for a big enough job --------------------------------
 
 def test_expect_bytes_loads_numba_only_for_a_job_that_pays_it_back() -> None:
-    code = ("import verify.scan as C\n"
+    code = ("import verify.scan_numba as C\n"
             "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES - 1), C._nb_state)\n"
             "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES), C._nb_state)\n")
     env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}

@@ -25,9 +25,9 @@ differ) are NaN. `to_dict()` renders non-finite floats as the strings "nan", "in
 so the JSON stays strict. `note` flags a float reference that is all zero or one constant:
 cosine and relative error mean nothing there, and a constant wrong output may pass.
 
-Speed (the kernel lives in verify/scan.py): one streaming pass over both arrays in blocks, no
-full-size temporaries (a tensor failing the magnitude rule gets a second pass over its failing
-blocks, to count them). The fused numba kernel (parallel over blocks, float64 accumulators) runs at
+Speed (the kernel lives in verify/scan.py, its numba engine in verify/scan_numba.py): one
+streaming pass over both arrays in blocks, no full-size temporaries (a tensor failing the
+magnitude rule gets a second pass over its failing blocks, to count them). The fused numba kernel (parallel over blocks, float64 accumulators) runs at
 memory bandwidth, about 10x the numpy blocked engine, with the same results (identical maxima,
 counts and verdicts; sums to ~1e-13). Numba costs ~0.7 s once per process (import, loading its
 cached code; 2 s more to compile on a cold cache), so `engine="auto"` stays on numpy until
@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.dtypes import dtype_kind, dtype_name, tiny_of
 from verify.rules import (
     SATURATING_OPS,
     SATURATION_FLOOR,
@@ -64,9 +65,9 @@ from verify.rules import (
     plural,
     saturating_floor,
 )
-from verify.scan import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Batch, Engine, Scan,
-                         choose_engine, cosine, dtype_kind, dtype_name, expect_bytes,
-                         numba_available, sqnr_db, tiny_of)
+from verify.scan import Batch, Scan, cosine, sqnr_db
+from verify.scan_numba import (NUMBA_AFTER_BYTES, NUMBA_UPFRONT_BYTES, Engine, choose_engine,
+                               expect_bytes, numba_available)
 from verify.tolerance_specs import ToleranceOverride, ToleranceSet, parse_tolerance
 
 __all__ = [

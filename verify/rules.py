@@ -26,8 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from verify.dtypes import dtype_kind, float_eps
 from verify.errors import UsageError
-from verify.scan import Scan, cosine, count_unequal, dtype_kind, float_eps, scan, sqnr_db
+from verify.scan import Scan, cosine, count_unequal, scan, sqnr_db
 
 SATURATION_FLOOR = 1.0 / 16
 # Ops whose outputs saturate: values near the bound are computed with absolute noise of a few

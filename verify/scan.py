@@ -3,9 +3,9 @@
 `scan(a, r, ...)` returns a `Scan` with every sum and maximum `compare()` needs (max|a-r|, peak
 |r|, max relative error, tolerance units, float64 sums for cosine and SQNR, NaN/Inf counts and
 position mismatches), computed in blocks without full-size temporaries. Two engines give the same
-results: a numpy blocked engine on a small thread pool, and a fused numba kernel (parallel over
-blocks, float64 accumulators) that runs at memory bandwidth. `choose_engine` picks one (see
-`compare`'s module doc for the policy and `VERIFY_NO_NUMBA`). Also the dtype helpers both sides use.
+results: a numpy blocked engine on a small thread pool (here), and a fused numba kernel (parallel
+over blocks, float64 accumulators) that runs at memory bandwidth (`scan_numba`, which also holds
+`choose_engine`: see `compare`'s module doc for the policy and `VERIFY_NO_NUMBA`).
 """
 
 from __future__ import annotations
@@ -13,78 +13,21 @@ from __future__ import annotations
 import functools
 import math
 import os
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
 
 import numpy as np
 
-
-# --- dtypes -----------------------------------------------------------------------------------
-
-def _ml_info(dtype: np.dtype, which: str) -> Any:
-    """ml_dtypes' finfo/iinfo for its own types (bfloat16, float8_*, int4...), else None."""
-    if dtype.kind != "V":
-        return None
-    try:
-        import ml_dtypes
-        return getattr(ml_dtypes, which)(dtype)
-    except (ImportError, ValueError, TypeError):
-        return None
-
-
-@functools.lru_cache(maxsize=64)
-def float_eps(dtype: np.dtype) -> float | None:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).eps)
-    info = _ml_info(dtype, "finfo")
-    return float(info.eps) if info is not None else None
-
-
-@functools.lru_cache(maxsize=64)
-def dtype_kind(dtype: np.dtype) -> str:
-    """'float', 'int', 'bool' or 'other' (strings, objects, complex: compared for equality)."""
-    if dtype.kind == "b":
-        return "bool"
-    if dtype.kind in "iu" or (dtype.kind == "V" and _ml_info(dtype, "iinfo") is not None):
-        return "int"
-    if float_eps(dtype) is not None:
-        return "float"
-    return "other"
-
-
-@functools.lru_cache(maxsize=64)
-def dtype_name(dtype: np.dtype) -> str:
-    return str(dtype)
-
-
-@functools.lru_cache(maxsize=64)
-def tiny_of(dtype: np.dtype) -> float:
-    if dtype.kind == "f":
-        return float(np.finfo(dtype).tiny)
-    info = _ml_info(dtype, "finfo")
-    return float(info.tiny) if info is not None else 1.0
-
+from verify.scan_numba import (_DEN_MIN, _INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
+                               _NB_BLOCK, _NCMP, _NCOL, _NFMIS, _NV, _PEAK, _SAA, _SD, _SDD, _SRR,
+                               nb_rows)
 
 # --- the scan: one streaming pass, per-block partial results -----------------------------------
 
-# Columns of a per-block row.
-_MAXD, _PEAK, _MAXREL, _MAXTR, _SD, _SDD, _SAA, _SRR, _NV, _NCMP = range(10)
-_NANA, _NANR, _INFA, _INFR, _NFMIS = range(10, 15)
-_NCOL = 15
-_DEN_MIN = float(np.finfo(np.float64).tiny)  # keeps 0/0 out of tolerance-unit ratios
-_NB_BLOCK = 1 << 16  # elements per numba block (per-thread unit of work)
 _NP_BLOCK = 1 << 16  # elements per numpy block (its five float64 buffers stay in cache)
 _NP_THREADS = min(4, os.cpu_count() or 1)
 _CHUNK = 1 << 20  # elements per buffered chunk when inputs need casting or are strided
-NUMBA_AFTER_BYTES = 1 << 30  # auto engine: numpy until this many bytes were compared
-NUMBA_UPFRONT_BYTES = 1 << 29  # auto engine: load numba at once for a job this big
-_NUMBA_MIN_BYTES = 1 << 16  # auto engine: numpy for smaller pairs even once numba is loaded
-# (per call once loaded: 8 KB 27 vs 41 us, 64 KB 30 vs 68 us, 512 KB 62 vs 320 us)
-
-Engine = Literal["auto", "numba", "numpy"]
 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
@@ -185,155 +128,6 @@ def _np_pool() -> ThreadPoolExecutor:
 os.register_at_fork(after_in_child=_np_pool.cache_clear)
 
 
-# The numba kernel is written as plain Python at module level (so numba can cache it) and
-# compiled on first use; `_fmax` and `_prange` are bound when numba is loaded.
-_fmax: Any = max
-_prange: Any = range
-
-
-def _nb_rows_py(a, r, starts, stops, atol, rtol, tiny, want_tr, out):  # pragma: no cover (jitted)
-    """_np_block's columns _MAXD.._NCMP for each block a[starts[j]:stops[j]], assuming every
-    value finite."""
-    for j in _prange(starts.size):
-        lo = starts[j]
-        hi = stops[j]
-        av = a[lo:hi]  # indices from 0: provably non-negative, so plain vector loads (with
-        rv = r[lo:hi]  # a[lo + i], negative-index handling made LLVM gather element by element)
-        maxd = 0.0
-        peak = 0.0
-        mrel = 0.0
-        mtr = 0.0
-        sd = 0.0
-        sdd = 0.0
-        saa = 0.0
-        srr = 0.0
-        nv = 0
-        for i in range(hi - lo):
-            x = np.float64(av[i])
-            y = np.float64(rv[i])
-            d = abs(x - y)
-            ay = abs(y)
-            maxd = _fmax(maxd, d)
-            peak = _fmax(peak, ay)
-            mrel = _fmax(mrel, d / _fmax(ay, tiny))
-            den = atol + rtol * ay
-            nv += d > den
-            if want_tr:
-                mtr = _fmax(mtr, d / _fmax(den, _DEN_MIN))
-            sd += d
-            sdd += d * d
-            saa += x * x
-            srr += y * y
-        out[j, _MAXD] = maxd
-        out[j, _PEAK] = peak
-        out[j, _MAXREL] = mrel
-        out[j, _MAXTR] = mtr
-        out[j, _SD] = sd
-        out[j, _SDD] = sdd
-        out[j, _SAA] = saa
-        out[j, _SRR] = srr
-        out[j, _NV] = nv
-        out[j, _NCMP] = hi - lo
-
-
-_nb_kernel: Any = None
-_nb_state = "unloaded"  # unloaded | loaded | missing
-_nb_error = ""
-_nb_lock = threading.Lock()  # numba's default threading layer forbids concurrent launches
-_bytes_seen = 0
-
-
-def _load_numba() -> Any:
-    """The jitted kernel, or None when numba cannot be imported or cannot build it."""
-    global _nb_kernel, _nb_state, _nb_error, _fmax, _prange
-    with _nb_lock:
-        if _nb_state == "unloaded":
-            try:
-                import numba
-                from llvmlite import ir
-                from numba.core import types
-                from numba.extending import intrinsic
-            except ImportError as exc:
-                _nb_state, _nb_error = "missing", f"numba is not installed ({exc})"
-                return None
-
-            # max() that vectorizes: maxnum with the no-NaN flag on this call only. Whole-kernel
-            # fast-math would let LLVM assume the sums finite too; they must stay honest, as a
-            # non-finite sum is how blocks holding NaN/Inf are found (and redone in numpy).
-            @intrinsic
-            def fmax(typingctx: Any, a: Any, b: Any) -> Any:
-                def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-                    dbl = ir.DoubleType()
-                    fn = builder.module.declare_intrinsic(
-                        "llvm.maxnum", [dbl], ir.FunctionType(dbl, [dbl, dbl]))
-                    return builder.call(fn, args, fastmath=("nnan", "nsz"))
-                return types.float64(types.float64, types.float64), codegen
-
-            _fmax, _prange = fmax, numba.prange
-            _prefer_512_bit_vectors()
-            # reassoc lets the float64 sums vectorize; no 'contract', so atol + rtol*|r| rounds
-            # exactly as numpy's and element counts agree between the two paths.
-            kernel = numba.njit(parallel=True, cache=True, error_model="numpy",
-                                fastmath={"reassoc", "nsz"})(_nb_rows_py)
-            try:  # compile (or load from the cache) the float32 version now, so that a
-                # platform where numba cannot build it falls back to numpy instead of failing
-                one = np.ones(1, np.float32)
-                one.flags.writeable = False
-                kernel(one, one, np.zeros(1, np.int64), np.ones(1, np.int64), 0.0, 0.0, 1.0, False,
-                       np.zeros((1, _NCOL)))
-            except Exception as exc:  # noqa: BLE001 (numba's errors share no base class)
-                _nb_state, _nb_error = "missing", f"numba cannot build the kernel: {exc}"
-                return None
-            _nb_kernel, _nb_state = kernel, "loaded"
-    return _nb_kernel
-
-
-def _prefer_512_bit_vectors() -> None:
-    """On AVX-512 machines, let LLVM use 512-bit vectors (it prefers 256 by default): the
-    kernel runs 1.3x faster per thread here. Only when the user has not set numba's CPU name
-    or features (NUMBA_CPU_NAME / NUMBA_CPU_FEATURES); compiled code is cached per feature
-    set, so this costs one compile per machine."""
-    try:
-        import llvmlite.binding as llb
-        from numba.core import config
-
-        if config.CPU_NAME is not None or config.CPU_FEATURES is not None:
-            return
-        features = llb.get_host_cpu_features().flatten()
-    except Exception:  # noqa: BLE001 (an llvmlite without the call: keep numba's defaults)
-        return
-    if "+avx512f" in features.split(","):
-        config.CPU_FEATURES = features + ",-prefer-256-bit"
-
-
-def numba_available() -> bool:
-    """Whether the compiled kernel can be used (imports numba and builds it on first call)."""
-    return _load_numba() is not None
-
-
-def expect_bytes(nbytes: int) -> bool:
-    """Tell the auto engine that about `nbytes` (both sides) are going to be compared. At
-    `NUMBA_UPFRONT_BYTES` or more, numba is loaded now rather than after `NUMBA_AFTER_BYTES`:
-    at ~0.9 GB/s for numpy and 2-6 GB/s for the kernel, its ~0.4 s load pays back from about
-    0.5 GB. Returns whether the kernel is loaded."""
-    if (nbytes >= NUMBA_UPFRONT_BYTES and _nb_state == "unloaded"
-            and os.environ.get("VERIFY_NO_NUMBA", "") in ("", "0")):
-        _load_numba()
-    return _nb_state == "loaded"
-
-
-def choose_engine(engine: Engine, nbytes: int) -> str:
-    global _bytes_seen
-    if engine != "auto":
-        return engine
-    _bytes_seen += nbytes
-    if os.environ.get("VERIFY_NO_NUMBA", "") not in ("", "0") or nbytes < _NUMBA_MIN_BYTES:
-        return "numpy"
-    if _nb_state == "loaded" or (_bytes_seen >= NUMBA_AFTER_BYTES and _nb_state == "unloaded"):
-        return "numba" if _load_numba() is not None else "numpy"
-    return "numpy"
-
-
 def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, tiny: float,
           want_tr: bool, select: np.ndarray | None = None) -> np.ndarray:
     """Per-block rows for one chunk (1-D, C-contiguous, float32 or float64); `select` limits
@@ -350,14 +144,7 @@ def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stop
     """One row per block x[starts[j]:stops[j]], each at most one engine block long."""
     if engine == "numpy":
         return _np_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
-    kernel = _load_numba()
-    if kernel is None:
-        raise ImportError(f"{_nb_error}; use engine='numpy' or 'auto'")
-    rows = np.zeros((starts.size, _NCOL))
-    xv, yv = x.view(), y.view()
-    xv.flags.writeable = yv.flags.writeable = False  # one compiled signature, memmaps included
-    with _nb_lock:
-        kernel(xv, yv, starts, stops, atol, rtol, tiny, want_tr, rows)
+    rows = nb_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
     bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
     if bad:  # NaN/Inf inside: redo those blocks in numpy
         scratch = _np_scratch(min(_NB_BLOCK, x.size))

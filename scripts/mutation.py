@@ -58,6 +58,9 @@ _COMPARE_TESTS = ("tests/test_compare.py", "tests/test_tolerance.py",
                   "tests/test_verdict_edges.py::test_tol_rank_orders_figureless_failures_first_"
                   "and_figureless_passes_last")
 
+_DIFF_TESTS = ("tests/test_diff.py", "tests/test_diff_cases.py", "tests/test_diff_perturb.py",
+               "tests/test_verdict_edges.py")
+
 MODULES: dict[str, Module] = {
     # compare.py's verdict chain in three files: the comparison and ranking (compare), the
     # rules and gates (rules), the spec grammar and the set picking a tensor's rule
@@ -107,13 +110,17 @@ MODULES: dict[str, Module] = {
                          skip_lines=(_MESSAGES, r"^def _nb_rows_py"),
                          why_skip="_nb_rows_py is compiled by numba: a mutmut trampoline "
                                   "cannot be"),
-    "diff": Module("verify/diff.py", ("tests/test_diff.py", "tests/test_diff_cases.py",
-                                      "tests/test_diff_perturb.py", "tests/test_verdict_edges.py"),
+    # diff in two files: the walk and the report (diff), the captures opened (diff_sources)
+    "diff": Module("verify/diff.py", _DIFF_TESTS,
                    only=("verify.diff.x__walk__*", "verify.diff.x_diff_cases__*",
-                         "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*",
-                         "verify.diff.x__open_source__*", "verify.diff.x__dump_side__*",
-                         "verify.diff.x__archive_source__*", "verify.diff.x__streamed__*"),
+                         "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*"),
                    skip_lines=(_MESSAGES,)),
+    "diff_sources": Module("verify/diff_sources.py", _DIFF_TESTS,
+                           only=("verify.diff_sources.x_open_source__*",
+                                 "verify.diff_sources.x__dump_side__*",
+                                 "verify.diff_sources.x__archive_source__*",
+                                 "verify.diff_sources.x_streamed__*"),
+                           skip_lines=(_MESSAGES,)),
     "execute": Module("verify/execute.py", ("tests/test_verdict_edges.py",
                                             "tests/cli/test_cli_foundation.py"),
                       only=("verify.execute.x_run__*", "verify.execute.x_prepare__*",

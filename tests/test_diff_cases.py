@@ -12,7 +12,7 @@ import pytest
 from fixtures_dump import make_dump, pack
 from helpers_cli import only_line, verify
 
-from verify import diff
+from verify import diff, diff_sources
 from verify.compare import ToleranceSet
 from verify.errors import UsageError
 
@@ -33,9 +33,10 @@ def test_cases_match_one_call_per_case_and_open_each_side_once(
     rules = ToleranceSet()
     singly = [diff.diff_captures(dump, archive, rules, case=c) for c in range(3)]
     reads, parses = [], []
-    read, parse = diff.ArchiveReader, diff.parse_model
-    monkeypatch.setattr(diff, "ArchiveReader", lambda p: reads.append(p) or read(p))
-    monkeypatch.setattr(diff, "parse_model", lambda b, w, *e: parses.append(w) or parse(b, w, *e))
+    read, parse = diff_sources.ArchiveReader, diff_sources.parse_model
+    monkeypatch.setattr(diff_sources, "ArchiveReader", lambda p: reads.append(p) or read(p))
+    monkeypatch.setattr(diff_sources, "parse_model",
+                        lambda b, w, *e: parses.append(w) or parse(b, w, *e))
     together = diff.diff_cases(dump, archive, rules, [0, 1, 2])
     assert (len(reads), len(parses)) == (1, 1)
     reads.clear()
@@ -144,7 +145,7 @@ def test_host_values_asked_out_of_order_are_still_right(three_cases: tuple[Path,
     feeds = tc.cases[2].inputs
     with HostCapture(tc.model_bytes) as host:
         expected = dict(host.layers(feeds))
-        load = diff._streamed(host, feeds)
+        load = diff_sources.streamed(host, feeds)
         names = list(expected)
         for name in [names[-1], names[0], *names[1:]]:  # the last first: the rest recomputed
             assert np.array_equal(load(name), expected[name]), name
@@ -197,7 +198,7 @@ def test_host_values_asked_once_out_of_order_cost_one_more_pass(
         layers = HostCapture.layers
         monkeypatch.setattr(HostCapture, "layers",
                             lambda self, f, n=None: passes.append(n) or layers(self, f, n))
-        load = diff._streamed(host, feeds)
+        load = diff_sources.streamed(host, feeds)
         for name in [names[0], names[2], names[1], *names[3:]]:
             assert np.array_equal(load(name), expected[name]), name
         assert passes == [None, [names[1]]]  # the stream, and the one name it had passed

@@ -2,10 +2,9 @@
 
 Each side is a dump directory (`run --bin-io-dump`) or a `.vtc`: its per-layer references
 when packed with `--layers`, else every layer computed on this host (`capture.HostCapture`,
-chunked). Tensors are matched by name and reported in the reference's topological order, one
-pair at a time: a dump's .npy files are memory-mapped in place (`dump.map_readonly`, zero
-copy), an archive's datasets read into a reusable buffer (`dump.Scratch`), host values
-streamed, so neither capture is ever held whole. Every metric comes from `compare.compare` (one
+chunked), opened by `diff_sources`. Tensors are matched by name and reported in the reference's
+topological order, one pair at a time, loaded into reused buffers or streamed, so neither
+capture is ever held whole. Every metric comes from `compare.compare` (one
 fused pass per tensor); small float32 pairs are copied into one batch and scanned by one kernel
 call (`compare.compare_batch`, identical results to one call each). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
@@ -21,9 +20,8 @@ SQNR gate (`--tol '*:sqnr>=30'`) the first divergent tensor is the first layer b
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,38 +29,12 @@ import numpy as np
 
 from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
                             expect_bytes, json_safe, tol_rank)
-from verify.dump import Dump, Scratch, open_dump
+from verify.diff_sources import Side, Source, open_source
 from verify.errors import DumpError, UsageError
-from verify.graph import INPUT_OP, parse_model, saturation_floors
-from verify.origin import Attribution, attribute
+from verify.graph import INPUT_OP
+from verify.origin import Attribution
 from verify.scan import Batch
-from verify.testcase import ArchiveReader, external_data
 from verify.tolerance import describe_record
-
-
-@dataclass(frozen=True)
-class _Tensor:
-    name: str
-    node: str
-    op: str
-    floor: float
-    is_output: bool
-
-
-@dataclass
-class _Side:
-    """One capture opened for reading: its tensors in order and a loader per name."""
-
-    label: str
-    tensors: list[_Tensor]
-    load: Callable[[str], np.ndarray]
-    fused_away: set[str] = field(default_factory=set)
-    fused_into: dict[str, list[str]] = field(default_factory=dict)
-    model_sha256: str = ""
-    graph: str = "model"
-    nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
-    note: str = ""  # what the report should say about where this side's values came from
-    sequential: bool = False  # values computed in its own order: load them in that order
 
 
 @dataclass(frozen=True)
@@ -160,9 +132,9 @@ def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet | Toleran
     record (the reference's when it is an archive, else the actual's, else {}), which is how
     `verify diff` puts its options over an archive's tolerances, as `run` does."""
     with contextlib.ExitStack() as stack:
-        act = _open_source(Path(actual), stack, floors=False,  # the reference's floors judge
+        act = open_source(Path(actual), stack, floors=False,  # the reference's floors judge
                            status=status)
-        ref = _open_source(Path(reference), stack, floors=True, status=status)
+        ref = open_source(Path(reference), stack, floors=True, status=status)
         notes: list[str] = []
         if not isinstance(tolerances, ToleranceSet):
             stored, owner = next(((s.stored_tolerances, path) for s, path in
@@ -189,7 +161,7 @@ def diff_cases(actual: Path, reference: Path, tolerances: ToleranceSet | Toleran
     return tuple(reports)
 
 
-def _attributed(report: DiffReport, sources: Sequence[_Source]) -> DiffReport:
+def _attributed(report: DiffReport, sources: Sequence[Source]) -> DiffReport:
     """The report with its first divergent tensor named in PyTorch's terms, by the first side
     (the reference's, then the actual's) that is an archive with something to say."""
     fd = report.first_divergent
@@ -206,7 +178,7 @@ def _numbers(cases: Sequence[int]) -> str:
     return ", ".join(map(str, cases))
 
 
-def _walk(act: _Side, ref: _Side, tolerances: ToleranceSet, case: int,
+def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
           engine: str) -> DiffReport:
     act_names = {t.name for t in act.tensors}
     ref_names = {t.name for t in ref.tensors}
@@ -316,7 +288,7 @@ def _batchable(a: np.ndarray, r: np.ndarray) -> bool:
 DQ_SUFFIX = "_DequantizeLinear_Output"  # onnxruntime.quantization's name for X after Q/DQ
 
 
-def _paired(act: _Side, ref: _Side, ref_names: set[str]) -> dict[str, str]:
+def _paired(act: Side, ref: Side, ref_names: set[str]) -> dict[str, str]:
     """For a quantized (QDQ) model against its float original: reference tensor X -> the
     actual's X_DequantizeLinear_Output, X as the quantized model's next layer sees it."""
     if not act.model_sha256 or act.model_sha256 == ref.model_sha256:
@@ -324,141 +296,6 @@ def _paired(act: _Side, ref: _Side, ref_names: set[str]) -> dict[str, str]:
     return {t.name[:-len(DQ_SUFFIX)]: t.name for t in act.tensors
             if t.op == "DequantizeLinear" and t.name.endswith(DQ_SUFFIX)
             and t.name[:-len(DQ_SUFFIX)] in ref_names}
-
-
-@dataclass(frozen=True)
-class _Source:
-    """A capture opened once: the case numbers it holds, one case's side of it, and (an
-    archive) the tolerance record it was packed with."""
-
-    cases: tuple[int, ...]
-    side: Callable[[int], _Side]
-    stored_tolerances: Mapping[str, Any] = field(default_factory=dict)
-    attribute: Callable[[str, str], Attribution | None] | None = None
-
-
-def _open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
-                 status: Callable[[str], None] | None = None) -> _Source:
-    if not path.exists():
-        raise UsageError(f"{path}: no such file or folder")
-    if path.is_dir():
-        dump = open_dump(path)
-        return _Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
-    return _archive_source(path, stack, floors, status)
-
-
-def _dump_side(dump: Dump, case: int) -> _Side:
-    if dump.stats_only:
-        raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
-                        "compare; diff its --io-dump text, or re-run without --dump-stats-only")
-    entries = {e.name: e for e in dump.entries(case)}
-    outputs = dump.outputs
-    tensors = [_Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
-               for e in sorted(entries.values(), key=lambda e: e.index)]
-    scratch = Scratch()
-    inside = dump.subgraph_tensors
-    note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
-            "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
-            "compared by their outputs" if inside > 0 else "")
-    return _Side(
-        label=str(dump.path), tensors=tensors,
-        # read into one reused buffer per side: copying from the page cache measured ~3x faster
-        # than mapping each file (a fresh map faults every page in again; issue 14)
-        load=lambda name: dump.load(entries[name], scratch),
-        fused_away=set(dump.fused_away), fused_into=dump.fused_into,
-        model_sha256=dump.model_sha256, graph=dump.graph,
-        nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
-
-
-def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
-    try:
-        return math.prod(shape) * np.dtype(dtype).itemsize
-    except TypeError:  # a dtype numpy does not know: it adds nothing to the estimate
-        return 0
-
-
-def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
-                    status: Callable[[str], None] | None) -> _Source:
-    from verify import schema
-
-    reader = stack.enter_context(ArchiveReader(path))
-    tc = reader.testcase()
-    needs_host = any(not c.get(schema.LAYERS) for c in reader.cases)
-    model = (parse_model(tc.model_bytes, str(path), tc.external) if with_floors or needs_host
-             else None)
-    floors = saturation_floors(model) if with_floors and model is not None else {}
-    scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
-
-    def side(case: int) -> _Side:
-        tc.case_indices(case)  # a case the archive does not hold: one UsageError line
-        entries = reader.cases[case].get(schema.LAYERS)
-        if not entries:
-            return _host_side(case)
-        datasets = {e.name: (e, reader.dataset(e)) for e in entries}
-        order = [t for t in tc.tensor_order if t.name in datasets]
-
-        def load(name: str) -> np.ndarray:
-            entry, ds = datasets[name]
-            if ds.size == 0:
-                return reader.read(entry)
-            out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
-            return reader.read(entry, out)  # checked against its digest
-
-        return _Side(label=str(path),
-                     tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
-                              for t in order],
-                     load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
-                     nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
-
-    from verify.capture import HostCapture  # onnx and onnxruntime only where a side needs them
-
-    hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
-
-    def _host_side(case: int) -> _Side:
-        """Packed without --layers: every layer computed here from the archive's model and
-        this case's inputs (onnxruntime CPU, optimizations off, bounded memory), as pack
-        --layers would have stored them."""
-        if status is not None:
-            status(f"{path}: no per-layer references; computing case {case}'s "
-                   f"{len(tc.tensor_order)} tensors on this host (onnxruntime CPU, "
-                   "optimizations off)")
-        if not hosts:
-            external = stack.enter_context(external_data(tc))  # extracted for the capture
-            hosts.append(stack.enter_context(HostCapture(
-                tc.model_bytes, model=model,
-                external_dir=external.folder if external is not None else None)))
-        return _Side(label=str(path),
-                     tensors=[_Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
-                              for t in tc.tensor_order],
-                     load=_streamed(hosts[0], tc.cases[case].inputs),
-                     model_sha256=str(tc.provenance.get("model_sha256", "")),
-                     note=f"{path} holds no per-layer references (packed without --layers): "
-                          "computed on this host (onnxruntime CPU, optimizations off) from its "
-                          f"model and case {case}'s inputs", sequential=True)
-
-    def attribute_at(tensor: str, node: str) -> Attribution | None:
-        parsed = model if model is not None else parse_model(tc.model_bytes, str(path), tc.external)
-        return attribute(parsed, tc.provenance, tensor, node)
-
-    return _Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances), attribute_at)
-
-
-def _streamed(host: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
-    """A loader over one host capture pass, in topological order: asked in that order (the
-    walk does, on whichever side computes here) it costs one pass, holding one chunk at a
-    time; a name asked for after the pass went by it is computed on its own."""
-    stream = host.layers(feeds)
-    passed: set[str] = set()
-
-    def load(name: str) -> np.ndarray:
-        if name not in passed:
-            for got, value in stream:
-                passed.add(got)
-                if got == name:
-                    return value
-        return dict(host.layers(feeds, [name]))[name]
-
-    return load
 
 
 def iter_rows(report: DiffReport, *, top: int | None = None,

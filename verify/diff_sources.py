@@ -1,0 +1,191 @@
+"""The two sides `verify diff` compares, each opened once: a dump directory or a `.vtc`.
+
+A capture is a `Source` (the case numbers it holds, one case's `Side`, an archive's stored
+tolerance record and its PyTorch attribution); a `Side` is one case of it, its tensors in order
+with a loader per name. A dump's .npy files are read into one reused buffer per side
+(`dump.Scratch`), an archive's datasets likewise and checked against their digests; an archive
+packed without `--layers` has every layer computed on this host (`capture.HostCapture`,
+chunked, `streamed` in topological order), so neither capture is ever held whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from verify.dump import Dump, Scratch, open_dump
+from verify.errors import DumpError, UsageError
+from verify.graph import parse_model, saturation_floors
+from verify.origin import Attribution, attribute
+from verify.testcase import ArchiveReader, external_data
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of a side: where it comes from, its saturation floor, whether it is an output."""
+
+    name: str
+    node: str
+    op: str
+    floor: float
+    is_output: bool
+
+
+@dataclass
+class Side:
+    """One capture opened for reading: its tensors in order and a loader per name."""
+
+    label: str
+    tensors: list[Tensor]
+    load: Callable[[str], np.ndarray]
+    fused_away: set[str] = field(default_factory=set)
+    fused_into: dict[str, list[str]] = field(default_factory=dict)
+    model_sha256: str = ""
+    graph: str = "model"
+    nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
+    note: str = ""  # what the report should say about where this side's values came from
+    sequential: bool = False  # values computed in its own order: load them in that order
+
+
+@dataclass(frozen=True)
+class Source:
+    """A capture opened once: the case numbers it holds, one case's side of it, and (an
+    archive) the tolerance record it was packed with."""
+
+    cases: tuple[int, ...]
+    side: Callable[[int], Side]
+    stored_tolerances: Mapping[str, Any] = field(default_factory=dict)
+    attribute: Callable[[str, str], Attribution | None] | None = None
+
+
+def open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
+                status: Callable[[str], None] | None = None) -> Source:
+    """A dump folder or an archive, opened for the whole diff (an archive stays open in
+    `stack`); `floors`: read the archive's model for its saturation floors (the reference's
+    judge). `status` hears about layers computed on this host."""
+    if not path.exists():
+        raise UsageError(f"{path}: no such file or folder")
+    if path.is_dir():
+        dump = open_dump(path)
+        return Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
+    return _archive_source(path, stack, floors, status)
+
+
+def _dump_side(dump: Dump, case: int) -> Side:
+    if dump.stats_only:
+        raise DumpError(f"{dump.path}: a --dump-stats-only dump holds no tensor values to "
+                        "compare; diff its --io-dump text, or re-run without --dump-stats-only")
+    entries = {e.name: e for e in dump.entries(case)}
+    outputs = dump.outputs
+    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
+               for e in sorted(entries.values(), key=lambda e: e.index)]
+    scratch = Scratch()
+    inside = dump.subgraph_tensors
+    note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
+            "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
+            "compared by their outputs" if inside > 0 else "")
+    return Side(
+        label=str(dump.path), tensors=tensors,
+        # read into one reused buffer per side: copying from the page cache measured ~3x faster
+        # than mapping each file (a fresh map faults every page in again; issue 14)
+        load=lambda name: dump.load(entries[name], scratch),
+        fused_away=set(dump.fused_away), fused_into=dump.fused_into,
+        model_sha256=dump.model_sha256, graph=dump.graph,
+        nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
+
+
+def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
+    try:
+        return math.prod(shape) * np.dtype(dtype).itemsize
+    except TypeError:  # a dtype numpy does not know: it adds nothing to the estimate
+        return 0
+
+
+def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
+                    status: Callable[[str], None] | None) -> Source:
+    from verify import schema
+
+    reader = stack.enter_context(ArchiveReader(path))
+    tc = reader.testcase()
+    needs_host = any(not c.get(schema.LAYERS) for c in reader.cases)
+    model = (parse_model(tc.model_bytes, str(path), tc.external) if with_floors or needs_host
+             else None)
+    floors = saturation_floors(model) if with_floors and model is not None else {}
+    scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
+
+    def side(case: int) -> Side:
+        tc.case_indices(case)  # a case the archive does not hold: one UsageError line
+        entries = reader.cases[case].get(schema.LAYERS)
+        if not entries:
+            return _host_side(case)
+        datasets = {e.name: (e, reader.dataset(e)) for e in entries}
+        order = [t for t in tc.tensor_order if t.name in datasets]
+
+        def load(name: str) -> np.ndarray:
+            entry, ds = datasets[name]
+            if ds.size == 0:
+                return reader.read(entry)
+            out = scratch.take(int(ds.size) * ds.dtype.itemsize).view(ds.dtype).reshape(ds.shape)
+            return reader.read(entry, out)  # checked against its digest
+
+        return Side(label=str(path),
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                              for t in order],
+                     load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
+                     nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
+
+    from verify.capture import HostCapture  # onnx and onnxruntime only where a side needs them
+
+    hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
+
+    def _host_side(case: int) -> Side:
+        """Packed without --layers: every layer computed here from the archive's model and
+        this case's inputs (onnxruntime CPU, optimizations off, bounded memory), as pack
+        --layers would have stored them."""
+        if status is not None:
+            status(f"{path}: no per-layer references; computing case {case}'s "
+                   f"{len(tc.tensor_order)} tensors on this host (onnxruntime CPU, "
+                   "optimizations off)")
+        if not hosts:
+            external = stack.enter_context(external_data(tc))  # extracted for the capture
+            hosts.append(stack.enter_context(HostCapture(
+                tc.model_bytes, model=model,
+                external_dir=external.folder if external is not None else None)))
+        return Side(label=str(path),
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                              for t in tc.tensor_order],
+                     load=streamed(hosts[0], tc.cases[case].inputs),
+                     model_sha256=str(tc.provenance.get("model_sha256", "")),
+                     note=f"{path} holds no per-layer references (packed without --layers): "
+                          "computed on this host (onnxruntime CPU, optimizations off) from its "
+                          f"model and case {case}'s inputs", sequential=True)
+
+    def attribute_at(tensor: str, node: str) -> Attribution | None:
+        parsed = model if model is not None else parse_model(tc.model_bytes, str(path), tc.external)
+        return attribute(parsed, tc.provenance, tensor, node)
+
+    return Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances), attribute_at)
+
+
+def streamed(host: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
+    """A loader over one host capture pass, in topological order: asked in that order (the
+    walk does, on whichever side computes here) it costs one pass, holding one chunk at a
+    time; a name asked for after the pass went by it is computed on its own."""
+    stream = host.layers(feeds)
+    passed: set[str] = set()
+
+    def load(name: str) -> np.ndarray:
+        if name not in passed:
+            for got, value in stream:
+                passed.add(got)
+                if got == name:
+                    return value
+        return dict(host.layers(feeds, [name]))[name]
+
+    return load

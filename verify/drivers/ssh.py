@@ -12,12 +12,13 @@ the socket of the next (ssh_login.py).
 
 Commands go to the login shell of the remote user, which must be POSIX (sh, bash, dash, zsh,
 ash). Each command is prefixed with `echo <marker> $$` so the driver learns the pid of the
-shell, which `exec`s the command: sshd starts every session in a new session and process
-group, so that pid is also the group of everything the command starts. When a command
+shell, which runs the command and waits for it: sshd starts every session in a new session and
+process group, so that pid is also the group of everything the command starts. When a command
 overruns its timeout the driver runs `kill -KILL -- -<pid>` on a second channel, then closes
 the first, and raises DeviceTimeout: nothing lingers, except processes that left the group on
 purpose (daemons calling setsid). Output a noisy shell rc file prints before the marker is
-dropped. A process killed by a signal has no exit status in SSH (paramiko reports -1).
+dropped (ssh_exec.py). A process killed by a signal has no exit status in SSH (paramiko
+reports -1).
 
 Files: uploads, small downloads (up to 256 KiB), renames, stat and mkdir go over one SFTP
 session when the server has the subsystem, else over exec (`cat > path`, `cat path`, `mv`,
@@ -31,15 +32,10 @@ paramiko and socket exception is converted here into verify's errors; a dropped 
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import posixpath
-import re
-import secrets
-import selectors
 import shlex
-import stat
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -47,16 +43,17 @@ from pathlib import Path
 
 import paramiko
 
-from verify.drivers import ssh_files
+from verify.drivers import ssh_exec, ssh_files
 from verify.drivers.channel import LineChannel
 from verify.drivers.base import (
     CommandResult,
     Driver,
     DriverConfig,
     Progress,
-    shell_command,
 )
-from verify.drivers.ssh_login import Login, fingerprint, log_in, open_tunnel, reason, timed_out
+from verify.drivers.ssh_exec import KILL_TIMEOUT, close_quietly
+from verify.drivers.ssh_login import (Login, fingerprint, insecure_host_key, log_in, open_tunnel,
+                                      reason, timed_out)
 from verify.drivers.ssh_route import SshHop, route
 from verify.errors import ConnectError, DeviceTimeout, ProfileError, TransferError
 
@@ -64,9 +61,6 @@ from verify.errors import ConnectError, DeviceTimeout, ProfileError, TransferErr
 # last-resort handler; verify reports the failure itself as one line.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-_CHUNK = 1 << 16
-_KILL_TIMEOUT = 10.0  # bound on killing a timed-out command; a dead link must not hang it
-_POLL = 0.05          # longest wait for output before looking again (see _pump)
 SFTP, EXEC = "sftp", "exec"
 # Downloads up to this size use sequential SFTP reads (32 KiB each, one round trip apiece);
 # larger ones stream through `cat` (see _get_impl and benchmarks/bench_ssh_transfers.py).
@@ -82,7 +76,7 @@ class SshDriver(Driver):
     def __init__(self, config: DriverConfig) -> None:
         super().__init__(config)
         options = config.options
-        self.insecure = _flag(options.get("insecure_host_key", False), "insecure_host_key")
+        self.insecure = insecure_host_key(options)
         identity = options.get("identity")
         self.identity = Path(os.path.expanduser(str(identity))) if identity else None
         self.route: tuple[SshHop, ...] = route(config.address, options)
@@ -156,7 +150,7 @@ class SshDriver(Driver):
             return False
         try:
             self._transport("probing").open_session(
-                timeout=min(self.config.connect_timeout, _KILL_TIMEOUT)).close()
+                timeout=min(self.config.connect_timeout, KILL_TIMEOUT)).close()
         except Exception:  # noqa: BLE001 - any failure here means the link is gone
             return False
         return True
@@ -165,19 +159,9 @@ class SshDriver(Driver):
     def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
                    cwd: str | None) -> CommandResult:
         what = f"running {posixpath.basename(argv[0])}"
-        marker = f"verify-pid-{secrets.token_hex(6)}"
-        # The shell waits for the command instead of exec-ing it (`; exit $?` keeps dash and
-        # bash from exec-ing a last command on their own): a command killed by a signal
-        # then ends the shell with 128+N, where SSH's exit-signal (which paramiko drops) would
-        # say nothing. The shell leads the process group, so a timeout still kills it all.
-        status, out, err = self._exec_channel(
-            f"echo {marker} $$; {shell_command(argv, env, cwd, exec_=False)}; exit $?",
-            timeout, what, marker, argv)
-        if 128 < status <= 128 + 64:  # the shell's way of saying "killed by signal N"
-            status = 128 - status     # as the local driver (subprocess) says it: -N
-            # and bash's own report of it ("bash: line 1: 4242 Killed  python3 …") is not
-            # the command's output
-            err = re.sub(rb"(?:^|\n)[^\n:]+: line \d+: +\d+ [^\n]*\n?$", b"", bytes(err))
+        marker, command = ssh_exec.marked_command(argv, env, cwd)
+        status, out, err = self._exec_channel(command, timeout, what, marker, argv)
+        status, err = ssh_exec.signal_status(status, err)
         return CommandResult(tuple(argv), status, out.decode(errors="replace"),
                              err.decode(errors="replace"))
 
@@ -187,32 +171,17 @@ class SshDriver(Driver):
         where = self.describe_address()
         chan = self._open_channel(what)
         deadline = time.monotonic() + timeout
-        stdout = _MarkedStream(marker)
+        stdout = ssh_exec.MarkedStream(marker)
         err = bytearray()
-        # A selector, not select(): select() fails on descriptors above 1023.
-        ready = selectors.DefaultSelector()
         try:
-            chan.exec_command(command)
-            chan.shutdown_write()  # stdin at EOF, as the local driver's DEVNULL
-            ready.register(chan, selectors.EVENT_READ)  # paramiko's pipe: set on data or EOF
-            if _pump(chan, ready, stdout, err, deadline):
-                # The exit status may trail the EOF by a moment.
-                while not chan.exit_status_ready() and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                if chan.exit_status_ready():
-                    status = chan.recv_exit_status()
-                    # No exit status: killed by a signal (SSH's exit-signal, which paramiko
-                    # drops), or the link died, which closes every channel a moment before
-                    # paramiko marks the transport inactive.
-                    if status == -1 and not self._probe():
-                        raise ConnectError(f"{where}: connection lost while {what}")
-                    return status, stdout.value(), bytes(err)
-                # EOF without an exit: the command closed its outputs and runs on.
-            elif marker is not None and not stdout.seen:
-                # Overran before the shell even printed its pid (a slow rc file): wait a little
-                # longer for the pid, so there is something to kill.
-                _pump(chan, ready, stdout, err, time.monotonic() + _KILL_TIMEOUT,
-                      until=lambda: stdout.seen)
+            status = ssh_exec.run(chan, command, deadline, stdout, err)
+            if status is not None:
+                # No exit status: killed by a signal (SSH's exit-signal, which paramiko
+                # drops), or the link died, which closes every channel a moment before
+                # paramiko marks the transport inactive.
+                if status == -1 and not self._probe():
+                    raise ConnectError(f"{where}: connection lost while {what}")
+                return status, stdout.value(), bytes(err)
             # Kill the whole process group on the device; the channel is closed below.
             self._kill_group(stdout.pid)
             unknown = "" if stdout.pid is not None or marker is None else \
@@ -227,21 +196,19 @@ class SshDriver(Driver):
             self._kill_group(stdout.pid)  # interrupted (Ctrl-C): leave nothing running
             raise
         finally:
-            ready.close()
-            _close_quietly(chan)
+            close_quietly(chan)
 
     def _spawn_impl(self, argv: Sequence[str], *, env: Mapping[str, str],
                     cwd: str | None) -> LineChannel | None:
         from verify.drivers.ssh_serve import SshChannel
 
         what = f"starting {posixpath.basename(argv[0])}"
-        marker = f"verify-pid-{secrets.token_hex(6)}"
+        marker, command = ssh_exec.marked_command(argv, env, cwd)
         chan = self._open_channel(what)
         try:
-            chan.exec_command(f"echo {marker} $$; {shell_command(argv, env, cwd, exec_=False)}; "
-                              "exit $?")
+            chan.exec_command(command)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            _close_quietly(chan)
+            close_quietly(chan)
             raise self._lost(what, exc, ConnectError) from exc
         return SshChannel(chan, argv, self.describe_address(), marker, self._probe,
                           self._kill_group)
@@ -252,7 +219,7 @@ class SshDriver(Driver):
         group = shlex.join(["kill", "-KILL", "--", f"-{pid}"])
         single = shlex.join(["kill", "-KILL", str(pid)])
         try:
-            self._exec_channel(f"{group} 2>/dev/null || {single}", _KILL_TIMEOUT,
+            self._exec_channel(f"{group} 2>/dev/null || {single}", KILL_TIMEOUT,
                                "killing a timed-out command", None, ["kill", str(pid)])
         except (DeviceTimeout, ConnectError):
             pass
@@ -302,7 +269,7 @@ class SshDriver(Driver):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
         finally:
-            _close_quietly(chan)
+            close_quietly(chan)
         if outcome.status == -1 and not self._probe():
             raise TransferError(f"{self.describe_address()}: connection lost while {what}")
         problem = outcome.problem(remote)
@@ -317,7 +284,7 @@ class SshDriver(Driver):
                                 lambda chan: ssh_files.put(chan, local, remote, progress))
             return
         try:
-            sftp.put(str(local), remote, callback=_adapt(progress), confirm=True)
+            sftp.put(str(local), remote, callback=ssh_files.adapt_progress(progress), confirm=True)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
 
@@ -331,7 +298,7 @@ class SshDriver(Driver):
                     # Plain SFTP reads in this thread: a few round trips, no process started on
                     # the device (a layer dump fetches hundreds of small files). No prefetch:
                     # paramiko's prefetch thread dies noisily when the link drops.
-                    sftp.get(remote, str(local), callback=_adapt(progress), prefetch=False)
+                    sftp.get(remote, str(local), callback=ssh_files.adapt_progress(progress), prefetch=False)
                     return
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise self._lost(what, exc, TransferError) from exc
@@ -386,7 +353,7 @@ class SshDriver(Driver):
             super()._makedirs_impl(path)
             return
         try:
-            _sftp_makedirs(sftp, path)
+            ssh_files.sftp_makedirs(sftp, path)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise self._lost(what, exc, TransferError) from exc
 
@@ -403,115 +370,3 @@ class SshDriver(Driver):
             return cls(f"{where}: no answer within {self.config.command_timeout:g} s while {what}")
         return cls(f"{where}: {what} failed: {reason(exc)}")
 
-
-# --- helpers --------------------------------------------------------------------------------
-def _close_quietly(chan: paramiko.Channel) -> None:
-    """Close a channel whose link may have just died. paramiko sends the close message and
-    raises EOFError when the socket is gone; from a `finally` that would replace the error
-    being raised (a TransferError, say) with an EOFError, which click turns into "interrupted",
-    exit 130."""
-    try:
-        chan.close()
-    except (paramiko.SSHException, OSError, EOFError):
-        pass
-
-
-def _flag(value: object, name: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0", ""):
-        return value.lower() in ("true", "yes", "1")
-    raise ProfileError(f"options.{name} must be true or false, not {value!r}")
-
-
-class _MarkedStream:
-    """stdout of a command prefixed with `echo MARKER $$`: takes the pid out, keeps the rest.
-
-    Anything before the marker line (a chatty shell rc file) is dropped.
-    """
-
-    def __init__(self, marker: str | None) -> None:
-        self.key = marker.encode() + b" " if marker else None
-        self.seen = False
-        self.pid: int | None = None
-        self.head = bytearray()
-        self.body = bytearray()
-
-    def feed(self, data: bytes) -> None:
-        if self.key is None or self.seen:
-            self.body += data
-            return
-        self.head += data
-        start = self.head.find(self.key)
-        end = self.head.find(b"\n", start) if start >= 0 else -1
-        if end >= 0:
-            text = self.head[start + len(self.key):end]
-            self.seen, self.pid = True, int(text) if text.isdigit() and int(text) > 1 else None
-            self.body += self.head[end + 1:]
-            self.head.clear()
-
-    def value(self) -> bytes:
-        # No marker seen (a shell that is not POSIX?): hand back all of it rather than nothing.
-        return bytes(self.body if self.key is None or self.seen else self.head)
-
-
-def _pump(chan: paramiko.Channel, ready: selectors.BaseSelector, stdout: _MarkedStream,
-          err: bytearray, deadline: float, until: Callable[[], bool] | None = None) -> bool:
-    """Read both streams as data comes (never one blocking the other) until EOF, the deadline,
-    or `until()`; True at EOF, when everything has been read."""
-    while (remaining := deadline - time.monotonic()) > 0:
-        # Capped: paramiko's "or" of the two streams' events can lose a wake-up when one stream
-        # is read while the other is fed (seen in 1 of 5 runs with busy stdout and stderr).
-        ready.select(min(remaining, _POLL))
-        while chan.recv_ready():
-            stdout.feed(chan.recv(_CHUNK))
-        while chan.recv_stderr_ready():
-            err += chan.recv_stderr(_CHUNK)
-        if chan.eof_received or chan.closed:
-            stdout.feed(_drain(chan.recv))
-            err += _drain(chan.recv_stderr)
-            return True
-        if until is not None and until():
-            return False
-    return False
-
-
-def _drain(recv: Callable[[int], bytes]) -> bytes:
-    """Everything left in a stream at EOF (reads return at once then; b'' means empty)."""
-    chunks = []
-    while data := recv(_CHUNK):
-        chunks.append(data)
-    return b"".join(chunks)
-
-
-def _adapt(progress: Progress | None) -> Callable[[int, int], None] | None:
-    """paramiko reports bytes so far; verify's Progress wants bytes since the last call."""
-    if progress is None:
-        return None
-    done = 0
-
-    def callback(sofar: int, total: int) -> None:
-        nonlocal done
-        if sofar > done:
-            progress(sofar - done)
-            done = sofar
-    return callback
-
-
-def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    try:
-        mode = sftp.stat(path).st_mode
-    except FileNotFoundError:
-        parent = posixpath.dirname(path.rstrip("/"))
-        if parent and parent != path:
-            _sftp_makedirs(sftp, parent)
-        try:
-            sftp.mkdir(path)
-            return
-        except OSError as exc:
-            try:
-                mode = sftp.stat(path).st_mode  # created meanwhile by someone else?
-            except OSError:
-                raise exc from None
-    if mode is None or not stat.S_ISDIR(mode):
-        raise NotADirectoryError(errno.ENOTDIR, f"{path} exists and is not a directory")

@@ -1,5 +1,7 @@
 """File transfers over an ssh exec channel: large downloads, and every transfer with a server
-that has no SFTP subsystem; and the removal of small trees over SFTP (`sftp_remove_small`).
+that has no SFTP subsystem; and the SFTP side's helpers: the removal of small trees
+(`sftp_remove_small`), `mkdir -p` (`sftp_makedirs`), progress as verify counts it
+(`adapt_progress`).
 
 A download runs `wc -c < PATH; sha256sum < PATH; cat PATH` in one command and checks the bytes
 it received against that size and digest; an upload sends the file to `cat > PATH`, then checks
@@ -16,7 +18,9 @@ over one channel needs neither.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import posixpath
 import secrets
 import shlex
 import stat
@@ -187,3 +191,37 @@ def sftp_remove_small(sftp: paramiko.SFTPClient, path: str,
     for folder in reversed(dirs):  # deepest first
         sftp.rmdir(folder)
     return True
+
+
+def sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    """`mkdir -p` over SFTP; a path that exists and is not a folder is NotADirectoryError."""
+    try:
+        mode = sftp.stat(path).st_mode
+    except FileNotFoundError:
+        parent = posixpath.dirname(path.rstrip("/"))
+        if parent and parent != path:
+            sftp_makedirs(sftp, parent)
+        try:
+            sftp.mkdir(path)
+            return
+        except OSError as exc:
+            try:
+                mode = sftp.stat(path).st_mode  # created meanwhile by someone else?
+            except OSError:
+                raise exc from None
+    if mode is None or not stat.S_ISDIR(mode):
+        raise NotADirectoryError(errno.ENOTDIR, f"{path} exists and is not a directory")
+
+
+def adapt_progress(progress: Callable[[int], None] | None) -> Callable[[int, int], None] | None:
+    """paramiko reports bytes so far; verify's Progress wants bytes since the last call."""
+    if progress is None:
+        return None
+    done = 0
+
+    def callback(sofar: int, total: int) -> None:
+        nonlocal done
+        if sofar > done:
+            progress(sofar - done)
+            done = sofar
+    return callback

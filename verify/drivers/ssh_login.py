@@ -12,12 +12,13 @@ from __future__ import annotations
 import errno
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import paramiko
 
 from verify.drivers.ssh_route import SshHop
-from verify.errors import ConnectError
+from verify.errors import ConnectError, ProfileError
 
 KEEPALIVE = 30  # seconds between keepalive messages on an idle connection
 
@@ -28,6 +29,16 @@ class Login:
 
     client: paramiko.SSHClient
     unchecked_key: paramiko.PKey | None
+
+
+def insecure_host_key(options: Mapping[str, object]) -> bool:
+    """The profile's `options.insecure_host_key` (the opt-out of the host key check)."""
+    value = options.get("insecure_host_key", False)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "yes", "1", "false", "no", "0", ""):
+        return value.lower() in ("true", "yes", "1")
+    raise ProfileError(f"options.insecure_host_key must be true or false, not {value!r}")
 
 
 def log_in(hop: SshHop, where: str, timeout: float, insecure: bool,

@@ -25,7 +25,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from verify.testcase import Case, Testcase, read_archive, write_archive  # noqa: E402
+from verify.archive_reader import read_archive  # noqa: E402
+from verify.testcase import Case, Testcase, write_archive  # noqa: E402
 
 
 def make_testcase(total_mb: int) -> Testcase:

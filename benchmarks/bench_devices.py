@@ -26,11 +26,11 @@ from bench_timing import median_s
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from verify.archive_reader import read_archive  # noqa: E402
 from verify.devices import Profile  # noqa: E402
 from verify.drivers import make_driver  # noqa: E402
 from verify.options import TimedRuns  # noqa: E402
 from verify.pipeline import RunOptions, run_on_device  # noqa: E402
-from verify.testcase import read_archive  # noqa: E402
 
 
 def _missing_extra(module: str, extra: str) -> str | None:

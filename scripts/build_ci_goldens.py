@@ -23,10 +23,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from verify.archive_reader import read_archive
 from verify.compare import ToleranceSet, compare
 from verify.inputs import Preprocess
 from verify.pack import PackOptions, pack
-from verify.testcase import read_archive
 
 MODELS = ROOT / "goldens" / "models"
 OUT = ROOT / "goldens" / "testcases"

@@ -61,6 +61,17 @@ _COMPARE_TESTS = ("tests/test_compare.py", "tests/test_tolerance.py",
 _DIFF_TESTS = ("tests/test_diff.py", "tests/test_diff_cases.py", "tests/test_diff_perturb.py",
                "tests/test_verdict_edges.py")
 
+# the archive reader's tests: damaged archives refused (reader), round trips (roundtrip), the
+# verdict edges that read archives, and the integrity tests that need no device
+_READER_TESTS = ("tests/test_archive_reader.py", "tests/test_archive_roundtrip.py",
+                 "tests/test_verdict_edges.py",
+                 *(f"tests/test_archive_integrity.py::{t}" for t in (
+                     "test_one_flipped_bit_is_one_line_and_exit_2_before_the_device",
+                     "test_metadata_edited_behind_the_archive_is_corrupt",
+                     "test_a_dataset_over_the_size_limit_is_refused_before_it_is_read",
+                     "test_a_format_1_archive_is_read_with_one_warning",
+                     "test_a_version_1_label_on_a_checksummed_archive_is_corrupt")))
+
 MODULES: dict[str, Module] = {
     # compare.py's verdict chain in three files: the comparison and ranking (compare), the
     # rules and gates (rules), the spec grammar and the set picking a tensor's rule
@@ -131,26 +142,22 @@ MODULES: dict[str, Module] = {
                       only=("verify.capture.x_plan_dump__*", "verify.capture.x_compile_dump_filter__*",
                             "verify.capture.x__reindex__*"),
                       skip_lines=(_MESSAGES,)),
-    "testcase": Module("verify/testcase.py", ("tests/test_archive_reader.py",
-                                              "tests/test_archive_roundtrip.py",
-                                              "tests/test_verdict_edges.py",
-                                              *(f"tests/test_archive_integrity.py::{t}" for t in (
-                                                  "test_one_flipped_bit_is_one_line_and_exit_2_"
-                                                  "before_the_device",
-                                                  "test_metadata_edited_behind_the_archive_is_"
-                                                  "corrupt",
-                                                  "test_a_dataset_over_the_size_limit_is_refused_"
-                                                  "before_it_is_read",
-                                                  "test_a_format_1_archive_is_read_with_one_"
-                                                  "warning",
-                                                  "test_a_version_1_label_on_a_checksummed_"
-                                                  "archive_is_corrupt"))),
-                       # the reader (opening, structure, checksums, tensors) and case_indices;
-                       # not the writer
-                       only=("verify.testcase.x_read_archive__*", "verify.testcase.x_iter_layers__*",
-                             "verify.testcase.xǁArchiveReaderǁ*", "verify.testcase.x__open__*",
-                             "verify.testcase.x__int_attr__*", "verify.testcase.x__format_name__*",
-                             "verify.testcase.xǁTestcaseǁcase_indices__*"),
+    # the reader in two files (the layout and tensors: archive_reader; the file opened and
+    # gated, typed access to its parts: archive_file) and Testcase.case_indices; not the
+    # writer, the size-limit setting or the external-data extraction helpers
+    "archive_reader": Module("verify/archive_reader.py", _READER_TESTS,
+                             only=("verify.archive_reader.x_read_archive__*",
+                                   "verify.archive_reader.x_iter_layers__*",
+                                   "verify.archive_reader.xǁArchiveReaderǁ*"),
+                             skip_lines=(_MESSAGES,)),
+    "archive_file": Module("verify/archive_file.py", _READER_TESTS,
+                           only=("verify.archive_file.xǁArchiveFileǁ*",
+                                 "verify.archive_file.x_open_archive__*",
+                                 "verify.archive_file.x_int_attr__*",
+                                 "verify.archive_file.x__format_name__*"),
+                           skip_lines=(_MESSAGES,)),
+    "testcase": Module("verify/testcase.py", _READER_TESTS,
+                       only=("verify.testcase.xǁTestcaseǁcase_indices__*",),
                        skip_lines=(_MESSAGES,)),
     "inputs": Module("verify/input_casts.py", ("tests/test_inputs.py", "tests/test_inputs_casts.py",
                                                "tests/test_verdict_edges.py"),

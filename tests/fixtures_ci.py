@@ -144,7 +144,8 @@ def perturbed_archive(dest: Path, factor: float, name: str = "cnn") -> Path:
     import onnx
     from onnx import numpy_helper
 
-    from verify.testcase import iter_layers, read_archive, write_archive
+    from verify.archive_reader import iter_layers, read_archive
+    from verify.testcase import write_archive
 
     source = TESTCASES / f"{name}.vtc"
     tc = read_archive(source)

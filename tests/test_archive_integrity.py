@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from helpers_cli import only_line, verify
-from verify.testcase import Case, read_archive, write_archive
+from verify.archive_reader import read_archive
+from verify.testcase import Case, write_archive
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = REPO / "goldens" / "models"

@@ -19,8 +19,8 @@ import pytest
 from fixtures_dump import pack
 
 from verify import schema
+from verify.archive_reader import ArchiveReader, iter_layers, read_archive
 from verify.errors import ArchiveError
-from verify.testcase import ArchiveReader, iter_layers, read_archive
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_IO = REPO / "goldens" / "models" / "two_io.onnx"  # inputs a, b; outputs sum_relu, prod

@@ -14,8 +14,9 @@ from fixtures_dump import pack
 from onnx import TensorProto, helper
 
 from verify import schema
+from verify.archive_reader import read_archive
 from verify.errors import ArchiveError
-from verify.testcase import read_archive, write_archive
+from verify.testcase import write_archive
 
 N = 12  # more than ten: "10" sorts before "2" as text
 

@@ -148,11 +148,11 @@ def test_bench_opt_levels_side_by_side_with_their_errors(
                     reason="onnxruntime's NCHWc layout transform is x86-only")
 def test_layout_nchw_turns_the_layout_transform_off(cnn_two_cases: Path, private_cache: Path,
                                                     tmp_path: Path) -> None:
+    from verify.archive_reader import read_archive
     from verify.devices import resolve
     from verify.options import TimedRuns
     from verify.pipeline import RunOptions, run_on_device
     from verify.profile import load_profile
-    from verify.testcase import read_archive
 
     tc = read_archive(cnn_two_cases)
     ops = {}

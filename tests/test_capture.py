@@ -64,8 +64,8 @@ def test_plan_dump_filter_and_bad_regex() -> None:
 
 
 def test_pack_layers_streams_the_host_capture_into_the_archive(tmp_path: Path) -> None:
+    from verify.archive_reader import iter_layers, read_archive
     from verify.cli import main
-    from verify.testcase import iter_layers, read_archive
 
     out = tmp_path / "cnn.vtc"
     assert main(["pack", str(CNN), "-o", str(out), "--layers", "--seed", "3", "--json"]) == 0

@@ -148,7 +148,7 @@ def test_corpus_model(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[s
                  for a in entry.pack]
     stage("pack", ["pack", model_file, *pack_args, "-o", vtc, "--json"])
     if outcome["pack"] == "ok":
-        from verify.testcase import read_archive
+        from verify.archive_reader import read_archive
 
         tc = read_archive(vtc)
         outputs = tc.cases[0].outputs

@@ -20,7 +20,7 @@ from PIL import Image
 
 from corpus import fetch_models, light_path, model_path
 from helpers_cli import only_line, verify
-from verify.testcase import read_archive
+from verify.archive_reader import read_archive
 
 OUT = "save_infer_model/scale_0.tmp_1"
 

@@ -16,7 +16,7 @@ from PIL import Image
 
 from corpus import model_path
 from helpers_cli import only_line, verify
-from verify.testcase import read_archive
+from verify.archive_reader import read_archive
 
 
 def _hint_args(message: str) -> list[str]:

@@ -137,8 +137,8 @@ def test_an_archive_without_layers_is_compared_against_layers_computed_here(
 
 
 def test_host_values_asked_out_of_order_are_still_right(three_cases: tuple[Path, Path]) -> None:
+    from verify.archive_reader import read_archive
     from verify.capture import HostCapture
-    from verify.testcase import read_archive
 
     archive, _ = three_cases
     tc = read_archive(archive)
@@ -184,8 +184,8 @@ def test_host_values_cost_one_capture_pass_whichever_side_computes_them(
 
 def test_host_values_asked_once_out_of_order_cost_one_more_pass(
         three_cases: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from verify.archive_reader import read_archive
     from verify.capture import HostCapture
-    from verify.testcase import read_archive
 
     archive, _ = three_cases
     tc = read_archive(archive)

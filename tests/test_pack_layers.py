@@ -9,8 +9,8 @@ import pytest
 
 from helpers_cli import verify
 from verify import capture, graph
+from verify.archive_reader import iter_layers, read_archive
 from verify.capture import host_layers
-from verify.testcase import iter_layers, read_archive
 
 DYNAMIC = Path(__file__).resolve().parent.parent / "goldens" / "models" / "dynamic.onnx"
 

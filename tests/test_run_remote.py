@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from fixtures_devices import ALT_RUNNER, REPO, DeviceEnv, run_cli, run_json
 
+from verify.archive_reader import read_archive
 from verify.devices import load_profile
 from verify.runner_files import runner_file
-from verify.testcase import read_archive
 
 
 def _npy_size(value: np.ndarray) -> int:

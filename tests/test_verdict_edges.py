@@ -25,10 +25,11 @@ from helpers_cli import only_line, verify
 from onnx import TensorProto, helper, numpy_helper
 
 from verify import schema
+from verify.archive_reader import iter_layers, read_archive
 from verify.compare import SATURATION_FLOOR, AllcloseRule, MagnitudeRule
 from verify.errors import InputError
 from verify.inputs import build_cases, model_inputs
-from verify.testcase import iter_layers, read_archive, write_archive
+from verify.testcase import write_archive
 from verify.tolerance import tolerance_record, tolerance_set
 
 REPO = Path(__file__).resolve().parent.parent

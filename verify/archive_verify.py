@@ -63,7 +63,7 @@ class LayerCheck:
             self._thread.start()
 
     def _work(self) -> None:
-        from verify.testcase import ArchiveReader
+        from verify.archive_reader import ArchiveReader
 
         try:
             with ArchiveReader(self.path) as reader:  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from verify.archive_reader import external_data
 from verify.check import check_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.timing import Timing  # noqa: F401 (part of bench's results)
@@ -44,7 +45,6 @@ from verify.options import (
 )
 from verify.pipeline import ProgressFactory, RunOptions, Status, run_model
 from verify.session import DeviceSession
-from verify.testcase import external_data
 
 # onnxruntime splits this entry's value on ';' (a ',' list silently disables nothing)
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"

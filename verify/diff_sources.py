@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from verify.archive_reader import ArchiveReader, external_data
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import parse_model, saturation_floors
 from verify.origin import Attribution, attribute
-from verify.testcase import ArchiveReader, external_data
 
 
 @dataclass(frozen=True)

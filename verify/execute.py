@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from verify.archive_check import check_cases
+from verify.archive_reader import external_data, read_archive
 from verify.capture import compile_dump_filter
 from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
@@ -30,7 +31,7 @@ from verify.options import (
 from verify.layerdump import DumpCapture, DumpSpec
 from verify.pipeline import DeviceRun, ProgressFactory, RunOptions, Status, run_on_device
 from verify.archive_verify import LayerCheck
-from verify.testcase import Testcase, external_data, read_archive
+from verify.testcase import Testcase
 from verify.tolerance import tolerance_set
 
 

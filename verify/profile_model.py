@@ -25,8 +25,8 @@ def load_model_index(path: Path) -> "ModelIndex":
     Either is read once: an archive through `read_archive` (its per-layer references, often
     most of the file, are not read), anything else, a pipe included, as ONNX bytes.
     """
+    from verify.archive_reader import read_archive
     from verify.graph import load_model_bytes, parse_model
-    from verify.testcase import read_archive
 
     path = Path(path)
     data = read_archive(path).model_bytes if _is_hdf5(path) else load_model_bytes(path)

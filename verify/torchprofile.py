@@ -81,8 +81,8 @@ def _short(target: str) -> str:
 def model_and_inputs(path: Path) -> tuple[onnx.ModelProto, list[np.ndarray] | None]:
     """The exported model from an .onnx or a .vtc; a .vtc's first case gives the inputs too
     (in the order of the model's graph inputs)."""
+    from verify.archive_reader import read_archive
     from verify.graph import parse_model
-    from verify.testcase import read_archive
 
     data = read_user_file(path, UsageError, "an .onnx model or a .vtc archive")
     if not data.startswith(schema.SIGNATURE):

@@ -55,7 +55,7 @@ def test_python_dash_m_verify_is_the_verify_command(tmp_path: Path) -> None:
 def test_a_webp_image_packs_to_the_same_input_as_the_png(tmp_path: Path, capsys) -> None:
     from PIL import Image
 
-    from verify.testcase import read_archive
+    from verify.archive_reader import read_archive
 
     webp = tmp_path / "sample.webp"
     Image.open(IMAGE).save(webp, lossless=True)

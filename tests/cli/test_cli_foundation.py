@@ -402,7 +402,8 @@ def test_inspect_of_an_archive_whose_model_is_corrupt(capsys: pytest.CaptureFixt
                                                       cnn_vtc: Path, tmp_path: Path) -> None:
     import dataclasses
 
-    from verify.testcase import read_archive, write_archive
+    from verify.archive_reader import read_archive
+    from verify.testcase import write_archive
 
     bad = tmp_path / "bad.vtc"  # packed with checksums around a model that is not ONNX
     write_archive(bad, dataclasses.replace(read_archive(cnn_vtc),
@@ -425,7 +426,7 @@ def test_inspect_of_an_archive_whose_model_is_corrupt(capsys: pytest.CaptureFixt
 
 def test_iter_layers_reads_only_the_names_asked_for(capsys: pytest.CaptureFixture[str],
                                                     tmp_path: Path) -> None:
-    from verify.testcase import iter_layers
+    from verify.archive_reader import iter_layers
 
     out = tmp_path / "layers.vtc"
     assert verify(capsys, "pack", MODELS / "two_io.onnx", "-o", out, "--layers")[0] == 0

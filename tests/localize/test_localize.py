@@ -294,7 +294,7 @@ def test_export_errors(residual_vtc: Path, tmp_path: Path,
     assert code == 0, err
     from onnx import numpy_helper
 
-    from verify.testcase import read_archive
+    from verify.archive_reader import read_archive
 
     tc = read_archive(residual_vtc)
     pb = onnx.TensorProto()

@@ -36,8 +36,8 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
       verify export cnn.repro-block2_conv1.vtc -o block2_conv1.onnx
       verify export cnn.vtc -o cnn.onnx --data cnn-data/    # plus test_data_set_0/*.pb
     """
+    from verify.archive_reader import export_external, read_archive
     from verify.graph import parse_model
-    from verify.testcase import export_external, read_archive
 
     tc = read_archive(archive)
     target = output if output is not None else archive.with_suffix(".onnx")

@@ -39,9 +39,9 @@ def inspect(archive: Path, as_json: bool) -> int:
             render_archive.print_model(summary)
         return EXIT_OK
     from verify.archive_check import check_cases
+    from verify.archive_reader import ArchiveReader
     from verify.graph import parse_model
     from verify.schema import LAYERS
-    from verify.testcase import ArchiveReader
     from verify.tolerance import tolerance_set
 
     with ArchiveReader(archive) as reader:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from verify.archive_reader import external_data
 from verify.check import check_outputs
 from verify.compare import TensorDiff, ToleranceSet, compare, first_divergent
 from verify.errors import UsageError
@@ -36,7 +37,7 @@ from verify.runner import runner as _rt
 from verify.shapes import tensor_sizes
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
 from verify.external import ExternalData
-from verify.testcase import Testcase, external_data
+from verify.testcase import Testcase
 from verify.tolerance import layered_record
 
 if TYPE_CHECKING:

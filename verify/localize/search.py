@@ -91,7 +91,7 @@ class References:
         return {n: self._values[n] for n in wanted if n in self._values}
 
     def _read_archive(self, keep: set[str] | None) -> None:
-        from verify.testcase import iter_layers
+        from verify.archive_reader import iter_layers
 
         assert self._archive is not None
         for name, value in iter_layers(self._archive, self._case, keep):

@@ -298,7 +298,8 @@ class SshDriver(Driver):
                     # Plain SFTP reads in this thread: a few round trips, no process started on
                     # the device (a layer dump fetches hundreds of small files). No prefetch:
                     # paramiko's prefetch thread dies noisily when the link drops.
-                    sftp.get(remote, str(local), callback=ssh_files.adapt_progress(progress), prefetch=False)
+                    sftp.get(remote, str(local), callback=ssh_files.adapt_progress(progress),
+                             prefetch=False)
                     return
             except (paramiko.SSHException, OSError, EOFError) as exc:
                 raise self._lost(what, exc, TransferError) from exc

@@ -17,6 +17,7 @@ A timed-out or interrupted command is stopped by closing its stream: adbd then h
 command up (SIGHUP through the PTY, or explicitly with the shell protocol).
 Options: `adb_host` (default 127.0.0.1), `adb_port` (default $ANDROID_ADB_SERVER_PORT or 5037),
 `io_timeout` (seconds a transfer may stall, default 60). The driver never starts a server.
+Reading the sockets against deadlines and the fallback's parsing live in adb_wire.py.
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ from pathlib import Path
 from adbutils import AdbClient, AdbConnection, AdbDevice
 from adbutils.errors import AdbError, AdbTimeout
 
+from verify.drivers.adb_wire import (
+    DEFAULT_SERVER_PORT,
+    Expired,
+    Lost,
+    not_ready,
+    parse_marked,
+    positive,
+    recv,
+    recv_exact,
+    server_port,
+    why,
+)
 from verify.drivers.channel import LineChannel
 from verify.drivers.base import (
     CommandResult,
@@ -45,29 +58,15 @@ from verify.drivers.base import (
     Progress,
     shell_command,
 )
-from verify.errors import (ConnectError, DeviceError, DeviceTimeout, ProfileError, TransferError,
-                           UsageError, VerifyError)
+from verify.errors import (ConnectError, DeviceError, DeviceTimeout, TransferError, UsageError,
+                           VerifyError)
 
-DEFAULT_SERVER_PORT = 5037
 SYNC_DATA_MAX = 64 * 1024
 # An OPEN must fit the device's max payload, 4 KiB before Android 9, and Debian's adb 29 server
 # aborts (dropping every device) when asked for more. A longer command (with the fallback's
 # wrapper around it) is therefore pushed as a script and run with sh.
 MAX_INLINE_COMMAND = 3584
 SHELL_STDOUT, SHELL_STDERR, SHELL_EXIT, SHELL_CLOSE_STDIN = 1, 2, 3, 4
-_STATE_HINTS = {
-    "unauthorized": "accept the USB debugging prompt on the device",
-    "offline": "reconnect it, or run `adb reconnect`",
-    "no permissions": "fix the udev rules for the device (see `adb devices`)",
-}
-
-
-class _Lost(Exception):
-    """The device or the server closed the connection before the service finished."""
-
-
-class _Expired(Exception):
-    """A deadline passed while waiting for the device."""
 
 
 class AdbDriver(Driver):
@@ -78,8 +77,8 @@ class AdbDriver(Driver):
         super().__init__(config)
         options = config.options
         self.server_host = str(options.get("adb_host") or "127.0.0.1")
-        self.server_port = _server_port(options.get("adb_port"))
-        self.io_timeout = _positive(options.get("io_timeout", 60.0), "io_timeout")
+        self.server_port = server_port(options.get("adb_port"))
+        self.io_timeout = positive(options.get("io_timeout", 60.0), "io_timeout")
         self.serial = config.address
         self.features: frozenset[str] = frozenset()
         self._device: AdbDevice | None = None
@@ -117,7 +116,7 @@ class AdbDriver(Driver):
             hint = "adb start-server" if self.server_port == DEFAULT_SERVER_PORT \
                 else f"adb -P {self.server_port} start-server"
             raise ConnectError(f"cannot reach the adb server at {self.server_host}:"
-                               f"{self.server_port} ({_reason(exc)}); start it with `{hint}`") \
+                               f"{self.server_port} ({why(exc)}); start it with `{hint}`") \
                 from exc
 
     def _choose(self, devices: list[tuple[str, str]]) -> str:
@@ -132,7 +131,7 @@ class AdbDriver(Driver):
                 raise ConnectError(f"adb device {wanted!r}{source} is not attached; attached: "
                                    f"{listing}")
             if states[wanted] != "device":
-                raise ConnectError(_not_ready(wanted, states[wanted]))
+                raise ConnectError(not_ready(wanted, states[wanted]))
             return wanted
         if not devices:
             raise ConnectError("no adb device attached (adb devices shows none)")
@@ -141,7 +140,7 @@ class AdbDriver(Driver):
             return ready[0]
         if not ready:
             raise ConnectError("no adb device is ready: " + "; ".join(
-                _not_ready(serial, state) for serial, state in devices))
+                not_ready(serial, state) for serial, state in devices))
         # Several usable devices is a question only the user can answer: a usage error.
         raise UsageError(f"several adb devices attached ({', '.join(ready)}); pick one with "
                          f"--device adb:SERIAL")
@@ -160,7 +159,7 @@ class AdbDriver(Driver):
                     status, out, err = self._run_shell_v2(command, deadline)
                 else:
                     status, out, err = self._run_shell_v1(command, deadline)
-        except _Expired:
+        except Expired:
             raise DeviceTimeout(f"{self.describe_address()}: {shlex.join(argv)[:120]} did not "
                                 f"finish within {timeout:g} s") from None
         return CommandResult(tuple(argv), status, out.decode(errors="replace"),
@@ -192,9 +191,9 @@ class AdbDriver(Driver):
             sock.sendall(bytes([SHELL_CLOSE_STDIN]) + bytes(4))  # the command reads no input
             pending, out, err = bytearray(), bytearray(), bytearray()
             while True:
-                chunk = _recv(sock, deadline)
+                chunk = recv(sock, deadline)
                 if not chunk:
-                    raise _Lost("the shell ended without an exit status")
+                    raise Lost("the shell ended without an exit status")
                 pending += chunk
                 while len(pending) >= 5:
                     size = struct.unpack_from("<I", pending, 1)[0]
@@ -221,9 +220,9 @@ class AdbDriver(Driver):
                    f"printf '\\n{marker}%d\\n%s' \"$__verify_status\" \"$__verify_err\"")
         with self._service(f"shell:{wrapped}", deadline) as conn:
             data = bytearray()
-            while chunk := _recv(conn.conn, deadline):
+            while chunk := recv(conn.conn, deadline):
                 data += chunk
-        return _parse_marked(bytes(data), marker.encode())
+        return parse_marked(bytes(data), marker.encode())
 
     def _command_script(self, command: str, what: str) -> str:
         """Push a too-long command as a script that deletes itself; return how to run it."""
@@ -270,15 +269,15 @@ class AdbDriver(Driver):
                 open(local, "wb") as fh:
             sock.sendall(b"RECV" + struct.pack("<I", len(path)) + path)
             while True:
-                kind, size = struct.unpack("<4sI", _recv_exact(sock, 8, self.io_timeout))
+                kind, size = struct.unpack("<4sI", recv_exact(sock, 8, self.io_timeout))
                 if kind == b"DATA":
-                    fh.write(_recv_exact(sock, size, self.io_timeout))
+                    fh.write(recv_exact(sock, size, self.io_timeout))
                     if progress:
                         progress(size)
                 elif kind == b"DONE":
                     return
                 elif kind == b"FAIL":
-                    reason = _recv_exact(sock, size, self.io_timeout).decode(errors="replace")
+                    reason = recv_exact(sock, size, self.io_timeout).decode(errors="replace")
                     raise TransferError(f"{self.describe_address()}: {what} failed: {reason}")
                 else:
                     raise TransferError(f"{self.describe_address()}: {what} failed: unexpected "
@@ -288,10 +287,10 @@ class AdbDriver(Driver):
         """Read the reply to DONE: OKAY, or FAIL and the device's reason."""
         stall = min(self.io_timeout, 2.0) if after_error else self.io_timeout
         try:
-            kind, size = struct.unpack("<4sI", _recv_exact(sock, 8, stall))
-            reason = _recv_exact(sock, size, stall).decode(errors="replace") \
+            kind, size = struct.unpack("<4sI", recv_exact(sock, 8, stall))
+            reason = recv_exact(sock, size, stall).decode(errors="replace") \
                 if kind == b"FAIL" else ""
-        except (OSError, _Lost, _Expired):
+        except (OSError, Lost, Expired):
             if after_error:
                 return
             raise
@@ -309,7 +308,7 @@ class AdbDriver(Driver):
             raise DeviceError(f"{self.describe_address()}: the driver is not open")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise _Expired()
+            raise Expired()
         conn = self._device.open_transport(timeout=remaining)
         try:
             conn.send_command(name)
@@ -335,9 +334,9 @@ class AdbDriver(Driver):
         where = self.describe_address()
         try:
             yield
-        except (VerifyError, _Expired):
+        except (VerifyError, Expired):
             raise
-        except _Lost as exc:
+        except Lost as exc:
             raise error(f"{where}: {what} failed: the connection to the device was lost "
                         f"({exc})") from exc
         except AdbTimeout as exc:
@@ -352,82 +351,4 @@ class AdbDriver(Driver):
                         f"{self.io_timeout:g} s") from exc
         except (OSError, EOFError) as exc:
             raise error(f"{where}: {what} failed: the connection to the device was lost "
-                        f"({_reason(exc)})") from exc
-
-
-# --- helpers ---------------------------------------------------------------------------------
-def _server_port(value: object) -> int:
-    if value in (None, ""):
-        value = os.environ.get("ANDROID_ADB_SERVER_PORT") or DEFAULT_SERVER_PORT
-    try:
-        port = int(str(value))
-    except ValueError:
-        port = -1
-    if not 0 < port < 65536:
-        raise ProfileError(f"adb_port must be a TCP port number, got {value!r}")
-    return port
-
-
-def _positive(value: object, name: str) -> float:
-    try:
-        number = float(str(value))
-    except ValueError:
-        number = -1.0
-    if number <= 0:
-        raise ProfileError(f"{name} must be a positive number of seconds, got {value!r}")
-    return number
-
-
-def _not_ready(serial: str, state: str) -> str:
-    hint = _STATE_HINTS.get(state)
-    return f"adb device {serial} is {state}" + (f": {hint}" if hint else "")
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    return str(exc) or type(exc).__name__
-
-
-def _recv(sock: socket.socket, deadline: float) -> bytes:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise _Expired()
-    sock.settimeout(remaining)
-    try:
-        return sock.recv(1 << 16)
-    except TimeoutError:
-        raise _Expired() from None
-
-
-def _recv_exact(sock: socket.socket, n: int, stall: float) -> bytes:
-    """Exactly n bytes; a stall of `stall` seconds raises TimeoutError, EOF raises _Lost."""
-    sock.settimeout(stall)
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise _Lost("it closed the connection mid-transfer")
-        got += k
-    return bytes(buf)
-
-
-def _parse_marked(data: bytes, marker: bytes) -> tuple[int, bytes, bytes]:
-    """Split the fallback shell's output into (status, stdout, stderr)."""
-    at = data.find(b"\n" + marker)
-    if at < 0:
-        raise _Lost("the shell ended before the command's status was printed")
-    crlf = at > 0 and data[at - 1:at] == b"\r"
-    stdout = data[:at - 1] if crlf else data[:at]
-    status_text, _, stderr = data[at + 1 + len(marker):].partition(b"\n")
-    if crlf:
-        # An old adbd runs `shell:` on a PTY that turns every \n into \r\n; undo it.
-        stdout = stdout.replace(b"\r\n", b"\n")
-        stderr = stderr.replace(b"\r\n", b"\n")
-    try:
-        status = int(status_text.rstrip(b"\r"))
-    except ValueError:
-        raise _Lost(f"unreadable exit status {status_text[:20]!r}") from None
-    return status, stdout, stderr
+                        f"({why(exc)})") from exc

@@ -1,4 +1,4 @@
-"""The dump directory format (`--bin-io-dump`) and the text io-dump (`--io-dump`).
+"""The dump directory format (`--bin-io-dump`): written, and read back as hostile input.
 
 A dump is a directory:
     manifest.json        written last (a dump without it is incomplete): format, version, the
@@ -8,7 +8,8 @@ A dump is a directory:
     c<case>_t<index>.npy one file per tensor, named by index, never by tensor name
 Tensor names (which may hold '/', '..', spaces or unicode) live only inside the manifest.
 Files are read back without pickle, checked against the manifest (dtype, shape, length),
-and memory-mapped or read into a reusable buffer (`Scratch`), one tensor at a time.
+and memory-mapped or read into a reusable buffer (`Scratch`), one tensor at a time; the
+manifest's fields are checked first (`dump_check`). The text io-dump is `iodump`.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from typing import Any
 import numpy as np
 
 from verify import __version__
+from verify.dump_check import is_int, manifest_problem
 from verify.errors import DumpError, UsageError
 from verify.runner.contract import (DUMP_FORMAT, DUMP_FORMAT_VERSION, FusedAway,
                                     ManifestCase, ManifestOptions, ManifestTensor,
-                                    ManifestVersions, Record)
+                                    ManifestVersions)
 from verify.runner.contract import Describe as D
 from verify.runner.contract import Manifest as M
 
@@ -167,7 +169,7 @@ class Dump:
     def subgraph_tensors(self) -> int:
         """Tensors inside If/Loop/Scan bodies the dump could not capture."""
         n = self.manifest.get(M.SUBGRAPH_TENSORS) or 0
-        return n if _is_int(n) else 0
+        return n if is_int(n) else 0
 
     @property
     def model_sha256(self) -> str:
@@ -260,8 +262,8 @@ def load_npy(path: Path, entry: DumpEntry, what: str,
             raise DumpError(f"{what}: {path.name} holds Python objects (a pickled .npy); "
                             "refusing to load it")
         if tuple(shape) != tuple(entry.shape) or str(dtype) != entry.dtype:
-            raise DumpError(f"{what}: {path.name} holds {dtype} {_shape(shape)} but the "
-                            f"manifest says {entry.dtype} {_shape(entry.shape)}")
+            raise DumpError(f"{what}: {path.name} holds {dtype} {shape_text(shape)} but the "
+                            f"manifest says {entry.dtype} {shape_text(entry.shape)}")
         expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if size != expected:
             raise DumpError(f"{what}: {path.name} is truncated ({size} bytes, expected "
@@ -318,7 +320,7 @@ def map_readonly(fh: Any, offset: int, length: int) -> memoryview:
     return memoryview(mm)[offset - start:]
 
 
-def _shape(shape: Iterable[int]) -> str:
+def shape_text(shape: Iterable[int]) -> str:
     dims = list(shape)
     return "(" + ",".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
 
@@ -357,106 +359,9 @@ def open_dump(path: Path) -> Dump:
     if not isinstance(cases, list) or not cases or not all(
             isinstance(c, dict) and isinstance(c.get(MC.TENSORS), list) for c in cases):
         raise DumpError(f"{path}: corrupt {MANIFEST} (no cases)")
-    problem = _manifest_problem(manifest)
+    problem = manifest_problem(manifest)
     if problem:
         raise DumpError(f"{path}: corrupt {MANIFEST} ({problem})")
     if not any(c[MC.TENSORS] for c in cases):
         raise DumpError(f"{path}: empty dump (no tensors; was --dump-filter too narrow?)")
     return Dump(path, manifest)
-
-
-def _is_int(v: Any, low: int = 0) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
-
-
-def _is_strs(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _manifest_problem(m: Mapping[str, Any]) -> str | None:
-    """What is wrong with a manifest's fields (every one a reader uses, by type and range),
-    or None. A manifest is a file anyone can edit: nothing is trusted before this."""
-    optional: dict[str, Any] = {M.OPTIONS: dict, M.OUTPUTS: _is_strs,
-                                M.OPTIMIZED_ONLY: _is_strs, M.FUSED_AWAY: list,
-                                M.FUSED_INTO: dict, M.MODEL_SHA256: str, M.GRAPH: str,
-                                M.FILTERED_OUT: _is_int}
-    for key, kind in optional.items():
-        if key in m and m[key] is not None and not (
-                kind(m[key]) if callable(kind) and not isinstance(kind, type)
-                else isinstance(m[key], kind)):
-            return f"field {key!r} has the wrong type"
-    if not all(isinstance(f, dict) and isinstance(f.get(FusedAway.NAME, ""), str)
-               for f in m.get(M.FUSED_AWAY) or []):
-        return "fused_away entries are not records with a name"
-    if not all(isinstance(k, str) and _is_strs(v) for k, v in (m.get(M.FUSED_INTO) or {}).items()):
-        return "fused_into does not map names to name lists"
-    seen = set()
-    for i, case in enumerate(m[M.CASES]):
-        number = case.get(MC.CASE, i)
-        if not _is_int(number) or number in seen:
-            return f"case number {number!r} is not a new integer >= 0"
-        seen.add(number)
-        for t in case[MC.TENSORS]:
-            if not isinstance(t, dict):
-                return "a tensor entry is not a record"
-            ok = (_is_int(t.get(MT.INDEX)) and isinstance(t.get(MT.NAME), str)
-                  and isinstance(t.get(MT.DTYPE), str)
-                  and isinstance(t.get(MT.SHAPE), list) and len(t[MT.SHAPE]) <= 64
-                  and all(_is_int(d) for d in t[MT.SHAPE])
-                  and (t.get(MT.FILE) is None or isinstance(t.get(MT.FILE), str))
-                  and all(isinstance(t.get(k, ""), str) for k in (MT.NODE, MT.OP, MT.ORIGIN))
-                  and isinstance(t.get(MT.STATS, {}), dict)
-                  and isinstance(t.get(MT.FLOOR, 0.0), (int, float))
-                  and not isinstance(t.get(MT.FLOOR, 0.0), bool))
-            if not ok:
-                return f"tensor entry {str(t.get(MT.NAME))[:60]!r} is malformed"
-    return None
-
-
-# --- the text form -----------------------------------------------------------------------------
-
-def _num(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):  # json_safe's nan/inf
-        return value
-    return f"{value:.7g}"
-
-
-def escape(name: str) -> str:
-    """A name on one line: backslashes doubled, newlines and other unprintable characters as
-    Python escapes (\\n, \\x00); printable unicode is kept as is."""
-    return "".join(c if c.isprintable() and c != "\\" else
-                   "\\\\" if c == "\\" else c.encode("unicode_escape").decode("ascii")
-                   for c in name)
-
-
-def io_dump_cases(cases: Sequence[Mapping[str, Any]]
-                  ) -> list[tuple[int, list[dict[str, Any]]]]:
-    """The manifest's cases as `io_dump_text` takes them: each tensor entry with its stats."""
-    return [(c[MC.CASE], [{**t, **t[MT.STATS]} for t in c[MC.TENSORS]]) for c in cases]
-
-
-def io_dump_text(header: Sequence[str], cases: Sequence[tuple[int, Sequence[Mapping[str, Any]]]]
-                 ) -> str:
-    """load_and_run's --io-dump: one block per tensor in order, stable formatting (7
-    significant digits), so two files `diff` cleanly line by line. Each tensor record has
-    index, name, node, op and the runner's stats (dtype, shape, first, min, max, mean, std,
-    nan, inf)."""
-    lines = [f"# {h}" for h in header]
-    for case, records in cases:
-        lines.append(f"=== case {case}: {len(records)} tensors")
-        for t in records:
-            lines.append(f"[{int(t[MT.INDEX]):05d}] {escape(str(t[MT.NAME]))}")
-            lines.append(f"  node {escape(str(t.get(MT.NODE) or '-'))}  "
-                         f"op {escape(str(t.get(MT.OP) or '-'))}")
-            lines.append(f"  shape {_shape(t.get(MT.SHAPE, ()))}  dtype {t.get(MT.DTYPE)}")
-            lines.append("  first " + " ".join(_num(v) for v in t.get(Record.FIRST) or []))
-            lines.append(f"  min {_num(t.get(Record.MIN))}  max {_num(t.get(Record.MAX))}  "
-                         f"mean {_num(t.get(Record.MEAN))}  std {_num(t.get(Record.STD))}")
-            lines.append(f"  nan {t.get(Record.NAN, 0)}  inf {t.get(Record.INF, 0)}")
-    return "\n".join(lines) + "\n"

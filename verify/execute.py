@@ -16,11 +16,12 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
-from verify.dump import discard_dump, io_dump_cases, io_dump_text, prepare_dir, write_manifest
+from verify.dump import discard_dump, prepare_dir, write_manifest
 from verify.errors import UsageError
 from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
+from verify.iodump import io_dump_cases, io_dump_text
 from verify.options import (
     ArchiveSelection,
     DeviceTarget,
@@ -41,7 +42,7 @@ class RunRequest:
     device: DeviceTarget = DeviceTarget()
     session: SessionSettings = SessionSettings()
     timed: TimedRuns = TimedRuns()
-    dump: DumpOptions = DumpOptions()      # every layer, as a folder and/or text (dump.py)
+    dump: DumpOptions = DumpOptions()      # every layer, as a folder (dump.py) and/or text (iodump)
     input_overrides: Sequence[str] = ()
     bin_out_dump: Path | None = None
     profile_path: Path | None = None

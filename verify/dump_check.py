@@ -1,0 +1,63 @@
+"""A dump manifest's fields checked before anything reads them: a manifest is a file anyone
+can edit, so every field a reader uses is checked by type and range here (`open_dump` calls
+`manifest_problem` after the format, version and completeness checks, and turns a problem into
+one `DumpError` line)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from verify.runner.contract import FusedAway, ManifestCase, ManifestTensor
+from verify.runner.contract import Manifest as M
+
+MC, MT = ManifestCase, ManifestTensor
+
+
+def is_int(v: Any, low: int = 0) -> bool:
+    """A JSON integer (not a bool) from `low` up to 2^62."""
+    return isinstance(v, int) and not isinstance(v, bool) and low <= v < 1 << 62
+
+
+def _is_strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def manifest_problem(m: Mapping[str, Any]) -> str | None:
+    """What is wrong with a manifest's fields (every one a reader uses, by type and range),
+    or None. A manifest is a file anyone can edit: nothing is trusted before this."""
+    optional: dict[str, Any] = {M.OPTIONS: dict, M.OUTPUTS: _is_strs,
+                                M.OPTIMIZED_ONLY: _is_strs, M.FUSED_AWAY: list,
+                                M.FUSED_INTO: dict, M.MODEL_SHA256: str, M.GRAPH: str,
+                                M.FILTERED_OUT: is_int}
+    for key, kind in optional.items():
+        if key in m and m[key] is not None and not (
+                kind(m[key]) if callable(kind) and not isinstance(kind, type)
+                else isinstance(m[key], kind)):
+            return f"field {key!r} has the wrong type"
+    if not all(isinstance(f, dict) and isinstance(f.get(FusedAway.NAME, ""), str)
+               for f in m.get(M.FUSED_AWAY) or []):
+        return "fused_away entries are not records with a name"
+    if not all(isinstance(k, str) and _is_strs(v) for k, v in (m.get(M.FUSED_INTO) or {}).items()):
+        return "fused_into does not map names to name lists"
+    seen = set()
+    for i, case in enumerate(m[M.CASES]):
+        number = case.get(MC.CASE, i)
+        if not is_int(number) or number in seen:
+            return f"case number {number!r} is not a new integer >= 0"
+        seen.add(number)
+        for t in case[MC.TENSORS]:
+            if not isinstance(t, dict):
+                return "a tensor entry is not a record"
+            ok = (is_int(t.get(MT.INDEX)) and isinstance(t.get(MT.NAME), str)
+                  and isinstance(t.get(MT.DTYPE), str)
+                  and isinstance(t.get(MT.SHAPE), list) and len(t[MT.SHAPE]) <= 64
+                  and all(is_int(d) for d in t[MT.SHAPE])
+                  and (t.get(MT.FILE) is None or isinstance(t.get(MT.FILE), str))
+                  and all(isinstance(t.get(k, ""), str) for k in (MT.NODE, MT.OP, MT.ORIGIN))
+                  and isinstance(t.get(MT.STATS, {}), dict)
+                  and isinstance(t.get(MT.FLOOR, 0.0), (int, float))
+                  and not isinstance(t.get(MT.FLOOR, 0.0), bool))
+            if not ok:
+                return f"tensor entry {str(t.get(MT.NAME))[:60]!r} is malformed"
+    return None

@@ -1,6 +1,7 @@
 """docs/architecture.md is the map of the package: every module is on it, in exactly one
 section's table, and the core imports nothing from the layers above it (features, transports,
-the CLI). A module added without a row, or a core module reaching up, fails here."""
+the CLI). A module added without a row, or a core module reaching up, fails here; so does a
+module past 400 lines (the device-side runner excepted)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,17 @@ def test_the_core_imports_nothing_from_the_layers_above() -> None:
     reaching_up = {m: sorted(_imported_modules(PACKAGE / m) - allowed)
                    for m, layer in mapped.items() if layer == "core"}
     assert not {m: i for m, i in reaching_up.items() if i}, reaching_up
+
+
+MAX_LINES = 400  # a module one person reads in one sitting (STYLE.md 5; issue 13)
+# the device-side runner is one file on purpose: it is copied to devices as is, stdlib only
+# beside contract.py (docs/runner-contract.md)
+LONG_ALLOWED = {"runner/runner.py"}
+
+
+def test_every_module_stays_under_the_size_limit() -> None:
+    over = {m: n for m in modules() if m not in LONG_ALLOWED
+            and (n := len((PACKAGE / m).read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not over, (f"modules over {MAX_LINES} lines (split them along a seam): "
+                      + ", ".join(f"verify/{m} ({n})" for m, n in sorted(over.items())))
+    assert all((PACKAGE / m).is_file() for m in LONG_ALLOWED)  # the exception is still real

@@ -202,3 +202,55 @@ def test_ctrl_c_during_a_served_job_exits_130_and_leaves_nothing(
         time.sleep(0.05)
     assert not process_alive(server["pid"])
     assert list(jobs.iterdir()) == []
+
+
+def test_ci_runs_each_devices_jobs_in_one_connection(
+        transport: str, sshd: Any, device_env: Any, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The sample suite's four jobs (cnn at two opt levels with a per-layer dump and the
+    determinism gate's second run, two_io, int_bool), all on one device: one connection."""
+    from fixtures_ci import local_suite, run_ci
+
+    spec = _profile(device_env, transport, "board", sshd)
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "board"\nspec = "{spec}"\n'
+                                          'iterations = 3\n')
+    text = suite.read_text()
+    for listed in ('devices = ["local", "arm64"]', 'devices = ["local"]'):
+        text = text.replace(listed, 'devices = ["board"]')
+    suite.write_text(text)
+    connections = _connections(transport, monkeypatch, sshd)
+    run = run_ci([suite, "--baselines", tmp_path / "bl", "--update-goldens"], capsys, tmp_path)
+    assert run.code == 0, run.out + run.err
+    assert sorted(j["id"] for j in run.report["jobs"]) == [
+        "cnn/board/opt-all", "cnn/board/opt-off", "int_bool/board/opt-all",
+        "two_io/board/opt-all"]
+    assert all(j["status"] == "passed" for j in run.report["jobs"])
+    assert connections() == 1
+
+
+def test_a_failed_job_closes_its_session_and_the_next_reconnects(
+        device_env: Any, cnn_two_cases: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify.session.Sessions (ci's per-device sessions): reused while jobs succeed; a job
+    that raises leaves no session behind, so the next job connects afresh."""
+    from verify.devices import resolve_profile
+    from verify.errors import RunnerError
+    from verify.session import Sessions
+
+    device_env.write_profile("plain", {"transport": "local"})
+    profile = resolve_profile("plain")
+    connections = _connections("local", monkeypatch, None)
+    sessions = Sessions()
+    try:
+        with sessions.use(profile) as first:
+            pass
+        with sessions.use(profile) as again:
+            assert again is first and again.driver is not None
+        with pytest.raises(RunnerError), sessions.use(profile):
+            raise RunnerError("plain: the runner failed")
+        assert first.driver is None  # closed with the failure
+        with sessions.use(profile) as fresh:
+            assert fresh is not first and fresh.driver is not None
+        assert connections() == 2
+    finally:
+        sessions.close()
+    assert fresh.driver is None

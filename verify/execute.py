@@ -30,7 +30,15 @@ from verify.options import (
     TimedRuns,
 )
 from verify.layerdump import DumpCapture, DumpSpec
-from verify.pipeline import DeviceRun, ProgressFactory, RunOptions, Status, run_on_device
+from verify.pipeline import (
+    DeviceRun,
+    ProgressFactory,
+    RunOptions,
+    Status,
+    run_model,
+    run_on_device,
+)
+from verify.session import Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
 from verify.tolerance import tolerance_set
@@ -102,14 +110,16 @@ def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.n
 
 
 def run(request: RunRequest, *, status: Status | None = None,
-        progress: ProgressFactory | None = None) -> RunOutcome:
+        progress: ProgressFactory | None = None, sessions: Sessions | None = None) -> RunOutcome:
+    """`sessions`: run in the device's session kept there (`verify ci`'s jobs on one device);
+    by default the run opens and closes a session of its own."""
     prepared = prepare(request.selection, request.device)
     with prepared.layer_check:  # joined before the outcome (a verdict) is returned
-        return _run(request, prepared, status, progress)
+        return _run(request, prepared, status, progress, sessions)
 
 
 def _run(request: RunRequest, prepared: Prepared, status: Status | None,
-         progress: ProgressFactory | None) -> RunOutcome:
+         progress: ProgressFactory | None, sessions: Sessions | None) -> RunOutcome:
     tc, tolerances, indices, profile, _ = prepared
     overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
@@ -121,9 +131,16 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     dump_spec = _dump_spec(dump)
     try:
         with external_data(tc) as external:  # extracted for the push, gone after it
-            device_run = run_on_device(profile, tc.model_bytes, feeds, options, status=status,
-                                       progress=progress, profile_dest=request.profile_path,
-                                       dump=dump_spec, external=external)
+            if sessions is None:
+                device_run = run_on_device(profile, tc.model_bytes, feeds, options,
+                                           status=status, progress=progress,
+                                           profile_dest=request.profile_path, dump=dump_spec,
+                                           external=external)
+            else:
+                with sessions.use(profile) as session:
+                    device_run = run_model(session, tc.model_bytes, feeds, options,
+                                           profile_dest=request.profile_path, dump=dump_spec,
+                                           external=external)
         # joined before anything is judged or written: corrupt references are exit 2 (and the
         # dump pulled so far goes with them)
         prepared.layer_check.result()

@@ -14,11 +14,12 @@ from verify import diff, execute
 from verify.ci.jobs import Job
 from verify.ci.results import TensorError
 from verify.options import DumpOptions, TimedRuns
+from verify.session import Sessions
 
 RequestFactory = Callable[..., execute.RunRequest]
 
 
-def run_with_dump(job: Job, request: RequestFactory
+def run_with_dump(job: Job, request: RequestFactory, sessions: Sessions | None = None
                   ) -> tuple[tuple[TensorError, ...], execute.RunOutcome]:
     """Every layer's error, in topological order per case (tensors the device's optimizer fused
     away, present on one side only, are left out), and the run itself: its final outputs come
@@ -26,7 +27,8 @@ def run_with_dump(job: Job, request: RequestFactory
     with tempfile.TemporaryDirectory(prefix="verify-ci-dump-") as tmp:
         dump = Path(tmp) / "dump"
         outcome = execute.run(request(job, dump=DumpOptions(bin_io_dump=dump),
-                                      timed=TimedRuns(iterations=1, warmup=0)))
+                                      timed=TimedRuns(iterations=1, warmup=0)),
+                              sessions=sessions)
         reports = diff.diff_cases(dump, job.archive, outcome.tolerances, outcome.case_indices)
         return tuple(_attributed(TensorError.from_diff(report.case, row.index, row.diff, row.op),
                                  report if row is report.first_divergent else None)

@@ -1,4 +1,5 @@
-"""Running a suite's jobs: devices in parallel, one job at a time per device.
+"""Running a suite's jobs: devices in parallel, one job at a time per device, each device's
+jobs in one device session (one connection, the runner pushed once) while they succeed.
 
 A job that fails on the transport (ConnectError, TransferError, DeviceTimeout) is retried; a
 mismatch never is (it is a result, not an error). A device still unreachable after the retries
@@ -10,7 +11,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,6 +44,7 @@ from verify.errors import (
     VerifyError,
 )
 from verify.options import TimedRuns
+from verify.session import Sessions
 
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0
@@ -85,6 +88,10 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
     stop = threading.Event()   # set on Ctrl-C: jobs running finish, no new one starts
 
     def device_worker(indices: list[int]) -> None:
+        with _closing(Sessions()) as sessions:
+            lane(indices, sessions)
+
+    def lane(indices: list[int], sessions: Sessions) -> None:
         down: dict[str, str] = {}    # device name -> why it is out of this run
         for i in indices:
             if stop.is_set():
@@ -94,7 +101,7 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                 result = JobResult(job, ERROR, error=f"not run: {down[job.device.name]}",
                                    error_kind="device")
             else:
-                result = run_job(job, ci)
+                result = run_job(job, ci, sessions)
                 if result.unreachable:
                     down[job.device.name] = (f"device {job.device.name} was unreachable "
                                              f"earlier in this run ({result.error})")
@@ -115,12 +122,24 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
     return [r for r in results if r is not None]
 
 
-def run_job(job: Job, ci: CiRun) -> JobResult:
-    """Run one job and judge it; errors become an `error` result, never an exception."""
+@contextmanager
+def _closing(sessions: Sessions) -> Iterator[Sessions]:
+    try:
+        yield sessions
+    finally:
+        try:
+            sessions.close()
+        except VerifyError:  # a link lost after the last job: its results stand
+            pass
+
+
+def run_job(job: Job, ci: CiRun, sessions: Sessions | None = None) -> JobResult:
+    """Run one job and judge it; errors become an `error` result, never an exception.
+    `sessions`: the worker's open device sessions (None: the job opens its own)."""
     started = time.monotonic()
     attempts = _Attempts()
     try:
-        result = _run_and_judge(job, ci, attempts)
+        result = _run_and_judge(job, ci, attempts, sessions)
     except VerifyError as exc:
         kind = ("device" if isinstance(exc, DeviceError) else
                 "input" if isinstance(exc, UsageError) else "internal")
@@ -149,7 +168,8 @@ def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:
     return tuple(rows)
 
 
-def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
+def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
+                   sessions: Sessions | None) -> JobResult:
     # The baseline first: a bad one fails before any device time is spent, and one that
     # --update-goldens is about to replace need not be readable at all.
     path = baselines.baseline_path(ci.baselines, ci.suite_name, job)
@@ -163,8 +183,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
         base = None
         replaced.append(f"replacing an unreadable baseline: {exc}")
     probe = "latency" in job.gates and job.settings.latency_control == "probe"
-    outcome = _retrying(lambda: execute.run(_request(job, control_probe=probe)), job.retries,
-                        attempts)
+    outcome = _retrying(lambda: execute.run(_request(job, control_probe=probe),
+                                            sessions=sessions), job.retries, attempts)
     outputs = _outputs(outcome)
     latency = Latency(tuple(ms for case in outcome.run.cases for ms in case.iter_ms),
                       tuple(ms for case in outcome.run.cases for ms in case.control_ms))
@@ -186,8 +206,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
             notes.append(f"{job.archive.name} has no per-layer references (pack it with "
                          "--layers): outputs only")
         else:
-            layer_rows, second = _retrying(lambda: layers.run_with_dump(job, _request),
-                                           job.retries, _Attempts())
+            layer_rows, second = _retrying(
+                lambda: layers.run_with_dump(job, _request, sessions), job.retries, _Attempts())
     sha = outcome.run.model_sha256  # of the bytes that ran, hashed once by the pipeline
     stale = base is not None and base.model_sha256 not in ("", sha)
     if stale and not ci.update_goldens:
@@ -198,7 +218,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts) -> JobResult:
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))
     if "determinism" in job.gates:
-        again = second or _retrying(lambda: execute.run(_request(job, timed=TimedRuns(1, 0))),
+        again = second or _retrying(lambda: execute.run(_request(job, timed=TimedRuns(1, 0)),
+                                                        sessions=sessions),
                                     job.retries, _Attempts())
         verdicts.append(gates.determinism([c.outputs for c in outcome.run.cases],
                                           [c.outputs for c in again.run.cases]))

@@ -10,7 +10,6 @@ the reason; only an unreachable device raises (exit 3 as usual)."""
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +18,11 @@ from typing import Any
 import numpy as np
 
 from verify.devices import Profile
-from verify.drivers import make_driver
-from verify.drivers.base import Driver
 from verify.errors import DeviceError
 from verify.layerdump import DumpSpec, dump_entry
 from verify.runner import contract as C
 from verify.runner.contract import CaseResult, Describe, DumpResult, Job, Record, Result
-from verify.runner_files import runner_file
-from verify.session import check_support_files, push_support_files, runner_argv
+from verify.session import DeviceSession
 
 SCHEMA = Path(__file__).resolve().parent / "runner" / "contract.schema.json"
 
@@ -78,23 +74,21 @@ def _validate(doc: object, kind: str) -> None:
 
 
 class _Session:
-    """One connection to the device; each job in a work directory of its own."""
+    """The checks' view of one device session (session.py: one connection, the runner and
+    the profile's files pushed once): raw jobs, each in a work directory of its own, whose
+    exit status and result file are judged as they are (DeviceSession.job would turn an
+    error result into verify's exception)."""
 
-    def __init__(self, driver: Driver, profile: Profile, tmp: Path) -> None:
-        self.driver, self.profile, self.tmp = driver, profile, tmp
-        runner_path = None if profile.runner else driver.push_cached(runner_file())
-        push_support_files(driver, profile, None)
-        self.argv = runner_argv(profile, runner_path)
+    def __init__(self, session: DeviceSession) -> None:
+        self.session, self.driver, self.profile = session, session.dev, session.profile
+        self.tmp, self.argv = session.tmp, session.argv
         self.model_bytes = tiny_model()
-        self.model = driver.push_cached(tmp / "model.onnx", None, data=self.model_bytes)
+        self.model = session.push_bytes(self.model_bytes, ".onnx", "model")
         self.x = (np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5) / 3
         self.n = 0
 
     def push_array(self, value: np.ndarray) -> str:
-        self.n += 1
-        path = self.tmp / f"a{self.n}.npy"
-        np.save(path, value, allow_pickle=False)
-        return self.driver.push_cached(path)
+        return self.session.push_array(value, "input")
 
     def job(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The timed job every check starts from (Job key -> value in `overrides`)."""
@@ -109,16 +103,14 @@ class _Session:
     def run(self, job: Mapping[str, Any], pull: Callable[[str, Mapping[str, Any]], None]
             | None = None) -> tuple[int, dict[str, Any] | None]:
         """Run one job: (exit status, its result file or None when it wrote none)."""
-        workdir = self.driver.make_workdir()
+        workdir = self.session.workdir()
         try:
-            self.n += 1
-            job_file = self.tmp / f"job{self.n}.json"
-            job_file.write_text(json.dumps(job), encoding="utf-8")
-            self.driver.put(job_file, f"{workdir}/job.json")
+            self.session.put_json(job, f"{workdir}/job.json")
             res = self.driver.run([*self.argv, f"{workdir}/job.json"], cwd=workdir, check=False)
+            self.n += 1
             local = self.tmp / f"result{self.n}.json"
             try:
-                self.driver.get(f"{workdir}/{job[Job.RESULT]}", local)
+                self.session.pull(f"{workdir}/{job[Job.RESULT]}", local)
             except DeviceError:
                 return res.status, None
             try:
@@ -131,14 +123,14 @@ class _Session:
                 pull(workdir, result)
             return res.status, result
         finally:
-            self.driver.remove(workdir, quiet=True)
+            self.session.remove(workdir, quiet=True)
 
     def get_npy(self, workdir: str, rel: str) -> np.ndarray:
         if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/"):
             raise _Fail(f"the result names a file {rel!r} outside its work directory")
         self.n += 1
         local = self.tmp / f"o{self.n}.npy"
-        self.driver.get(f"{workdir}/{rel}", local)
+        self.session.pull(f"{workdir}/{rel}", local)
         try:
             return np.load(local, allow_pickle=False)
         except (ValueError, OSError) as exc:
@@ -218,9 +210,8 @@ def _error_kind(s: _Session, job: Mapping[str, Any], kind: str) -> str:
 
 
 def _check_bad_model(s: _Session) -> str:
-    path = s.tmp / "bad.onnx"
-    path.write_bytes(b"\x08\x07not a model")
-    return _error_kind(s, s.job({Job.MODEL: s.driver.push_cached(path)}), "model")
+    bad = s.session.push_bytes(b"\x08\x07not a model", ".onnx", "model")
+    return _error_kind(s, s.job({Job.MODEL: bad}), "model")
 
 
 def _check_bad_input(s: _Session) -> str:
@@ -287,11 +278,9 @@ CHECKS: tuple[tuple[str, Callable[[_Session], str]], ...] = (
 
 def run_checks(profile: Profile) -> list[Check]:
     """Every check against profile's runner on its device (DeviceError when unreachable)."""
-    check_support_files(profile)
     out = []
-    with tempfile.TemporaryDirectory(prefix="verify-conformance-") as tmp, \
-            make_driver(profile) as driver:
-        session = _Session(driver, profile, Path(tmp))
+    with DeviceSession(profile) as device:
+        session = _Session(device)
         for name, fn in CHECKS:
             try:
                 out.append(Check(name, True, fn(session)))

@@ -32,8 +32,10 @@ _CHUNK = 1 << 20  # elements per buffered chunk when inputs need casting or are 
 
 def _dot(x: np.ndarray, y: np.ndarray) -> float:
     """x.y through BLAS in pieces of 8192: OpenBLAS threads dot products above 10000 elements,
-    and its spinning threads then fight numba's for the cores."""
-    return sum(float(np.dot(x[i:i + 8192], y[i:i + 8192])) for i in range(0, x.size, 8192))
+    and its spinning threads then fight numba's for the cores. Squares past float64's range
+    (|values| > 1e154) make inf quietly: `cosine` reports them as NaN, not numpy's warning."""
+    with np.errstate(over="ignore"):
+        return sum(float(np.dot(x[i:i + 8192], y[i:i + 8192])) for i in range(0, x.size, 8192))
 
 
 def _np_scratch(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from verify.cli import CONTEXT, cli, emit_json, json_option, render
+from verify.cli import CONTEXT, cli, emit_json, json_option, render, render_device
 from verify.cli.groups import device_argument
 from verify.errors import EXIT_OK
 
@@ -104,7 +104,7 @@ def devices_check(device: "DeviceTarget", conformance: bool, as_json: bool) -> i
     if as_json:
         emit_json(info, "devices-check")
     else:
-        render.print_device(info)
+        render_device.print_device(info)
     if problems:
         raise ProviderUnavailable(f"{profile.spec}: " + "; ".join(problems))
     return EXIT_OK

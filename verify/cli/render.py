@@ -205,28 +205,3 @@ def print_profiles(rows: Sequence[Mapping[str, Any]]) -> None:
     for r in rows:
         table.add_row(r["name"], r["transport"], r["spec"], r["runner"], r["description"])
     console().print(table)
-
-
-def print_device(info: Mapping[str, Any]) -> None:
-    echo = click.echo
-    echo(f"device {info.get('spec')}: reachable")
-    if info.get("runner"):  # a runner other than runner.py names itself (the native one)
-        echo(f"  {'runner':12} {info['runner']}")
-    for key, label in (("arch", "arch"), ("os", "os"), ("hostname", "hostname"),
-                       ("python", "python"), ("numpy", "numpy"), ("onnxruntime", "onnxruntime"),
-                       ("cpu_count", "cpus")):
-        echo(f"  {label:12} {info.get(key)}")
-    echo(f"  {'providers':12} {', '.join(info.get('providers') or []) or 'none'}")
-    free = info.get("free_disk_bytes")
-    echo(f"  {'free disk':12} {fmt_bytes(free) if free is not None else '?'}")
-    cache = info.get("cache")
-    if isinstance(cache, dict):
-        parts = cache.get("partial_transfers", 0)
-        echo(f"  {'cache':12} {fmt_bytes(cache.get('bytes', 0))} in {cache.get('files', 0)} "
-             f"file(s)" + (f", {parts} partial transfer(s)" if parts else "")
-             + " (trim it: verify devices clean SPEC --keep-mb N)")
-    if info.get("transfer_method"):
-        echo(f"  {'transfers':12} {info['transfer_method']}")
-    for key in ("numpy_error", "onnxruntime_error"):
-        if info.get(key):
-            echo(f"  warning: {info[key]}")

@@ -61,10 +61,11 @@ _COMPARE_TESTS = ("tests/test_compare.py", "tests/test_tolerance.py",
 _DIFF_TESTS = ("tests/test_diff.py", "tests/test_diff_cases.py", "tests/test_diff_perturb.py",
                "tests/test_verdict_edges.py")
 
-# the archive reader's tests: damaged archives refused (reader), round trips (roundtrip), the
-# verdict edges that read archives, and the integrity tests that need no device
-_READER_TESTS = ("tests/test_archive_reader.py", "tests/test_archive_roundtrip.py",
-                 "tests/test_verdict_edges.py",
+# the archive reader's tests: damaged archives refused (reader), the format-3 external data
+# files (external), round trips (roundtrip), the verdict edges that read archives, and the
+# integrity tests that need no device
+_READER_TESTS = ("tests/test_archive_reader.py", "tests/test_archive_external.py",
+                 "tests/test_archive_roundtrip.py", "tests/test_verdict_edges.py",
                  *(f"tests/test_archive_integrity.py::{t}" for t in (
                      "test_one_flipped_bit_is_one_line_and_exit_2_before_the_device",
                      "test_metadata_edited_behind_the_archive_is_corrupt",

@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import h5py
@@ -152,6 +152,8 @@ class ArchiveReader(ArchiveFile):
             raise self.corrupt(f"{schema.EXTERNAL} is not a group")
         self._only_attrs(group)
         out: list[ExternalFile] = []
+        taken: set[PurePosixPath] = set()  # the files' paths, as the file system sees them
+        folders: set[PurePosixPath] = set()  # and the folders they lie in
         for k in range(self._count(group, schema.EXTERNAL)):
             where = f"{schema.EXTERNAL}/{k}"
             ds = group[str(k)]
@@ -160,8 +162,14 @@ class ArchiveReader(ArchiveFile):
             self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
             location = self._attr(ds, schema.ATTR_NAME, str)
             digest = self._attr(ds, schema.ATTR_SHA256, str)
-            if not safe_location(location) or location in {f.location for f in out}:
+            path = PurePosixPath(location)  # 'a/./b' and 'a//b' are 'a/b'; '.' has no parts
+            if not safe_location(location) or not path.parts or path in taken or \
+                    path in folders or any(p in taken for p in path.parents):
+                # one file twice, or a file where another needs a folder: the second extracted
+                # would overwrite the first, or fail, after the first was checked
                 raise self.corrupt(f"{where} has a bad or repeated location {location!r}")
+            taken.add(path)
+            folders.update(path.parents)
             if not _HEX64.fullmatch(digest):
                 raise self.corrupt(f"{where} ({location!r}) has a malformed digest")
             entries.append([where, location, digest])

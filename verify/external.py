@@ -84,9 +84,15 @@ def find_external(model: onnx.ModelProto, model_path: Path) -> tuple[ExternalFil
         if not location or not where.is_file():
             raise ModelError(f"{model_path}: initializer '{t.name}' is stored in external file "
                              f"'{location}', which is not beside the model")
-        if location not in files:
-            files[location] = ExternalFile(location, where.stat().st_size, "", where)
+        key = same_file(location)  # one file named two ways ('w.bin', './w.bin') is stored once
+        if key not in files:
+            files[key] = ExternalFile(key, where.stat().st_size, "", where)
     return tuple(files.values())
+
+
+def same_file(location: str) -> str:
+    """`location` as the file system resolves it in one folder: 'a/./b' and 'a//b' are 'a/b'."""
+    return str(PurePosixPath(location))
 
 
 def file_sha256(path: Path) -> str:
@@ -99,9 +105,9 @@ def file_sha256(path: Path) -> str:
 
 def check_locations(model: onnx.ModelProto, stored: Sequence[ExternalFile], where: str) -> None:
     """Every external reference of an archive's `model` names a file the archive holds."""
-    have = {f.location for f in stored}
+    have = {same_file(f.location) for f in stored}
     for t in external_tensors(model):
-        if location_of(t) not in have:
+        if same_file(location_of(t)) not in have:
             raise ModelError(f"{where}: initializer '{t.name}' is stored in external file "
                              f"'{location_of(t)}', which the archive does not hold")
 

@@ -154,7 +154,9 @@ def test_command_timeout_kills_the_runner_and_cleans_up(
     assert (code, out) == (3, "")
     message = _one_line_error(err)
     assert message.startswith(f"ssh:{sshd_server.address}: {sys.executable} -c ")
-    assert message.endswith(" did not finish within 2 s")
+    assert " did not finish within 2 s (the runner's job: " in message
+    assert message.endswith("allow more with --timeout SECONDS or the device profile's [timeouts] "
+                            "command")
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while process_alive(pid) and time.monotonic() < deadline:

@@ -38,6 +38,7 @@ from verify.drivers.base import Driver, Progress
 from verify.drivers.channel import LineChannel
 from verify.errors import (
     DeviceError,
+    DeviceTimeout,
     InputError,
     ModelError,
     ProfileError,
@@ -208,12 +209,17 @@ class DeviceSession:
         self.put_json(job, path)
         result_name = str(Job.RESULT.of(job))
         served = not own_process and not Job.DUMP.of(job) and not Job.DUMP_FIRST.of(job)
-        if served and self._serving():
-            status, stderr = self._served_job(path, timeout)
-        else:
-            self.runner_starts += 1
-            res = self.dev.run([*self.argv, path], cwd=workdir, timeout=timeout, check=False)
-            status, stderr = res.status, res.stderr
+        try:
+            if served and self._serving():
+                status, stderr = self._served_job(path, timeout)
+            else:
+                self.runner_starts += 1
+                res = self.dev.run([*self.argv, path], cwd=workdir, timeout=timeout, check=False)
+                status, stderr = res.status, res.stderr
+        except DeviceTimeout as exc:  # say what ran and how to give it longer
+            raise DeviceTimeout(f"{exc} (the runner's job: load, warmups, iterations, dumps); "
+                                "allow more with --timeout SECONDS or the device profile's "
+                                "[timeouts] command") from exc
         self.last_stderr = stderr
         return self.result(workdir, result_name, status, stderr)
 

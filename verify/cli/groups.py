@@ -95,7 +95,7 @@ def device_target(timeout_what: str) -> Decorator:
                      metavar="SPEC", help=DEVICE_HELP, shell_complete=complete_device),
         click.option("--timeout", type=float, default=None, callback=_positive_seconds,
                      help=f"Seconds {timeout_what} may take on the device (default: the "
-                          "profile's)."),
+                          "profile's [timeouts] command, 600 s if unset)."),
         insecure_host_key_option))
 
 

@@ -50,7 +50,7 @@ dump_options = option_group("dump", _dump, (
 # --- run-----------------------------------------------------------------------------------
 @cli.command(context_settings=CONTEXT)
 @archive_selection("Run only this case of the archive (default: all).")
-@device_target("the device")
+@device_target("the runner's job (load, warmups, iterations, dumps)")
 @timed_runs("case")
 @session_settings()
 @click.option("--input", "input_overrides", multiple=True, metavar="NAME:FILE",

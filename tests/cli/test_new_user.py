@@ -1,0 +1,32 @@
+"""What a new user trips over on a first walk through the README (pack, run, dump, diff,
+profile on real models, then wrong arguments): each a one-line error with its exit code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers_cli import only_line, verify
+
+REPO = Path(__file__).resolve().parents[2]
+CNN = REPO / "goldens" / "models" / "cnn.onnx"
+
+
+def test_run_past_its_timeout_names_the_option_that_allows_more(tmp_path: Path, capsys) -> None:
+    # `verify run X --iter 100000` on the default 600 s limit said only
+    # "local: python3 did not finish within 600 s": neither what ran nor how to allow more
+    vtc = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", CNN, "-o", vtc)[0] == 0
+    code, _, err = verify(capsys, "run", vtc, "--iter", "1000000", "--timeout", "1")
+    line = only_line(err)
+    assert code == 3, err
+    assert line.startswith("error: local: ") and "did not finish within 1 s" in line, line
+    assert "--timeout SECONDS" in line, line
+
+
+def test_run_help_says_what_the_timeout_bounds(capsys) -> None:
+    # it read "Seconds the device may take on the device (default: the profile's)."
+    code, out, _ = verify(capsys, "run", "--help")
+    text = " ".join(out.split())
+    assert code == 0
+    assert ("--timeout FLOAT Seconds the runner's job (load, warmups, iterations, dumps) may take "
+            "on the device (default: the profile's [timeouts] command, 600 s if unset).") in text

@@ -30,8 +30,14 @@ def parse_ort_log(text: str) -> int | None:
 
 
 def requested_ort_log() -> int | None:
-    """The level the user asked for (`verify --ort-log`, $VERIFY_ORT_LOG), or None."""
-    return parse_ort_log(os.environ.get(ORT_LOG_ENV, ""))
+    """The level the user asked for (`verify --ort-log`, $VERIFY_ORT_LOG), or None; a variable
+    set to something else is an InputError (it was ignored without a word)."""
+    text = os.environ.get(ORT_LOG_ENV, "")
+    level = parse_ort_log(text)
+    if level is None and text.strip():
+        raise InputError(f"{ORT_LOG_ENV}={text!r}: expected one of {', '.join(ORT_LOG_LEVELS)} "
+                         "(or 0..4)")
+    return level
 
 
 def ort_log_severity() -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from helpers_cli import only_line, verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,6 +23,19 @@ def test_run_past_its_timeout_names_the_option_that_allows_more(tmp_path: Path, 
     assert code == 3, err
     assert line.startswith("error: local: ") and "did not finish within 1 s" in line, line
     assert "--timeout SECONDS" in line, line
+
+
+@pytest.mark.parametrize("value", ["9", "loud"])
+def test_a_bad_ort_log_variable_is_a_usage_error(tmp_path: Path, capsys,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 value: str) -> None:
+    # --ort-log 9 was refused but VERIFY_ORT_LOG=9 was silently ignored (no log, no word)
+    monkeypatch.setenv("VERIFY_ORT_LOG", value)
+    code, _, err = verify(capsys, "pack", CNN, "-o", tmp_path / "cnn.vtc")
+    assert (code, only_line(err)) == (
+        2, f"error: VERIFY_ORT_LOG={value!r}: expected one of verbose, info, warning, error, "
+           "fatal (or 0..4)")
+    assert not (tmp_path / "cnn.vtc").exists()
 
 
 def test_run_help_says_what_the_timeout_bounds(capsys) -> None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from verify.archive_file import max_tensor_bytes
 from verify.errors import InputError
 from verify.input_casts import dtype_name, int_limits, kind
 from verify.input_shapes import Dim
@@ -42,6 +43,19 @@ def parse_rand(value: str, item: str) -> RandomSpec:
     return RandomSpec(low, high)
 
 
+def _check_size(info: InputInfo, dims: tuple[int, ...]) -> None:
+    """A shape whose data no archive could hold (--max-tensor-mb) is refused before anything is
+    allocated: `--shape x:100000x3x4800x32000` was numpy's MemoryError and a traceback."""
+    nbytes = math.prod(dims) * np.dtype(info.dtype).itemsize
+    limit = max_tensor_bytes()
+    if nbytes > limit:
+        shown = "x".join(str(d) for d in dims)
+        raise InputError(f"input '{info.name}' of shape {shown} ({dtype_name(info.dtype)}) would "
+                         f"be {nbytes / (1 << 20):.6g} MB of random data, over the "
+                         f"{limit / (1 << 20):g} MB an archive holds per tensor; give a smaller "
+                         f"--shape {info.name}:DIMS (or raise verify --max-tensor-mb MB)")
+
+
 def random_input(info: InputInfo, shape: tuple[Dim, ...] | None, spec: RandomSpec,
                  index: int, seed: int) -> np.ndarray:
     """Seeded random data for input `info` (case `index`): floats U(-1,1), ints in
@@ -50,6 +64,7 @@ def random_input(info: InputInfo, shape: tuple[Dim, ...] | None, spec: RandomSpe
         raise InputError(f"input '{info.name}' declares no shape; "
                          f"pass --shape {info.name}:DIMS, e.g. {info.name}:1x16")
     dims = tuple(int(d) for d in shape)  # type: ignore[arg-type]
+    _check_size(info, dims)
     # crc32, not hash(): the stream must be the same in every process
     rng = np.random.default_rng([seed % 2**64, index, zlib.crc32(info.name.encode())])
     k = kind(info.dtype)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from corpus import model_path
 from helpers_cli import only_line, verify
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,3 +46,21 @@ def test_run_help_says_what_the_timeout_bounds(capsys) -> None:
     assert code == 0
     assert ("--timeout FLOAT Seconds the runner's job (load, warmups, iterations, dumps) may take "
             "on the device (default: the profile's [timeouts] command, 600 s if unset).") in text
+
+
+def test_a_shape_too_large_for_an_archive_is_refused_before_allocating(tmp_path: Path,
+                                                                         capsys) -> None:
+    # random data for it was numpy's MemoryError ("Unable to allocate 335. TiB"): a traceback
+    # and exit 4
+    rec = model_path("ppocr_rec")  # x: (batch, 3, ?, width), all dynamic but the channels
+    code, _, err = verify(capsys, "pack", rec, "--shape", "x:100000x3x4800x32000",
+                          "-o", tmp_path / "big.vtc")
+    assert (code, only_line(err)) == (
+        2, "error: input 'x' of shape 100000x3x4800x32000 (float32) would be 1.75781e+08 MB "
+           "of random data, over the 2048 MB an archive holds per tensor; give a smaller --shape "
+           "x:DIMS (or raise verify --max-tensor-mb MB)")
+    # the limit is the archive's: 36 MB of random floats, refused under --max-tensor-mb 32
+    code, _, err = verify(capsys, "--max-tensor-mb", "32", "pack", rec, "--shape",
+                          "x:1x3x48x65536", "-o", tmp_path / "mid.vtc")
+    assert code == 2 and "36 MB of random data, over the 32 MB an archive" in only_line(err)
+    assert not (tmp_path / "big.vtc").exists() and not (tmp_path / "mid.vtc").exists()

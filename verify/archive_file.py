@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -173,6 +174,11 @@ def open_archive(path: Path) -> h5py.File:
     except PermissionError:
         raise ArchiveError(f"{path}: cannot read: permission denied") from None
     except (OSError, ValueError, RuntimeError):
+        if path.suffix.lower() == ".onnx":  # `verify run model.onnx`: a new user's first try
+            raise ArchiveError(f"{path}: an .onnx model, not a testcase archive; pack it first "
+                               f"(verify pack {shlex.quote(str(path))} writes "
+                               f"{shlex.quote(str(path.with_suffix('.vtc')))}) and give that"
+                               ) from None
         raise ArchiveError(f"{path}: not a verify testcase archive (not HDF5, or truncated/corrupt)") from None
     try:
         if _format_name(f) != schema.FORMAT_NAME:

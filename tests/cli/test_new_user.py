@@ -64,3 +64,19 @@ def test_a_shape_too_large_for_an_archive_is_refused_before_allocating(tmp_path:
                           "x:1x3x48x65536", "-o", tmp_path / "mid.vtc")
     assert code == 2 and "36 MB of random data, over the 32 MB an archive" in only_line(err)
     assert not (tmp_path / "big.vtc").exists() and not (tmp_path / "mid.vtc").exists()
+
+
+@pytest.mark.parametrize("command", [["run", "--iter", "1"], ["localize"], ["bench"], ["inspect"]])
+def test_an_onnx_model_where_an_archive_is_expected_says_to_pack_it(tmp_path: Path, capsys,
+                                                                    command: list[str]) -> None:
+    # `verify run model.onnx` said "not a verify testcase archive (not HDF5, or
+    # truncated/corrupt)": true, but not what to do
+    model = tmp_path / "my model.onnx"
+    model.write_bytes(model_path("silero_vad").read_bytes())
+    code, _, err = verify(capsys, command[0], model, *command[1:])
+    if command == ["inspect"]:  # inspect reads a plain model too
+        assert code == 0
+        return
+    assert (code, only_line(err)) == (
+        2, f"error: {model}: an .onnx model, not a testcase archive; pack it first (verify pack "
+           f"'{model}' writes '{tmp_path / 'my model.vtc'}') and give that")

@@ -42,6 +42,7 @@ from verify.session import Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
 from verify.tolerance import tolerance_set
+from verify.tolerance_specs import parse_tolerance
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,20 @@ def run(request: RunRequest, *, status: Status | None = None,
         return _run(request, prepared, status, progress, sessions)
 
 
+def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str]) -> list[str]:
+    """A note for each --tol whose glob names no output run judges: a typo ('prob:' for
+    'probs') otherwise left the default rule judging without a word."""
+    names = list(dict.fromkeys(outputs))
+    notes = []
+    for spec in specs:
+        override = parse_tolerance(spec)
+        if not any(override.matches(n) for n in names):
+            shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+            notes.append(f"--tol {spec!r} matches no output ({shown}); the glob must match a "
+                         "whole name, and run judges the outputs only")
+    return notes
+
+
 def _run(request: RunRequest, prepared: Prepared, status: Status | None,
          progress: ProgressFactory | None, sessions: Sessions | None) -> RunOutcome:
     tc, tolerances, indices, profile, _ = prepared
@@ -156,6 +171,8 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
             checks = [CaseCheck(ci, tuple(check_outputs(
                 device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
                 profile.spec))) for pos, ci in enumerate(indices)]
+            notes.extend(_unmatched_specs(request.selection.tolerances.specs,
+                                          [n for i in indices for n in tc.cases[i].outputs]))
         if request.bin_out_dump is not None:
             written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
         if device_run.dump is not None:

@@ -80,3 +80,17 @@ def test_an_onnx_model_where_an_archive_is_expected_says_to_pack_it(tmp_path: Pa
     assert (code, only_line(err)) == (
         2, f"error: {model}: an .onnx model, not a testcase archive; pack it first (verify pack "
            f"'{model}' writes '{tmp_path / 'my model.vtc'}') and give that")
+
+
+def test_a_tolerance_glob_that_matches_no_output_is_noted(tmp_path: Path, capsys) -> None:
+    # `verify run mag.vtc --tol 'nosuch:atol=1'` ran under the default rule without a word
+    vtc = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", CNN, "-o", vtc)[0] == 0  # its output: prob
+    code, out, _ = verify(capsys, "run", vtc, "--iter", "1", "--tol", "pro:atol=1",
+                          "--tol", "p*:atol=1e-3")
+    assert code == 0
+    notes = [ln for ln in out.splitlines() if ln.startswith("note: --tol")]
+    assert notes == ["note: --tol 'pro:atol=1' matches no output (prob); the glob must match a "
+                     "whole name, and run judges the outputs only"]
+    code, out, _ = verify(capsys, "run", vtc, "--iter", "1", "--tol", "prob:atol=1", "--json")
+    assert code == 0 and "--tol" not in out

@@ -111,6 +111,24 @@ def test_ctrl_c_exits_130_and_leaves_no_work_directory(kind: str, device_env: De
 
 
 @pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
+def test_sigterm_exits_143_and_stops_the_runner(kind: str, device_env: DeviceEnv,
+                                                small_vtc: Path, tmp_path: Path,
+                                                request: pytest.FixtureRequest) -> None:
+    # `timeout 100 verify run ...` (or a cancelled CI job) killed verify at once and left its
+    # runner running on the device (local: in its own session) and its work directory behind
+    pidfile = tmp_path / "runner.pid"
+    spec, jobs = _device(kind, device_env, request, tmp_path,
+                               runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
+    proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
+    _wait_for(pidfile, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out, err) == (143, "", "\nterminated\n")
+    assert list(jobs.iterdir()) == []
+    assert _wait_gone(int(pidfile.read_text()))  # the runner was stopped too
+
+
+@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
 def test_keep_keeps_the_work_directory(kind: str, device_env: DeviceEnv, small_vtc: Path,
                                        tmp_path: Path, request: pytest.FixtureRequest,
                                        capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,7 +1,8 @@
 """One hierarchy of errors; the CLI maps each class to an exit code and nothing else does.
 
 Exit codes: 0 checks held, 1 a check failed (a result, never an exception), 2 usage or input
-error, 3 device or transport error, 4 internal error (a bug), 130 interrupted.
+error, 3 device or transport error, 4 internal error (a bug), 130 interrupted, 143 terminated
+(SIGTERM).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ EXIT_USAGE = 2
 EXIT_DEVICE = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15): stopped like Ctrl-C, said apart
 
 
 class VerifyError(Exception):

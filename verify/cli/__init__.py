@@ -6,7 +6,9 @@ import importlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -18,6 +20,7 @@ from verify import DISTRIBUTION, __version__
 from verify.errors import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_TERMINATED,
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
@@ -31,9 +34,30 @@ def _format_warning(message: Warning | str, category: type[Warning], *_: Any, **
     return f"warning: {message}\n"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`timeout`, a cancelled CI job, kill): unwound like Ctrl-C, so the device's runner
+    is stopped and nothing half-written stays; without it Python died at once and left the
+    runner running on the device."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
     warnings.formatwarning = _format_warning  # one line, not Python's file:line form
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        return _main(argv)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         code = cli.main(args=list(argv) if argv is not None else None, prog_name="verify",
                         standalone_mode=False)
@@ -51,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             click.echo("error: internal error (a bug in verify; please report it with the "
                        "trace above)", err=True)
             code = EXIT_INTERNAL
+        elif isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated):
+            click.echo("terminated", err=True)
+            code = EXIT_TERMINATED
         else:
             click.echo("interrupted", err=True)
             code = EXIT_INTERRUPTED
@@ -197,7 +224,8 @@ def cli() -> None:
       verify diff phone/ cpu/                           ACTUAL REFERENCE: first divergent layer
 
     Exit codes: 0 checks held, 1 a check failed, 2 bad usage or input,
-    3 device or transport failure, 4 internal error, 130 interrupted.
+    3 device or transport failure, 4 internal error, 130 interrupted, 143 terminated
+    (SIGTERM; the device's runner is stopped as for Ctrl-C).
     """
 
 

@@ -94,3 +94,54 @@ def test_a_tolerance_glob_that_matches_no_output_is_noted(tmp_path: Path, capsys
                      "whole name, and run judges the outputs only"]
     code, out, _ = verify(capsys, "run", vtc, "--iter", "1", "--tol", "prob:atol=1", "--json")
     assert code == 0 and "--tol" not in out
+
+
+def test_export_never_replaces_a_changed_model_without_force(tmp_path: Path, capsys) -> None:
+    # `verify export cnn.vtc` writes cnn.onnx beside it by default: the very file the user
+    # packed, perhaps edited since; it was replaced silently
+    import shutil
+
+    model = tmp_path / "cnn.onnx"
+    shutil.copy(CNN, model)
+    vtc = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", model, "-o", vtc)[0] == 0
+    exported = model.read_bytes() if verify(capsys, "export", vtc)[0] == 0 else None
+    assert exported is not None  # the same bytes there: rewritten as they were
+    edited = exported + b"\x00"  # stands for the user's later edit
+    model.write_bytes(edited)
+    code, _, err = verify(capsys, "export", vtc)
+    assert (code, only_line(err)) == (
+        2, f"error: {model}: already exists and differs from the archive's copy; pass -o to "
+           "write the model elsewhere, or --force to replace it")
+    assert model.read_bytes() == edited
+    assert verify(capsys, "export", vtc, "--force")[0] == 0
+    assert model.read_bytes() == exported
+
+
+def test_export_never_replaces_a_changed_external_data_file(tmp_path: Path, capsys) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(64, dtype=np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])], [w])
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              src / "m.onnx", save_as_external_data=True, location="m.bin", size_threshold=0)
+    vtc = tmp_path / "m.vtc"
+    assert verify(capsys, "pack", src / "m.onnx", "--keep-external-data", "-o", vtc)[0] == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m.bin").write_bytes(b"someone else's weights")
+    code, _, err = verify(capsys, "export", vtc, "-o", out / "m.onnx")
+    assert (code, only_line(err)) == (
+        2, f"error: {out / 'm.bin'}: already exists and differs from the archive's copy; pass "
+           "-o to write the model elsewhere, or --force to replace it")
+    assert (out / "m.bin").read_bytes() == b"someone else's weights"
+    assert not (out / "m.onnx").exists()
+    assert verify(capsys, "export", vtc, "-o", out / "m.onnx", "--force")[0] == 0
+    assert (out / "m.bin").read_bytes() == (src / "m.bin").read_bytes()

@@ -25,8 +25,13 @@ if TYPE_CHECKING:
                    "onnx_test_runner's test_data_set_N/input_K.pb and output_K.pb, and as "
                    "Polygraphy's polygraphy_inputs.json and polygraphy_outputs.json "
                    "(polygraphy run --load-inputs / --load-outputs).")
+@click.option("--force", is_flag=True,
+              help="Replace a file already there that holds other bytes than the archive's "
+                   "(by default refused: ARCHIVE.onnx is often the model you packed, and may "
+                   "have changed since).")
 @json_option
-def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: bool) -> int:
+def export(archive: Path, output: Path | None, data_dir: Path | None, force: bool,
+           as_json: bool) -> int:
     """Write the ONNX model held in ARCHIVE to a file (open it in Netron, or any ONNX tool).
 
     A model whose weights the archive keeps as external data gets its data files written
@@ -48,6 +53,8 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
         raise UsageError(f"{target}: folder {target.parent} does not exist")
     if any((target.parent / f.location).resolve() == target.resolve() for f in tc.external):
         raise UsageError(f"{target}: the model's external data is named so; pick another name")
+    if not force:
+        _refuse_to_replace(tc, target)
     written = {"model": str(target)}
     for k, path in enumerate(export_external(tc, target.parent)):  # first: the model needs them
         written[f"external data {k}" if k else "external data"] = str(path)
@@ -61,6 +68,28 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, as_json: b
         for what, where in written.items():
             click.echo(f"wrote {what}: {where}")
     return EXIT_OK
+
+
+def _refuse_to_replace(tc: "Testcase", target: Path) -> None:
+    """A file already at the model's or an external data file's place that holds other bytes
+    (the user's own model, edited since it was packed) is not replaced without --force; one
+    that holds the same bytes is rewritten as it was."""
+    from verify.external import file_sha256
+
+    clash = None
+    if target.exists() and not (target.is_file()
+                                and target.stat().st_size == len(tc.model_bytes)
+                                and target.read_bytes() == tc.model_bytes):
+        clash = target
+    for f in tc.external:
+        dest = target.parent / f.location
+        if clash is None and dest.exists() and not (
+                dest.is_file() and dest.stat().st_size == f.size
+                and (not f.sha256 or file_sha256(dest) == f.sha256)):
+            clash = dest
+    if clash is not None:
+        raise UsageError(f"{clash}: already exists and differs from the archive's copy; pass "
+                         "-o to write the model elsewhere, or --force to replace it")
 
 
 def _write_test_data(tc: "Testcase", folder: Path) -> Path:

@@ -92,38 +92,26 @@ def test_two_runs_on_one_device_at_once(device_env: DeviceEnv, sshd_server, smal
     assert list((base / "jobs").iterdir()) == []
 
 
+# Ctrl-C, and SIGTERM (`timeout 100 verify run ...`, a cancelled CI job), which killed verify at
+# once and left its runner running on the device (local: in its own session) and its work
+# directory behind. click starts a fresh line after the ^C the terminal echoed, then verify says
+# why it stopped.
 @pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
-def test_ctrl_c_exits_130_and_leaves_no_work_directory(kind: str, device_env: DeviceEnv,
-                                                       small_vtc: Path, tmp_path: Path,
-                                                       request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("sig, code, said", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 143, "terminated")],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_stop_signal_stops_the_runner_and_leaves_no_work_directory(
+        kind: str, sig: int, code: int, said: str, device_env: DeviceEnv, small_vtc: Path,
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
     pidfile = tmp_path / "runner.pid"
     spec, jobs = _device(kind, device_env, request, tmp_path,
-                               runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
+                         runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
     proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
     _wait_for(pidfile, proc)
     assert len(list(jobs.iterdir())) == 1  # the runner is running in its work directory
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    # click starts a fresh line after the ^C the terminal echoed, then verify says why it stopped
-    assert (proc.returncode, out, err) == (130, "", "\ninterrupted\n")
-    assert list(jobs.iterdir()) == []
-    assert _wait_gone(int(pidfile.read_text()))  # the runner was stopped too
-
-
-@pytest.mark.parametrize("kind", ["local", "ssh", "adb"])
-def test_sigterm_exits_143_and_stops_the_runner(kind: str, device_env: DeviceEnv,
-                                                small_vtc: Path, tmp_path: Path,
-                                                request: pytest.FixtureRequest) -> None:
-    # `timeout 100 verify run ...` (or a cancelled CI job) killed verify at once and left its
-    # runner running on the device (local: in its own session) and its work directory behind
-    pidfile = tmp_path / "runner.pid"
-    spec, jobs = _device(kind, device_env, request, tmp_path,
-                               runner=[sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))])
-    proc = verify_process(["run", small_vtc, "--device", spec], device_env.env)
-    _wait_for(pidfile, proc)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, out, err) == (143, "", "\nterminated\n")
+    assert (proc.returncode, out, err) == (code, "", f"\n{said}\n")
     assert list(jobs.iterdir()) == []
     assert _wait_gone(int(pidfile.read_text()))  # the runner was stopped too
 

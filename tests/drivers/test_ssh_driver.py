@@ -14,6 +14,7 @@ import secrets
 import shlex
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -332,6 +333,19 @@ def test_silent_server_hits_the_connect_timeout(sshd_server: SshServer, tmp_path
 
 
 # --- a server that dies ------------------------------------------------------------------------
+def _killer(server: SshServer) -> tuple[list[int], Callable[[int], None]]:
+    """A progress callback that kills the server's sessions once a megabyte has moved, and the
+    byte counts it saw."""
+    seen: list[int] = []
+
+    def kill_after_first_megabyte(n: int) -> None:
+        seen.append(n)
+        if sum(seen) >= MB and server.session_pids():
+            server.kill_sessions()
+
+    return seen, kill_after_first_megabyte
+
+
 # Downloads stream over an exec channel, with no helper thread (paramiko's SFTP prefetch thread
 # died with an uncaught exception here): a thread dying now fails the test.
 @pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
@@ -342,13 +356,7 @@ def test_server_killed_during_get(sshd_factory, tmp_path: Path) -> None:
     remote.parent.mkdir()
     _random_file(remote, 48 * MB)
     dest = tmp_path / "out" / "big.bin"
-    seen: list[int] = []
-
-    def kill_after_first_megabyte(n: int) -> None:
-        seen.append(n)
-        if sum(seen) >= MB and server.session_pids():
-            server.kill_sessions()
-
+    seen, kill_after_first_megabyte = _killer(server)
     with _driver(profile) as d:
         with pytest.raises(DeviceError, match=f"connection lost while fetching {remote}"):
             d.get(str(remote), dest, progress=kill_after_first_megabyte)
@@ -363,13 +371,7 @@ def test_server_killed_during_put(sshd_factory, tmp_path: Path) -> None:
     profile = server.profile(str(tmp_path / "dev"))
     src = tmp_path / "big.bin"
     _random_file(src, 48 * MB)
-    seen: list[int] = []
-
-    def kill_after_first_megabyte(n: int) -> None:
-        seen.append(n)
-        if sum(seen) >= MB and server.session_pids():
-            server.kill_sessions()
-
+    _, kill_after_first_megabyte = _killer(server)
     with _driver(profile) as d:
         d.makedirs(d.base_dir)
         remote = posixpath.join(d.base_dir, "big.bin")

@@ -155,8 +155,8 @@ def test_command_timeout_kills_the_runner_and_cleans_up(
     message = _one_line_error(err)
     assert message.startswith(f"ssh:{sshd_server.address}: {sys.executable} -c ")
     assert " did not finish within 2 s (the runner's job: " in message
-    assert message.endswith("allow more with --timeout SECONDS or the device profile's [timeouts] "
-                            "command")
+    assert message.endswith("allow more with --timeout SECONDS (a suite's timeout) or the "
+                            "device profile's [timeouts] command")
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 10
     while process_alive(pid) and time.monotonic() < deadline:

@@ -164,7 +164,7 @@ def test_a_serving_runner_that_overruns_is_killed(
              "local": lambda: "local"}[transport]()
     assert err == (f"error: {where}: a job on the serving runner did not finish within 8 s (the "
                    "runner's job: load, warmups, iterations, dumps); allow more with --timeout "
-                   "SECONDS or the device profile's [timeouts] command\n")
+                   "SECONDS (a suite's timeout) or the device profile's [timeouts] command\n")
     server = _starts(log)[-1]
     assert server["argv"][-1] == "--serve"
     deadline = time.monotonic() + 10  # killed through a second channel (ssh): a moment later

@@ -218,8 +218,8 @@ class DeviceSession:
                 status, stderr = res.status, res.stderr
         except DeviceTimeout as exc:  # say what ran and how to give it longer
             raise DeviceTimeout(f"{exc} (the runner's job: load, warmups, iterations, dumps); "
-                                "allow more with --timeout SECONDS or the device profile's "
-                                "[timeouts] command") from exc
+                                "allow more with --timeout SECONDS (a suite's timeout) or the "
+                                "device profile's [timeouts] command") from exc
         self.last_stderr = stderr
         return self.result(workdir, result_name, status, stderr)
 

@@ -36,9 +36,8 @@ from verify.pipeline import (
     RunOptions,
     Status,
     run_model,
-    run_on_device,
 )
-from verify.session import Sessions
+from verify.session import DeviceSession, Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
 from verify.tolerance import tolerance_set
@@ -146,16 +145,12 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     dump_spec = _dump_spec(dump)
     try:
         with external_data(tc) as external:  # extracted for the push, gone after it
-            if sessions is None:
-                device_run = run_on_device(profile, tc.model_bytes, feeds, options,
-                                           status=status, progress=progress,
-                                           profile_dest=request.profile_path, dump=dump_spec,
-                                           external=external)
-            else:
-                with sessions.use(profile) as session:
-                    device_run = run_model(session, tc.model_bytes, feeds, options,
-                                           profile_dest=request.profile_path, dump=dump_spec,
-                                           external=external)
+            opened = (sessions.use(profile) if sessions is not None
+                      else DeviceSession(profile, status=status, progress=progress))
+            with opened as session:
+                device_run = run_model(session, tc.model_bytes, feeds, options,
+                                       profile_dest=request.profile_path, dump=dump_spec,
+                                       external=external)
         # joined before anything is judged or written: corrupt references are exit 2 (and the
         # dump pulled so far goes with them)
         prepared.layer_check.result()

@@ -138,8 +138,13 @@ class DeviceSession:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
+        self.close(failing=et is not None)
+
+    def close(self, *, failing: bool = False) -> None:
+        """End the session: a serving runner gets end of input (killed when `failing`), the
+        connection closes, the temporary folder goes."""
         try:
-            self._stop_server(failing=et is not None)
+            self._stop_server(failing=failing)
             if self.driver is not None:
                 self.driver.close()
         finally:
@@ -363,13 +368,13 @@ class Sessions:
 
     def _close(self, spec: str, failing: bool = False) -> None:
         session = self._open.pop(spec)
-        if failing:  # quiet: the job's own error says what went wrong
-            try:
-                session.__exit__(DeviceError, None, None)
-            except Exception:  # noqa: BLE001 - a second failure must not hide the first
-                pass
-        else:
-            session.__exit__(None, None, None)
+        if not failing:
+            session.close()
+            return
+        try:  # quiet: the job's own error says what went wrong
+            session.close(failing=True)
+        except Exception:  # noqa: BLE001 - a second failure must not hide the first
+            pass
 
 
 def _reply(line: str) -> dict[str, Any] | None:

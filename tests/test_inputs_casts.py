@@ -1,7 +1,10 @@
 """Casts of user data into a model's input dtype, at the edges the mutation run of
 verify/inputs.py found untested (docs/mutation.md): 4-bit integers (ml_dtypes' ranges), uint64
 values float32 cannot hold, no numpy warning on an overflowing cast, images into float and
-integer inputs whose range is broken on one side only."""
+integer inputs whose range is broken on one side only. Then, against the survivors of the
+mutation run of verify/input_casts.py: integer 0/1 data for a bool input, a signaling NaN,
+4-bit data read from a .pb, complex data and complex inputs, the value an inexactness message
+names, an image past a float16 input's range."""
 
 from __future__ import annotations
 
@@ -15,15 +18,27 @@ import pytest
 from onnx import TensorProto, helper
 from PIL import Image
 
+from helpers_cli import only_line, verify
+
+from verify.archive_reader import read_archive
 from verify.errors import InputError
 from verify.inputs import Preprocess, build_cases, model_inputs
 
 
-def _infos(elem: int, shape: list[int]):  # type: ignore[no-untyped-def]
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+def _model(elem: int, shape: list[int], op: str = "Identity") -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", elem, shape)],
                               [helper.make_tensor_value_info("y", elem, shape)])
-    return model_inputs(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+def _infos(elem: int, shape: list[int]):  # type: ignore[no-untyped-def]
+    return model_inputs(_model(elem, shape))
+
+
+def _save_model(path: Path, elem: int, shape: list[int], op: str = "Identity") -> Path:
+    onnx.save(_model(elem, shape, op), path)
+    return path
 
 
 @pytest.mark.parametrize("elem, lo, hi", [(TensorProto.INT4, -8, 7), (TensorProto.UINT4, 0, 15)])
@@ -118,3 +133,24 @@ def test_low_precision_float_inputs_take_floats_and_refuse_overflow(tmp_path: Pa
         np.save(tmp_path / "i.npy", np.array([257, -3], np.int32))
         with pytest.raises(InputError, match="int32 values like 257 are not exact in it$"):
             build_cases(infos, ["i.npy"], base_dir=tmp_path)
+
+
+# --- against the survivors of the input_casts.py mutation run (docs/mutation.md) --------------
+def test_an_image_past_a_float16_inputs_range_is_refused(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    """A --scale (or --std) that takes pixels past float16's 65504 is an error naming the
+    peak, as for a .npy: it was packed as inf, silently but for numpy's overflow warning."""
+    Image.new("RGB", (4, 2), (200, 20, 30)).save(tmp_path / "p.png")
+    model = _save_model(tmp_path / "h.onnx", TensorProto.FLOAT16, [1, 3, 2, 4])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "p.png", "--scale", "1000",
+                              "-o", tmp_path / "h.vtc")
+    assert (code, only_line(err)) == (2, f"error: {tmp_path / 'p.png'}: input 'x' takes float16, "
+                                         "but float64 values up to 200000 overflow it")
+    assert [str(w.message) for w in caught] == [] and not (tmp_path / "h.vtc").exists()
+    code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "p.png", "--scale", "100",
+                          "-o", tmp_path / "h.vtc")
+    assert code == 0, err
+    x = read_archive(tmp_path / "h.vtc").cases[0].inputs["x"]
+    assert x.dtype == np.float16 and x[0, :, 0, 0].tolist() == [20000.0, 2000.0, 3000.0]

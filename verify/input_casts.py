@@ -90,10 +90,11 @@ def cast(arr: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
 
 
 def image_cast(x: np.ndarray, dt: np.dtype, name: str, label: str) -> np.ndarray:
-    """Images are float64 here; integer inputs (quantized models) take them when every
-    value after preprocessing is a whole number in range."""
+    """Images are float64 here; float inputs take them as `cast` takes float data (an
+    overflow is refused, never fed as inf); integer inputs (quantized models) take them when
+    every value after preprocessing is a whole number in range."""
     if kind(dt) == "f":
-        return x.astype(dt)
+        return cast(x, dt, name, label)
     lo, hi = int_limits(dt)
     if not np.array_equal(x, np.round(x)) or (x.size and (x.min() < lo or x.max() > hi)):
         raise InputError(f"{label}: input '{name}' takes {dt.name}, but the image after "

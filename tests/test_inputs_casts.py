@@ -136,6 +136,91 @@ def test_low_precision_float_inputs_take_floats_and_refuse_overflow(tmp_path: Pa
 
 
 # --- against the survivors of the input_casts.py mutation run (docs/mutation.md) --------------
+def test_zeros_and_ones_feed_a_bool_input_as_bools(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path) -> None:
+    """A mask saved as integers (np.save of a 0/1 int array, the usual way) goes into a bool
+    input as bools, the model runs on it; a 2 in it is named in the one-line error."""
+    model = _save_model(tmp_path / "not.onnx", TensorProto.BOOL, [4], op="Not")
+    mask = tmp_path / "mask.npy"
+    np.save(mask, np.array([0, 1, 1, 0], np.int64))
+    code, _, err = verify(capsys, "pack", model, "-d", f"x:{mask}", "-o", tmp_path / "m.vtc")
+    assert code == 0, err
+    [case] = read_archive(tmp_path / "m.vtc").cases
+    assert case.inputs["x"].dtype == np.bool_ and case.inputs["x"].tolist() == [0, 1, 1, 0]
+    assert case.outputs["y"].tolist() == [True, False, False, True]
+    np.save(mask, np.array([0, 1, 2, 0], np.int64))  # 0 first: the message names the 2
+    code, _, err = verify(capsys, "pack", model, "-d", f"x:{mask}", "-o", tmp_path / "n.vtc")
+    assert (code, only_line(err)) == (2, f"error: {mask}: input 'x' takes bool, but int64 values "
+                                         "include 2; give 0/1 or true/false")
+
+
+def test_a_signaling_nan_is_cast_without_a_numpy_warning(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    """float64 data holding a signaling NaN (a sentinel bit pattern some C code writes, or an
+    uninitialised buffer dumped as is) sets the FPU's invalid flag when cast to float32; verify
+    packs it as NaN and prints no numpy "invalid value encountered in cast" warning."""
+    data = np.array([0x7FF0000000000001, 0x3FF8000000000000], np.uint64).view(np.float64)
+    np.save(tmp_path / "s.npy", data)
+    model = _save_model(tmp_path / "id.onnx", TensorProto.FLOAT, [2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, _, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 's.npy'}", "-o",
+                              tmp_path / "s.vtc")
+    assert code == 0, err
+    assert [str(w.message) for w in caught] == [] and "warning" not in err
+    x = read_archive(tmp_path / "s.vtc").cases[0].inputs["x"]
+    assert x.dtype == np.float32 and np.isnan(x[0]) and x[1] == 1.5
+
+
+@pytest.mark.parametrize("elem, src, dst", [
+    (TensorProto.INT8, TensorProto.INT4, np.int8),
+    (TensorProto.UINT8, TensorProto.UINT4, np.uint8),
+])
+def test_four_bit_data_from_a_pb_file_feeds_a_wider_integer_input(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, elem: int, src: int, dst: type) -> None:
+    """A 4-bit tensor saved as an ONNX TensorProto (reads back as ml_dtypes' int4/uint4, numpy
+    kind 'V') is integer data: it goes into an int8/uint8 input with its values."""
+    values = [-8, 7, 0, -1, 3, 5] if src == TensorProto.INT4 else [0, 15, 1, 8, 3, 5]
+    tensor = onnx.numpy_helper.from_array(
+        np.array(values).astype(onnx.helper.tensor_dtype_to_np_dtype(src)), "x")
+    (tmp_path / "x.pb").write_bytes(tensor.SerializeToString())
+    model = _save_model(tmp_path / "id.onnx", elem, [6])
+    code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "x.pb", "-o", tmp_path / "q.vtc")
+    assert code == 0, err
+    [case] = read_archive(tmp_path / "q.vtc").cases
+    assert case.inputs["x"].dtype == dst and case.inputs["x"].tolist() == values
+    assert case.outputs["y"].tolist() == values
+
+
+def test_complex_data_and_complex_inputs_are_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Complex numbers are no input verify feeds: complex data for a float input is refused
+    (never its imaginary part dropped), and so is any data for a complex input (onnxruntime
+    loads no such model, so `pack` stops there first; `build_cases` says it in one line, never a
+    traceback from the integer range check)."""
+    np.save(tmp_path / "c.npy", np.array([1 + 2j, 3.0]))
+    model = _save_model(tmp_path / "id.onnx", TensorProto.FLOAT, [2])
+    code, _, err = verify(capsys, "pack", model, "-d", tmp_path / "c.npy", "-o", tmp_path / "c.vtc")
+    assert (code, only_line(err)) == (2, f"error: {tmp_path / 'c.npy'}: input 'x' takes float32, "
+                                         "got complex128 values; give numbers")
+    assert not (tmp_path / "c.vtc").exists()
+    infos = _infos(TensorProto.COMPLEX64, [2])
+    for literal, got in (("[1,2]", "int64"), ("[1.5,2]", "float64"), ("[true,false]", "bool")):
+        with pytest.raises(InputError) as e:
+            build_cases(infos, [f"x:{literal}"])
+        assert str(e.value) == (f"literal {literal!r}: input 'x' takes complex64, got {got} "
+                                "values; give numbers")
+
+
+def test_the_first_value_a_float8_input_cannot_hold_is_named(tmp_path: Path) -> None:
+    """Integers into a float8 input: 16 is exact, 300 and 17 are not (steps of 32 and 2 there);
+    the message names the first that is not, as the file holds them."""
+    np.save(tmp_path / "i.npy", np.array([16, 300, 17, 2], np.int64))
+    with pytest.raises(InputError, match="takes float8_e4m3fn, but int64 values like 300 are not "
+                                         "exact in it$"):
+        build_cases(_infos(TensorProto.FLOAT8E4M3FN, [4]), ["i.npy"], base_dir=tmp_path)
+
+
 def test_an_image_past_a_float16_inputs_range_is_refused(capsys: pytest.CaptureFixture[str],
                                                          tmp_path: Path) -> None:
     """A --scale (or --std) that takes pixels past float16's 65504 is an error naming the

@@ -21,11 +21,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from helpers_archive import damage_chunk as _compress
+from helpers_archive import reseal as _reseal
 from helpers_cli import only_line, verify
 from verify import external as external_mod
 from verify import schema
 from verify.archive_reader import ArchiveReader, export_external, external_data, read_archive
-from verify.digest import archive_digest
 from verify.errors import ArchiveError
 from verify.external import ExternalFile
 from verify.testcase import write_archive
@@ -44,16 +45,16 @@ def _tensor(name: str, value: np.ndarray, location: str) -> TensorProto:
     return t
 
 
-def _model(folder: Path) -> Path:
-    (folder / "sub").mkdir(parents=True, exist_ok=True)
+def _model(folder: Path, v_location: str = "sub/v.bin") -> Path:
+    (folder / v_location).parent.mkdir(parents=True, exist_ok=True)
     (folder / "w.bin").write_bytes(W.tobytes())
-    (folder / "sub" / "v.bin").write_bytes(V.tobytes())
+    (folder / v_location).write_bytes(V.tobytes())
     info = helper.make_tensor_value_info
     graph = helper.make_graph(
         [helper.make_node("Add", ["x", "w"], ["y"]), helper.make_node("Mul", ["x", "v"], ["z"])],
         "g", [info("x", TensorProto.FLOAT, [4])],
         [info("y", TensorProto.FLOAT, [4]), info("z", TensorProto.FLOAT, [4])],
-        [_tensor("w", W, "w.bin"), _tensor("v", V, "sub/v.bin")])
+        [_tensor("w", W, "w.bin"), _tensor("v", V, v_location)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path = folder / "m.onnx"
@@ -80,38 +81,6 @@ def archive(packed: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "m.vtc"
     shutil.copyfile(packed, dest)
     return dest
-
-
-def _reseal(path: Path) -> None:
-    """Give `path` the archive checksum of what it now holds, walked in the writer's order
-    (testcase.write_archive): what someone who edits an archive and re-seals it would do. The
-    checks below that hold against a re-sealed archive are the structural ones alone."""
-    def text(obj: h5py.HLObject, key: str) -> str:
-        value = obj.attrs.get(key, b"")
-        return value.decode() if isinstance(value, bytes) else str(value)
-
-    with h5py.File(path, "r+") as f:
-        meta: dict[str, object] = {k: (int(f.attrs[k]) if k == schema.ATTR_VERSION
-                                       else text(f, k)) for k in schema.META_ATTRS}
-        meta.update({k: bytes(f[k][()]).decode() for k in schema.META_RECORDS})
-        entries: list[list[object]] = [[schema.MODEL, "", text(f[schema.MODEL],
-                                                               schema.ATTR_SHA256)]]
-        for i in range(len(f[schema.CASES])):
-            case = f[schema.case_path(i)]
-            entries.append([schema.case_path(i), schema.ATTR_SOURCE,
-                            text(case, schema.ATTR_SOURCE)])
-            for kind in schema.TENSOR_KINDS:
-                if kind in case:
-                    entries.append([f"{schema.case_path(i)}/{kind}", "", ""])
-                    for k in range(len(case[kind])):
-                        ds = case[kind][str(k)]
-                        entries.append([f"{schema.case_path(i)}/{kind}/{k}",
-                                        text(ds, schema.ATTR_NAME), text(ds, schema.ATTR_SHA256)])
-        group = f.get(EXT)
-        for k in range(len(group) if isinstance(group, h5py.Group) else 0):
-            ds = group[str(k)]
-            entries.append([f"{EXT}/{k}", text(ds, schema.ATTR_NAME), text(ds, schema.ATTR_SHA256)])
-        f.attrs[schema.ATTR_CHECKSUM] = np.bytes_(archive_digest(meta, entries).encode())
 
 
 def _sha(data: bytes) -> str:
@@ -378,23 +347,6 @@ def test_a_file_the_model_names_but_the_archive_lacks(archive: Path,
                                    "which the archive does not hold")
 
 
-def _compress(path: Path, where: str) -> None:
-    """`where` stored again gzip-compressed in one chunk, a byte in the middle of that chunk
-    flipped on disk: HDF5 cannot read it back (the archive checksum does not cover storage)."""
-    with h5py.File(path, "r+") as f:
-        attrs, data = dict(f[where].attrs), f[where][()]
-        del f[where]
-        ds = f.create_dataset(where, data=data, chunks=data.shape, compression="gzip")
-        for k, v in attrs.items():
-            ds.attrs[k] = v
-        info = ds.id.get_chunk_info(0)
-    with open(path, "r+b") as fh:
-        fh.seek(info.byte_offset + info.size // 2)
-        byte = fh.read(1)
-        fh.seek(-1, 1)
-        fh.write(bytes([byte[0] ^ 0xFF]))
-
-
 @pytest.mark.parametrize("command", ["inspect", "run"])
 def test_an_unreadable_external_file_is_one_line(archive: Path, command: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
@@ -482,3 +434,23 @@ def test_one_file_named_two_ways_is_stored_once(tmp_path: Path,
     assert out.rstrip().endswith("=== PASS: all outputs within tolerance in 1 case(s)")
     code, _, err = verify(capsys, "inspect", vtc)
     assert code == 0, err
+
+
+def test_a_file_folders_deep_is_extracted_for_a_run_and_exported(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A location two folders down (`sub/deeper/v.bin`): each folder on its way is made, in the
+    run's scratch folder and beside the exported model; the run passes."""
+    vtc = tmp_path / "m.vtc"
+    code, _, err = verify(capsys, "pack", _model(tmp_path / "src", "sub/deeper/v.bin"),
+                          "--keep-external-data", "-d", "x:rand", "-o", vtc)
+    assert code == 0, err
+    assert [f.location for f in read_archive(vtc).external] == ["w.bin", "sub/deeper/v.bin"]
+    code, out, err = verify(capsys, "run", vtc, "--iter", "1")
+    assert code == 0, err
+    assert out.rstrip().endswith("=== PASS: all outputs within tolerance in 1 case(s)")
+    target = tmp_path / "out"
+    target.mkdir()
+    code, _, err = verify(capsys, "export", vtc, "-o", target / "m.onnx")
+    assert code == 0, err
+    assert (target / "sub" / "deeper" / "v.bin").read_bytes() == V.tobytes()
+    assert (target / "w.bin").read_bytes() == W.tobytes()

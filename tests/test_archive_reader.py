@@ -9,7 +9,10 @@ one, are caught by the structural checks alone: each case below passes the check
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import shutil
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,10 +20,13 @@ import h5py
 import numpy as np
 import pytest
 from fixtures_dump import pack
+from helpers_archive import damage_chunk, set_record, to_format_1
+from helpers_cli import only_line, verify
 
 from verify import schema
 from verify.archive_reader import ArchiveReader, iter_layers, read_archive
-from verify.errors import ArchiveError
+from verify.errors import ArchiveError, ArchiveWarning
+from verify.testcase import Case, write_archive
 
 REPO = Path(__file__).resolve().parent.parent
 TWO_IO = REPO / "goldens" / "models" / "two_io.onnx"  # inputs a, b; outputs sum_relu, prod
@@ -148,6 +154,12 @@ DAMAGES: dict[str, tuple[Callable[[h5py.File], None], str]] = {
                     "the archive checksum is missing or malformed"),
     "checksum malformed": (_set_attr("/", schema.ATTR_CHECKSUM, _text("f" * 63)),
                            "the archive checksum is missing or malformed"),
+    # parts missing whole
+    "no model": (_delete(schema.MODEL), "the model (model) is missing or not a dataset"),
+    "no cases group": (_delete(schema.CASES), "no cases"),
+    "case without a source": (_delete_attr(CASE0, schema.ATTR_SOURCE),
+                              "its metadata or layout does not match the archive checksum "
+                              "(re-pack it, or get an intact copy)"),
 }
 
 
@@ -190,3 +202,164 @@ def test_the_intact_archive_reads_back_what_pack_wrote(packed: Path) -> None:
     with ArchiveReader(packed) as reader:
         assert [e.name for e in reader.cases[0][schema.OUTPUTS]] == \
             [k for k in tc.cases[0].outputs]
+
+
+
+def _copy(packed: Path, tmp_path: Path) -> Path:
+    archive = tmp_path / "edited.vtc"
+    shutil.copyfile(packed, archive)
+    return archive
+
+
+def _refused(path: Path) -> str:
+    """The reader's one line for `path`, with its `archive: corrupt archive: ` prefix cut."""
+    with pytest.raises(ArchiveError) as e:
+        read_archive(path)
+    prefix = f"{path}: corrupt archive: "
+    assert str(e.value).startswith(prefix), str(e.value)
+    return str(e.value)[len(prefix):]
+
+
+RECORDS = {schema.ATTR_PROVENANCE: ("provenance", "dict"),
+           schema.ATTR_TOLERANCES: ("tolerances", "dict"),
+           schema.ATTR_TENSOR_ORDER: ("tensor order", "list")}
+
+
+@pytest.mark.parametrize("key", list(RECORDS))
+def test_a_record_that_is_not_its_json_is_refused_by_name(packed: Path, tmp_path: Path,
+                                                          key: str) -> None:
+    """Each JSON record edited (and the archive re-sealed): text that is not JSON, and JSON of
+    another type, each refused naming the record."""
+    what, kind = RECORDS[key]
+    archive = _copy(packed, tmp_path)
+    set_record(archive, key, '{"atol": 0.1')
+    assert _refused(archive) == f"the {what} record is not JSON"
+    set_record(archive, key, '"a string"' if kind == "list" else "[1, 2]")
+    assert _refused(archive) == f"the {what} record is not a JSON {kind}"
+
+
+ENTRY3 = {"index": 3, "name": "sum_relu", "node": "sum/relu", "op": "Relu", "is_output": True}
+# (the tensor order's entry 3 replaced by, the line after "corrupt archive: ")
+BAD_ENTRIES: dict[str, tuple[object, str]] = {
+    "index as text": ({**ENTRY3, "index": "3"},
+                      "tensor order entry \"{'index': '3', 'name': 'sum_relu', 'node': "
+                      "'sum/relu', 'op':\" is malformed"),
+    "is_output as text": ({**ENTRY3, "is_output": "yes"},
+                          "tensor order entry \"{'index': 3, 'name': 'sum_relu', 'node': "
+                          "'sum/relu', 'op': '\" is malformed"),
+    "no name": ({k: v for k, v in ENTRY3.items() if k != "name"},
+                "tensor order entry \"{'index': 3, 'node': 'sum/relu', 'op': 'Relu', "
+                "'is_output': \" is malformed"),
+    "a list": ([3, "sum_relu"], "tensor order entry \"[3, 'sum_relu']\" is malformed"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_ENTRIES))
+def test_a_malformed_tensor_order_entry_is_refused_and_shown(packed: Path, tmp_path: Path,
+                                                             bad: str) -> None:
+    """One entry of the tensor order (the layers' order localize and diff walk) edited and the
+    archive re-sealed: refused, the entry shown (its first 60 characters)."""
+    entry, what = BAD_ENTRIES[bad]
+    archive = _copy(packed, tmp_path)
+    with h5py.File(archive, "r") as f:
+        order = json.loads(bytes(f[schema.ATTR_TENSOR_ORDER][()]))
+    assert order[3] == ENTRY3  # the entry edited, as pack wrote it
+    order[3] = entry
+    set_record(archive, schema.ATTR_TENSOR_ORDER, json.dumps(order))
+    assert _refused(archive) == what
+
+
+def test_a_case_linked_to_a_missing_file_is_one_line(packed: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """A case that is an HDF5 external link into a file not beside the archive (an archive
+    split by an HDF5 tool, copied without its parts): HDF5's own error, named, one line."""
+    archive = _copy(packed, tmp_path)
+    with h5py.File(archive, "r+") as f:
+        del f[CASE0]
+        f[CASE0] = h5py.ExternalLink("parts.h5", "/cases/0")
+    assert _refused(archive).startswith("KeyError: ")
+    code, _, err = verify(capsys, "inspect", archive)
+    assert code == 2
+    assert only_line(err).startswith(f"error: {archive}: corrupt archive: KeyError: ")
+
+
+@pytest.mark.parametrize(("where", "what"), [
+    (schema.MODEL, "model cannot be read: "),
+    (f"{CASE0}/{schema.INPUTS}/0", "cases/0/inputs/0 ('a') cannot be read: "),
+    (f"{CASE0}/{schema.LAYERS}/2", "cases/0/layers/2 ('sum/add:0') cannot be read: ")])
+def test_a_part_hdf5_cannot_read_back_is_one_line_naming_it(
+        packed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str,
+        what: str) -> None:
+    """The model, an input, a layer reference stored compressed with a byte of the chunk
+    damaged (the archive checksum does not cover storage): the open succeeds, the read fails,
+    one line naming the part."""
+    archive = _copy(packed, tmp_path)
+    damage_chunk(archive, where)
+    code, _, err = verify(capsys, "inspect", archive)
+    assert code == 2
+    assert only_line(err).startswith(f"error: {archive}: corrupt archive: {what}")
+
+
+def test_iter_layers_streams_case_0_unless_told(packed: Path) -> None:
+    default, first, second = (dict(iter_layers(packed, *case)) for case in ((), (0,), (1,)))
+    assert list(default) == list(first) == list(second)
+    assert all(np.array_equal(default[name], first[name]) for name in first)
+    assert not np.array_equal(first["sum_relu"], second["sum_relu"])  # the cases differ
+
+
+def test_read_fills_the_buffer_it_is_given(packed: Path, tmp_path: Path) -> None:
+    """`read(entry, out)` reads into `out` (diff's one scratch buffer for every tensor), for
+    tensors of one element, of none and of many."""
+    stored = {"one": np.array([2.5], np.float32), "scalar": np.array(7, np.int64),
+              "empty": np.zeros((0, 3), np.float32),
+              "many": np.arange(12, dtype=np.float64).reshape(3, 4)}
+    archive = tmp_path / "sizes.vtc"
+    tc = read_archive(packed)
+    write_archive(archive, dataclasses.replace(
+        tc, cases=(Case(inputs=stored, outputs=dict(tc.cases[0].outputs), source="sizes"),)))
+    with ArchiveReader(archive) as reader:
+        for entry in reader.cases[0][schema.INPUTS]:
+            want = stored[entry.name]
+            out = np.full(want.shape, 99, want.dtype)
+            got = reader.read(entry, out)
+            assert got.dtype == want.dtype and np.array_equal(got, want), entry.name
+            assert np.array_equal(out, want), entry.name
+
+
+def test_format_1_without_case_sources_reads_them_as_empty(packed: Path, tmp_path: Path) -> None:
+    """Format 1's reader took a case's source as optional (empty when absent); so does this
+    one, for format 1 (format 2 covers it by the checksum: "case without a source" above)."""
+    archive = _copy(packed, tmp_path)
+    to_format_1(archive)
+    with pytest.warns(ArchiveWarning):
+        sources = [c.source for c in read_archive(archive).cases]
+    assert sources == ["a:rand; b:rand; a:rand; b:rand"] * 2
+    with h5py.File(archive, "r+") as f:
+        for i in range(2):
+            del f[schema.case_path(i)].attrs[schema.ATTR_SOURCE]
+    with pytest.warns(ArchiveWarning):
+        tc = read_archive(archive)
+    assert [c.source for c in tc.cases] == ["", ""] and not tc.checked
+
+
+def test_format_1_carrying_a_checksum_is_refused(packed: Path, tmp_path: Path) -> None:
+    """A format-1 layout with an archive checksum: no verify wrote it (format 1 had none),
+    and turning the version down must not switch the checks off."""
+    archive = _copy(packed, tmp_path)
+    to_format_1(archive, keep_checksum=True)
+    assert _refused(archive) == "format version 1 but carries checksums"
+
+
+def test_localize_warns_once_of_a_format_1_archive_it_opens_twice(
+        packed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """localize opens the archive for its cases and again for the layer references: one
+    warning, as Python's default filter shows a warning once per place it is raised from."""
+    archive = _copy(packed, tmp_path)
+    to_format_1(archive)
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")  # a plain `python`'s action for a UserWarning
+        code, out, err = verify(capsys, "localize", archive)
+    assert code == 0, err
+    assert [str(w.message) for w in shown] == [
+        f"{archive}: archive format 1 has no checksums, so damage to it cannot be detected; "
+        "re-pack it with this verify"]

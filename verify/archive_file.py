@@ -87,7 +87,7 @@ class ArchiveFile:
             try:
                 value = value.decode("utf-8")
             except UnicodeDecodeError:
-                raise self.corrupt(f"attribute {key!r} is not UTF-8 text") from None
+                raise self.corrupt(f"attribute {key!r} of {obj.name} is not UTF-8 text") from None
         if not isinstance(value, kind):
             raise self.corrupt(f"attribute {key!r} of {obj.name} is missing or not "
                                f"{kind.__name__}")

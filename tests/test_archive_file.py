@@ -179,11 +179,11 @@ PARTS: dict[str, tuple[Edit, bool, str]] = {
     "model missing": (lambda f: f.__delitem__(schema.MODEL), False,
                       "corrupt archive: the model (model) is missing or not a dataset"),
     "input as a group": (lambda f: (f.__delitem__(IN0), f.create_group(IN0)), False,
-                         f"corrupt archive: {IN0} ({IN0}) is missing or not a dataset"),
+                         f"corrupt archive: {IN0} is missing or not a dataset"),
     # another tool writing a tensor as text: fixed-length strings hold no object references,
     # so only the kind check refuses them
     "input as text": (_replace(IN0, data=np.array([b"0.5", b"0.25"])), False,
-                      f"corrupt archive: {IN0} ({IN0}) is not a numeric array"),
+                      f"corrupt archive: {IN0} is not a numeric array"),
     "source not UTF-8": (_set_attr(f"{schema.CASES}/0", schema.ATTR_SOURCE,
                                    np.bytes_(b"rand \xff")), False,
                          "corrupt archive: attribute 'source' of /cases/0 is not UTF-8 text"),
@@ -232,16 +232,16 @@ def test_a_part_of_exactly_the_limit_is_read_and_one_byte_over_is_refused(
         capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest, archive: str,
         part: str) -> None:
     """`--max-tensor-mb` at the archive's largest part, to the byte: the archive reads; one
-    byte under it, the part is refused by name before it is read."""
+    byte under it, the part is refused by name before it is read, in the same words for a
+    record as for a dataset: how to raise the limit."""
     path: Path = request.getfixturevalue(archive)
     name, size = _largest(path)
     assert name == part
     code, _, err = verify(capsys, "--max-tensor-mb", size / 2**20, "inspect", path)
     assert code == 0, err
     code, _, err = verify(capsys, "--max-tensor-mb", (size - 1) / 2**20, "inspect", path)
-    if part == schema.MODEL:
-        what = (f"the model declares {size / 2**20:.4g} MB, over the {(size - 1) / 2**20:.4g} MB "
-                "limit (raise it with verify --max-tensor-mb N or $VERIFY_MAX_TENSOR_MB)")
-    else:
-        what = f"corrupt archive: the {part} record declares {size} bytes"
-    assert (code, only_line(err)) == (2, f"error: {path}: {what}")
+    what = "the model" if part == schema.MODEL else f"the {part} record"
+    assert (code, only_line(err)) == (
+        2, f"error: {path}: {what} declares {size / 2**20:.4g} MB, over the "
+           f"{(size - 1) / 2**20:.4g} MB limit (raise it with verify --max-tensor-mb N or "
+           "$VERIFY_MAX_TENSOR_MB)")

@@ -93,13 +93,19 @@ class ArchiveFile:
                                f"{kind.__name__}")
         return value
 
+    def _over_limit(self, what: str, nbytes: float) -> ArchiveError:
+        return ArchiveError(
+            f"{self.path}: {what} declares {nbytes / 2**20:.4g} MB, over the "
+            f"{self.limit / 2**20:.4g} MB limit (raise it with verify --max-tensor-mb N "
+            f"or ${schema.MAX_TENSOR_MB_ENV})")
+
     def _record(self, key: str) -> str:
         """A format-2 JSON record: a scalar fixed-length string dataset."""
         ds = self._f.get(key)
         if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "S" or ds.shape != ():
             raise self.corrupt(f"the {key} record is missing or not text")
         if ds.dtype.itemsize > self.limit:
-            raise self.corrupt(f"the {key} record declares {ds.dtype.itemsize} bytes")
+            raise self._over_limit(f"the {key} record", ds.dtype.itemsize)
         try:
             return bytes(ds[()]).decode("utf-8")
         except UnicodeDecodeError:
@@ -114,16 +120,14 @@ class ArchiveFile:
 
     def _dataset(self, where: str, what: str) -> h5py.Dataset:
         ds = self._f.get(where)
+        named = what if what == where else f"{what} ({where})"
         if not isinstance(ds, h5py.Dataset):
-            raise self.corrupt(f"{what} ({where}) is missing or not a dataset")
+            raise self.corrupt(f"{named} is missing or not a dataset")
         if ds.shape is None or ds.dtype.kind not in "biufc" or ds.dtype.hasobject:
-            raise self.corrupt(f"{what} ({where}) is not a numeric array")
+            raise self.corrupt(f"{named} is not a numeric array")
         nbytes = int(np.prod(ds.shape, dtype=np.float64)) * ds.dtype.itemsize
         if nbytes > self.limit:
-            raise ArchiveError(
-                f"{self.path}: {what} declares {nbytes / 2**20:.4g} MB, over the "
-                f"{self.limit / 2**20:.4g} MB limit (raise it with verify --max-tensor-mb N "
-                f"or ${schema.MAX_TENSOR_MB_ENV})")
+            raise self._over_limit(what, nbytes)
         return ds
 
     def _json(self, text: str, kind: type, what: str) -> Any:

@@ -317,6 +317,28 @@ def test_the_cli_refuses_damaged_external_bytes_in_one_line(archive: Path, tmp_p
     assert list(out.iterdir()) == []  # export: no model, no data file, no scratch folder
 
 
+@pytest.mark.parametrize("command", ["inspect", "run", "export"])
+def test_an_external_file_linked_into_another_archive_is_refused_unread(
+        archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """external/1 made an HDF5 external link into a byte-identical copy of the archive (its
+    checksum still matches, so followed it would be read, extracted and exported from there):
+    refused by name and target, nothing written (archive_file.py `_names`)."""
+    copy = tmp_path / "copy.vtc"
+    shutil.copyfile(archive, copy)
+    with h5py.File(archive, "r+") as f:
+        del f[E1]
+        f[E1] = h5py.ExternalLink(str(copy), f"/{E1}")
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = {"inspect": [archive], "run": [archive, "--iter", "1"],
+            "export": [archive, "-o", out / "m.onnx"]}[command]
+    code, _, err = verify(capsys, command, *argv)
+    assert (code, only_line(err)) == (
+        2, f"error: {archive}: corrupt archive: {E1} is an external link to '{copy}:/{E1}'; "
+           "verify archives hold no links")
+    assert list(out.iterdir()) == []
+
+
 def test_export_writes_each_file_under_its_location(packed: Path, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = verify(capsys, "export", packed, "-o", tmp_path / "m.onnx")

@@ -269,18 +269,21 @@ def test_a_malformed_tensor_order_entry_is_refused_and_shown(packed: Path, tmp_p
     assert _refused(archive) == what
 
 
-def test_a_case_linked_to_a_missing_file_is_one_line(packed: Path, tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_case_linked_to_a_missing_file_is_refused_as_a_link(
+        packed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A case that is an HDF5 external link into a file not beside the archive (an archive
-    split by an HDF5 tool, copied without its parts): HDF5's own error, named, one line."""
+    split by an HDF5 tool, copied without its parts): refused as a link, never followed (HDF5's
+    own error for the missing file is not reached), exit 2, before any device. Links at every
+    level, the archive re-sealed around them or not: tests/test_archive_links.py."""
     archive = _copy(packed, tmp_path)
     with h5py.File(archive, "r+") as f:
         del f[CASE0]
         f[CASE0] = h5py.ExternalLink("parts.h5", "/cases/0")
-    assert _refused(archive).startswith("KeyError: ")
-    code, _, err = verify(capsys, "inspect", archive)
-    assert code == 2
-    assert only_line(err).startswith(f"error: {archive}: corrupt archive: KeyError: ")
+    line = (f"error: {archive}: corrupt archive: cases/0 is an external link to "
+            "'parts.h5:/cases/0'; verify archives hold no links")
+    for args in (("inspect", archive), ("run", archive, "--device", "ssh:nobody@127.0.0.1:1")):
+        code, _, err = verify(capsys, *args)
+        assert (code, only_line(err)) == (2, line), args
 
 
 @pytest.mark.parametrize(("where", "what"), [

@@ -2,10 +2,11 @@
 data files) checked when opened, its tensors read one at a time. Layout in `schema.py`; the typed,
 checked access to the file's parts below it in `archive_file.py`; the writer in `testcase.py`.
 
-Every group, attribute and dataset is checked for its type and range before use, a dataset whose
-declared size is over the limit (`max_tensor_bytes`) is refused before it is read, and every
-dataset read is checked against its digest (digest.py). Anything wrong is one ArchiveError line
-naming the part, exit 2, before any device is touched.
+Every group, attribute and dataset is checked for its type and range before use, a soft or
+external link anywhere is refused without being followed, a dataset whose declared size is over
+the limit (`max_tensor_bytes`) is refused before it is read, and every dataset read is checked
+against its digest (digest.py). Anything wrong is one ArchiveError line naming the part, exit 2,
+before any device is touched.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ class ArchiveReader(ArchiveFile):
         try:
             self.version = int_attr(f.attrs, schema.ATTR_VERSION)
             self.checked = self.version >= 2
+            names = self._names(f, "")  # before any part is opened: a link is never followed
             meta = {k: self._attr(f, k, str if k != schema.ATTR_VERSION else int)
                     for k in schema.META_ATTRS}
             expected = {schema.MODEL, schema.CASES}
@@ -73,7 +75,7 @@ class ArchiveReader(ArchiveFile):
                 meta.update({k: self._record(k) for k in schema.META_RECORDS})
             else:
                 meta.update({k: self._attr(f, k, str) for k in schema.META_RECORDS})
-            extra = set(f.keys()) - expected
+            extra = set(names) - expected
             if extra:
                 raise self.corrupt(f"unexpected entries {sorted(extra)}")
             if self.checked:
@@ -107,12 +109,13 @@ class ArchiveReader(ArchiveFile):
                 if self.checked:
                     self._only_attrs(group, schema.ATTR_SOURCE)
                 entries.append([schema.case_path(i), schema.ATTR_SOURCE, source])
-                extra = set(group.keys()) - set(schema.TENSOR_KINDS)
-                if extra or schema.INPUTS not in group or schema.OUTPUTS not in group:
+                held = set(self._names(group, schema.case_path(i)))
+                extra = held - set(schema.TENSOR_KINDS)
+                if extra or schema.INPUTS not in held or schema.OUTPUTS not in held:
                     raise self.corrupt(f"case {i} does not hold inputs and outputs only")
                 kinds: dict[str, list[Entry]] = {}
                 for kind in schema.TENSOR_KINDS:
-                    if kind in group:
+                    if kind in held:
                         entries.append([f"{schema.case_path(i)}/{kind}", "", ""])
                         kinds[kind] = self._entries(group, kind, entries)
                 self.cases.append(kinds)

@@ -1,0 +1,161 @@
+"""An archive whose tree holds an HDF5 soft or external link is refused, the link named and never
+followed (verify/archive_file.py `_names`): h5py follows both transparently, so an archive edited
+with h5py could make verify read another file by a path the archive names (an external link), or
+read one part of the archive as another (a soft link). verify's writer never writes either.
+
+Each case is an archive `verify pack` wrote, edited with h5py, read by `verify inspect` and by
+`verify run` (whose device, if ever reached, refuses the connection: exit 3): exit 2 and one line.
+Each link is made so that, followed, it would read as an intact archive: an external link into a
+byte-identical copy of the archive (its checksum still matches), a soft link with the archive
+re-sealed through it. Without the check these archives are read, and run."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import pytest
+from fixtures_dump import pack
+from helpers_archive import reseal
+from helpers_cli import only_line, verify
+
+from verify import schema
+
+REPO = Path(__file__).resolve().parent.parent
+TWO_IO = REPO / "goldens" / "models" / "two_io.onnx"  # inputs a, b; outputs sum_relu, prod
+NOWHERE = "ssh:nobody@127.0.0.1:1"  # connection refused at once: exit 3 if ever reached
+NO_LINKS = "verify archives hold no links"
+
+Edit = Callable[[h5py.File, Path], None]
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """two_io, two cases, with per-layer references."""
+    return pack(TWO_IO, tmp_path_factory.mktemp("links") / "two.vtc", "--layers",
+                "-d", "a:rand", "-d", "b:rand", "-d", "a:rand", "-d", "b:rand")
+
+
+def _external(where: str) -> Edit:
+    """`where` replaced by an external link to the same path in `copy`, a byte-identical copy
+    of the archive, by its absolute path."""
+    def edit(f: h5py.File, copy: Path) -> None:
+        del f[where]
+        f[where] = h5py.ExternalLink(str(copy), f"/{where}")
+    return edit
+
+
+def _soft(where: str, target: str) -> Edit:
+    def edit(f: h5py.File, copy: Path) -> None:
+        del f[where]
+        f[where] = h5py.SoftLink(target)
+    return edit
+
+
+CASE0, CASE1 = schema.case_path(0), schema.case_path(1)
+# the link, at each level of the tree the reader walks -> (re-seal after it, what it points to)
+LINKS: dict[str, tuple[Edit, bool]] = {
+    # the root: a record, the model
+    schema.ATTR_TOLERANCES: (_external(schema.ATTR_TOLERANCES), False),
+    schema.MODEL: (_external(schema.MODEL), False),
+    # the cases group, a case, a kind, a tensor
+    CASE0: (_external(CASE0), False),
+    CASE1: (_soft(CASE1, f"/{CASE0}"), True),
+    f"{CASE1}/{schema.INPUTS}": (_soft(f"{CASE1}/{schema.INPUTS}", f"/{CASE0}/{schema.INPUTS}"),
+                                 True),
+    f"{CASE0}/{schema.LAYERS}/2": (_external(f"{CASE0}/{schema.LAYERS}/2"), False),
+}
+
+
+def _linked(packed: Path, tmp_path: Path, link: str) -> tuple[Path, str]:
+    """A copy of `packed` with the link `link` made (and re-sealed where its case says so),
+    and the target the refusal names."""
+    archive, copy = tmp_path / "linked.vtc", tmp_path / "copy.vtc"
+    shutil.copyfile(packed, archive)
+    shutil.copyfile(packed, copy)
+    edit, sealed = LINKS[link]
+    with h5py.File(archive, "r+") as f:
+        edit(f, copy)
+        target = f.get(link, getlink=True)
+    if sealed:
+        reseal(archive)
+    if isinstance(target, h5py.ExternalLink):
+        return archive, f"an external link to '{copy}:/{link}'"
+    return archive, f"a soft link to '{target.path}'"
+
+
+def _refused(capsys: pytest.CaptureFixture[str], archive: Path, line: str) -> None:
+    for args in (("inspect", archive), ("run", archive, "--device", NOWHERE)):
+        code, _, err = verify(capsys, *args)
+        assert (code, only_line(err)) == (2, line), args
+
+
+@pytest.mark.parametrize("link", list(LINKS))
+def test_a_link_is_refused_by_name_and_target(capsys: pytest.CaptureFixture[str], packed: Path,
+                                              tmp_path: Path, link: str) -> None:
+    archive, target = _linked(packed, tmp_path, link)
+    _refused(capsys, archive,
+             f"error: {archive}: corrupt archive: {link} is {target}; {NO_LINKS}")
+
+
+@pytest.mark.parametrize("link", [CASE1, f"{CASE1}/{schema.INPUTS}"])
+def test_what_a_soft_link_reads_copied_in_its_place_is_read(
+        capsys: pytest.CaptureFixture[str], packed: Path, tmp_path: Path, link: str) -> None:
+    """The control for the soft links above: the archive with a copy of the link's target in
+    its place (what following the link reads), re-sealed, inspects clean, exit 0; so the link
+    check alone refuses the linked one. (The external links' control is `packed` itself: the
+    file they point into is a byte-identical copy of it.)"""
+    archive = tmp_path / "copied.vtc"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        del f[link]
+        f.copy(f[link.replace(CASE1, CASE0)], link)  # with its attributes (a case's source)
+    reseal(archive)
+    code, out, err = verify(capsys, "inspect", archive)
+    assert code == 0, err
+    assert "integrity: verified" in out
+
+
+def test_an_unsealed_soft_link_is_refused_as_a_link(capsys: pytest.CaptureFixture[str],
+                                                    packed: Path, tmp_path: Path) -> None:
+    """A soft link made and the archive not re-sealed: the archive checksum no longer matches
+    what the link reads, but the link is found first (the names are listed before the checksum
+    is computed), so the line names the link rather than a checksum mismatch."""
+    archive = tmp_path / "unsealed.vtc"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        _soft(CASE1, f"/{CASE0}")(f, archive)
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: {CASE1} is a soft link to "
+                              f"'/{CASE0}'; {NO_LINKS}")
+
+
+def test_a_link_nobody_can_print_is_named_on_one_line(capsys: pytest.CaptureFixture[str],
+                                                      packed: Path, tmp_path: Path) -> None:
+    """A link whose name and target hold a line break (an entry the reader would refuse as
+    unexpected anyway): still one line, the name and the target quoted, the target cut at 100
+    characters."""
+    archive = tmp_path / "odd.vtc"
+    shutil.copyfile(packed, archive)
+    target = "/x\n" + "y" * 200
+    with h5py.File(archive, "r+") as f:
+        f["a\nb"] = h5py.SoftLink(target)
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: 'a\\nb' is a soft link to "
+                              f"{target[:100]!r}; {NO_LINKS}")
+
+
+def test_a_case_stored_under_two_names_reads_as_two_copies(capsys: pytest.CaptureFixture[str],
+                                                           packed: Path, tmp_path: Path) -> None:
+    """A hard link (one object, two names: how HDF5 names every object) is not refused: case 1
+    made case 0 under a second name, re-sealed, reads as two equal cases, each checked."""
+    archive = tmp_path / "hard.vtc"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        del f[CASE1]
+        f[CASE1] = f[CASE0]
+        assert isinstance(f.get(CASE1, getlink=True), h5py.HardLink)
+    reseal(archive)
+    code, out, err = verify(capsys, "inspect", archive)
+    assert code == 0, err
+    assert "integrity: verified" in out

@@ -317,25 +317,35 @@ def test_the_cli_refuses_damaged_external_bytes_in_one_line(archive: Path, tmp_p
     assert list(out.iterdir()) == []  # export: no model, no data file, no scratch folder
 
 
+@pytest.mark.parametrize("how", ["link", "virtual"])
 @pytest.mark.parametrize("command", ["inspect", "run", "export"])
-def test_an_external_file_linked_into_another_archive_is_refused_unread(
-        archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
-    """external/1 made an HDF5 external link into a byte-identical copy of the archive (its
-    checksum still matches, so followed it would be read, extracted and exported from there):
-    refused by name and target, nothing written (archive_file.py `_names`)."""
+def test_an_external_file_read_from_another_archive_is_refused_unread(
+        archive: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str,
+        how: str) -> None:
+    """external/1 made an HDF5 external link into a byte-identical copy of the archive, or a
+    virtual dataset mapping the copy's external/1 (its checksum still matches, so followed it
+    would be read, extracted and exported from there): refused by name and file, nothing
+    written (archive_file.py `_names`, `_own_data`)."""
     copy = tmp_path / "copy.vtc"
     shutil.copyfile(archive, copy)
     with h5py.File(archive, "r+") as f:
+        attrs, n = dict(f[E1].attrs), f[E1].shape[0]
         del f[E1]
-        f[E1] = h5py.ExternalLink(str(copy), f"/{E1}")
+        if how == "link":
+            f[E1] = h5py.ExternalLink(str(copy), f"/{E1}")
+            what = f"is an external link to '{copy}:/{E1}'; verify archives hold no links"
+        else:
+            layout = h5py.VirtualLayout(shape=(n,), dtype=np.uint8)
+            layout[...] = h5py.VirtualSource(str(copy), E1, shape=(n,))
+            f.create_virtual_dataset(E1, layout).attrs.update(attrs)
+            what = (f"is a virtual dataset, its data mapped from ['{copy}']; verify archives "
+                    "hold their own data")
     out = tmp_path / "out"
     out.mkdir()
     argv = {"inspect": [archive], "run": [archive, "--iter", "1"],
             "export": [archive, "-o", out / "m.onnx"]}[command]
     code, _, err = verify(capsys, command, *argv)
-    assert (code, only_line(err)) == (
-        2, f"error: {archive}: corrupt archive: {E1} is an external link to '{copy}:/{E1}'; "
-           "verify archives hold no links")
+    assert (code, only_line(err)) == (2, f"error: {archive}: corrupt archive: {E1} {what}")
     assert list(out.iterdir()) == []
 
 

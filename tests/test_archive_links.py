@@ -1,7 +1,9 @@
 """An archive whose tree holds an HDF5 soft or external link is refused, the link named and never
 followed (verify/archive_file.py `_names`): h5py follows both transparently, so an archive edited
 with h5py could make verify read another file by a path the archive names (an external link), or
-read one part of the archive as another (a soft link). verify's writer never writes either.
+read one part of the archive as another (a soft link). verify's writer never writes either. The
+same holds one level down, for a dataset whose bytes HDF5 reads from another file (external
+storage, a virtual dataset): refused by name and file (`_own_data`).
 
 Each case is an archive `verify pack` wrote, edited with h5py, read by `verify inspect` and by
 `verify run` (whose device, if ever reached, refuses the connection: exit 3): exit 2 and one line.
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import h5py
 import pytest
+from h5py import h5d, h5p, h5s, h5t
 from fixtures_dump import pack
 from helpers_archive import reseal
 from helpers_cli import only_line, verify
@@ -159,3 +162,56 @@ def test_a_case_stored_under_two_names_reads_as_two_copies(capsys: pytest.Captur
     code, out, err = verify(capsys, "inspect", archive)
     assert code == 0, err
     assert "integrity: verified" in out
+
+
+def _kept_in(where: str, how: str) -> Edit:
+    """`where` stored again with its bytes outside the archive, its attributes kept: in an
+    external raw-data file holding exactly its bytes ("external"), or as a virtual dataset
+    mapping the same dataset of `copy` ("virtual"). Followed, either reads the stored bytes, so
+    its digest and the archive checksum still match."""
+    def edit(f: h5py.File, copy: Path) -> None:
+        ds = f[where]
+        attrs, data = dict(ds.attrs), ds[()]
+        del f[where]
+        if how == "external":  # through the library's own calls: h5py's create_dataset
+            raw = copy.with_name("raw.bin")  # drops `external` for a scalar (a record)
+            raw.write_bytes(data.tobytes())
+            dcpl = h5p.create(h5p.DATASET_CREATE)
+            dcpl.set_external(str(raw).encode(), 0, data.nbytes)
+            space = h5s.create_simple(data.shape) if data.shape else h5s.create(h5s.SCALAR)
+            new = h5py.Dataset(h5d.create(f.id, where.encode(), h5t.py_create(data.dtype),
+                                          space, dcpl=dcpl))
+        else:
+            layout = h5py.VirtualLayout(shape=data.shape, dtype=data.dtype)
+            layout[...] = h5py.VirtualSource(str(copy), where, shape=data.shape)
+            new = f.create_virtual_dataset(where, layout)
+        new.attrs.update(attrs)
+    return edit
+
+
+# a dataset of each kind the reader reads, its bytes kept elsewhere -> how
+ELSEWHERE = {schema.MODEL: "external", schema.ATTR_PROVENANCE: "external",
+             f"{CASE0}/{schema.INPUTS}/0": "external", f"{CASE1}/{schema.OUTPUTS}/1": "virtual",
+             f"{CASE0}/{schema.LAYERS}/2": "virtual"}
+
+
+@pytest.mark.parametrize("where", list(ELSEWHERE))
+def test_a_dataset_whose_bytes_are_in_another_file_is_refused(
+        capsys: pytest.CaptureFixture[str], packed: Path, tmp_path: Path, where: str) -> None:
+    """HDF5's external storage and virtual datasets are links at the level of the bytes: a
+    dataset read from a file the archive names. Refused by name and file, when the archive is
+    opened, before any tensor is read."""
+    archive, copy = tmp_path / "elsewhere.vtc", tmp_path / "copy.vtc"
+    shutil.copyfile(packed, archive)
+    shutil.copyfile(packed, copy)
+    how = ELSEWHERE[where]
+    with h5py.File(archive, "r+") as f:
+        _kept_in(where, how)(f, copy)
+        with h5py.File(packed, "r") as intact:  # followed, the bytes pack wrote
+            assert f[where][()].tobytes() == intact[where][()].tobytes()
+    named = {schema.MODEL: "the model", schema.ATTR_PROVENANCE: "the provenance record"}.get(
+        where, where)
+    what = (f"keeps its data in the external file '{tmp_path / 'raw.bin'}'" if how == "external"
+            else f"is a virtual dataset, its data mapped from ['{copy}']")
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: {named} {what}; verify "
+                              "archives hold their own data")

@@ -4,8 +4,9 @@
 verify reads. `ArchiveFile` is typed, checked access to its parts: attributes of one type,
 JSON records, groups numbered 0..n-1, numeric datasets whose declared size is within the limit
 (`max_tensor_bytes`) before anything is read, and every name in a group the reader walks an object
-stored in this file: a soft or external link is refused, never followed. Anything wrong is one
-ArchiveError line naming the part, exit 2.
+stored in this file, every dataset's bytes in it: a soft or external link, external storage or a
+virtual dataset is refused, never followed. Anything wrong is one ArchiveError line naming the
+part, exit 2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypeVar
 
 import h5py
 import numpy as np
-from h5py import h5l
+from h5py import h5d, h5l
 
 from verify import __version__, schema
 from verify.errors import ArchiveError, UsageError
@@ -106,6 +107,7 @@ class ArchiveFile:
         ds = self._f.get(key)
         if not isinstance(ds, h5py.Dataset) or ds.dtype.kind != "S" or ds.shape != ():
             raise self.corrupt(f"the {key} record is missing or not text")
+        self._own_data(ds, f"the {key} record")
         if ds.dtype.itemsize > self.limit:
             raise self._over_limit(f"the {key} record", ds.dtype.itemsize)
         try:
@@ -142,6 +144,21 @@ class ArchiveFile:
                 raise self.corrupt(f"{path} is {what} to {target[:100]!r}; verify archives "
                                    "hold no links")
         return names
+
+    def _own_data(self, ds: h5py.Dataset, named: str) -> None:
+        """`ds` keeps its bytes in this file: not in external raw-data files (HDF5's external
+        storage) nor mapped from other datasets (a virtual dataset), both of which HDF5 reads as
+        if they were its own, by a path the archive names; verify's writer makes neither. Checked
+        once per dataset, when the archive is opened (every dataset read later was checked then)."""
+        dcpl = ds.id.get_create_plist()
+        if dcpl.get_layout() == h5d.VIRTUAL:
+            files = [dcpl.get_virtual_filename(i) for i in range(dcpl.get_virtual_count())]
+            raise self.corrupt(f"{named} is a virtual dataset, its data mapped from "
+                               f"{str(files)[:100]}; verify archives hold their own data")
+        if dcpl.get_external_count():
+            name = dcpl.get_external(0)[0].decode("utf-8", "backslashreplace")
+            raise self.corrupt(f"{named} keeps its data in the external file {name[:100]!r}; "
+                               "verify archives hold their own data")
 
     def _count(self, group: h5py.Group, where: str) -> int:
         keys = self._names(group, where)

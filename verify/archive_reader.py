@@ -3,10 +3,10 @@ data files) checked when opened, its tensors read one at a time. Layout in `sche
 checked access to the file's parts below it in `archive_file.py`; the writer in `testcase.py`.
 
 Every group, attribute and dataset is checked for its type and range before use, a soft or
-external link anywhere is refused without being followed, a dataset whose declared size is over
-the limit (`max_tensor_bytes`) is refused before it is read, and every dataset read is checked
-against its digest (digest.py). Anything wrong is one ArchiveError line naming the part, exit 2,
-before any device is touched.
+external link anywhere (or a dataset whose bytes are in another file) is refused without being
+followed, a dataset whose declared size is over the limit (`max_tensor_bytes`) is refused before
+it is read, and every dataset read is checked against its digest (digest.py). Anything wrong is
+one ArchiveError line naming the part, exit 2, before any device is touched.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ class ArchiveReader(ArchiveFile):
                 for key in schema.META_RECORDS:
                     self._only_attrs(f[key])
             model = self._dataset(schema.MODEL, "the model")
+            self._own_data(model, "the model")
             if model.dtype != np.uint8 or len(model.shape) != 1:
                 raise self.corrupt("the model is not a byte array")
             self.model_sha = self._attr(model, schema.ATTR_SHA256, str)
@@ -162,6 +163,7 @@ class ArchiveReader(ArchiveFile):
             ds = group[str(k)]
             if not isinstance(ds, h5py.Dataset) or ds.dtype != np.uint8 or len(ds.shape) != 1:
                 raise self.corrupt(f"{where} is not a byte array")
+            self._own_data(ds, where)
             self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
             location = self._attr(ds, schema.ATTR_NAME, str)
             digest = self._attr(ds, schema.ATTR_SHA256, str)
@@ -221,6 +223,7 @@ class ArchiveReader(ArchiveFile):
             self._only_attrs(sub)
         for k in range(self._count(sub, where)):
             ds = self._dataset(f"{where}/{k}", f"{where}/{k}")
+            self._own_data(ds, f"{where}/{k}")
             if self.checked:
                 self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
             name = self._attr(ds, schema.ATTR_NAME, str)

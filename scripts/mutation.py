@@ -62,10 +62,11 @@ _DIFF_TESTS = ("tests/test_diff.py", "tests/test_diff_cases.py", "tests/test_dif
                "tests/test_verdict_edges.py")
 
 # the archive reader's tests: damaged archives refused (reader), the format-3 external data
-# files (external), the gate and typed parts below the layout (file), round trips
+# files (external), the gate and typed parts below the layout (file), links and data kept
+# outside the file refused (links), round trips
 # (roundtrip), the verdict edges that read archives, and the integrity tests that need no device
 _READER_TESTS = ("tests/test_archive_reader.py", "tests/test_archive_external.py",
-                 "tests/test_archive_file.py",
+                 "tests/test_archive_file.py", "tests/test_archive_links.py",
                  "tests/test_archive_roundtrip.py", "tests/test_verdict_edges.py",
                  *(f"tests/test_archive_integrity.py::{t}" for t in (
                      "test_one_flipped_bit_is_one_line_and_exit_2_before_the_device",

@@ -13,13 +13,14 @@ re-sealed through it. Without the check these archives are read, and run."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import h5py
 import pytest
-from h5py import h5d, h5p, h5s, h5t
+from h5py import h5d, h5g, h5p, h5s, h5t
 from fixtures_dump import pack
 from helpers_archive import reseal
 from helpers_cli import only_line, verify
@@ -215,3 +216,50 @@ def test_a_dataset_whose_bytes_are_in_another_file_is_refused(
             else f"is a virtual dataset, its data mapped from ['{copy}']")
     _refused(capsys, archive, f"error: {archive}: corrupt archive: {named} {what}; verify "
                               "archives hold their own data")
+
+
+def test_names_past_100_characters_or_not_utf8_are_cut_and_escaped(
+        capsys: pytest.CaptureFixture[str], packed: Path, tmp_path: Path) -> None:
+    """What the refusals show of a name the archive carries: a name that is not UTF-8 escaped
+    (never a UnicodeDecodeError), a file name cut at 100 characters, on one line. An entry at
+    the root whose name is not UTF-8 (re-sealed) is an unexpected entry shown escaped; a tensor
+    kept in a raw-data file whose name is not UTF-8 and 140 characters long, and a layer mapped
+    from a file of such a name, show its first 100 characters."""
+    archive = tmp_path / "odd.vtc"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        h5g.create(f.id, b"\xffq")
+    reseal(archive)
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: unexpected entries "
+                              "['\\\\xffq']")
+
+    long_name = os.fsencode(tmp_path) + b"/\xff" + b"r" * 140 + b".bin"
+    shown = long_name.decode("utf-8", "backslashreplace")
+    assert len(shown) > 100
+    where = f"{CASE0}/{schema.INPUTS}/0"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        data = f[where][()]
+        attrs = dict(f[where].attrs)
+        Path(os.fsdecode(long_name)).write_bytes(data.tobytes())
+        del f[where]
+        dcpl = h5p.create(h5p.DATASET_CREATE)
+        dcpl.set_external(long_name, 0, data.nbytes)
+        new = h5py.Dataset(h5d.create(f.id, where.encode(), h5t.py_create(data.dtype),
+                                      h5s.create_simple(data.shape), dcpl=dcpl))
+        new.attrs.update(attrs)
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: {where} keeps its data in "
+                              f"the external file {shown[:100]!r}; verify archives hold their "
+                              "own data")
+
+    copy = tmp_path / ("c" * 120 + ".vtc")
+    shutil.copyfile(packed, copy)
+    where = f"{CASE0}/{schema.LAYERS}/2"
+    shutil.copyfile(packed, archive)
+    with h5py.File(archive, "r+") as f:
+        _kept_in(where, "virtual")(f, copy)
+    mapped = str([str(copy)])
+    assert len(mapped) > 100
+    _refused(capsys, archive, f"error: {archive}: corrupt archive: {where} is a virtual "
+                              f"dataset, its data mapped from {mapped[:100]}; verify archives "
+                              "hold their own data")

@@ -366,3 +366,24 @@ def test_localize_warns_once_of_a_format_1_archive_it_opens_twice(
     assert [str(w.message) for w in shown] == [
         f"{archive}: archive format 1 has no checksums, so damage to it cannot be detected; "
         "re-pack it with this verify"]
+
+
+@pytest.mark.parametrize("part", [schema.case_path(0), f"{schema.case_path(1)}/{schema.OUTPUTS}"])
+def test_an_object_header_hdf5_cannot_read_is_one_line_naming_the_error(
+        capsys: pytest.CaptureFixture[str], packed: Path, tmp_path: Path, part: str) -> None:
+    """A byte of the archive's HDF5 metadata damaged (the version byte of a group's object
+    header: what a bit flip in storage or a bad copy does) makes HDF5 itself fail to open the
+    group while the layout is read. One line, exit 2, naming HDF5's own error (its class and
+    text), before any tensor is read: `verify run` never reaches its device."""
+    with h5py.File(packed, "r") as f:
+        addr = h5py.h5o.get_info(f[part].id).addr
+    data = bytearray(packed.read_bytes())
+    data[addr] ^= 0xFF
+    archive = tmp_path / "header.vtc"
+    archive.write_bytes(bytes(data))
+    for args in (("inspect", archive), ("run", archive, "--device", "ssh:nobody@127.0.0.1:1")):
+        code, _, err = verify(capsys, *args)
+        line = only_line(err)
+        assert code == 2, (args, err)
+        assert line.startswith(f"error: {archive}: corrupt archive: KeyError: "), line
+        assert "bad object header version number" in line, line

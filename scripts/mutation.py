@@ -135,8 +135,16 @@ MODULES: dict[str, Module] = {
                                  "verify.diff_sources.x__archive_source__*",
                                  "verify.diff_sources.x_streamed__*"),
                            skip_lines=(_MESSAGES,)),
-    "execute": Module("verify/execute.py", ("tests/test_verdict_edges.py",
-                                            "tests/cli/test_cli_foundation.py"),
+    # execute: the verdict edges and the CLI, its own tests (external data, the status and
+    # progress callbacks), and the tests elsewhere that reach its other decisions on the local
+    # device: the per-layer check (integrity), --tol given to run (gates), ci's shared session
+    "execute": Module("verify/execute.py", (
+        "tests/test_verdict_edges.py", "tests/cli/test_cli_foundation.py",
+        "tests/test_execute_run.py",
+        "tests/test_archive_integrity.py::test_a_flipped_layer_reference_stops_every_verdict_"
+        "on_the_local_device",
+        "tests/test_corpus_gates.py::test_gates_judge_a_real_model_and_name_their_rule",
+        "tests/test_session.py::test_ci_runs_each_devices_jobs_in_one_connection[local]"),
                       only=("verify.execute.x_run__*", "verify.execute.x_prepare__*",
                             "verify.execute.x_output_floors__*"),
                       skip_lines=(_MESSAGES,)),

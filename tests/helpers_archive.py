@@ -9,9 +9,13 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
+from onnx import TensorProto
 
 from verify import schema
+from verify.archive_reader import read_archive
 from verify.digest import archive_digest
+from verify.errors import ArchiveError
 
 
 def _text(obj: h5py.HLObject, key: str) -> str:
@@ -93,3 +97,22 @@ def to_format_1(path: Path, keep_checksum: bool = False) -> None:
             if isinstance(obj, h5py.Dataset) and name.startswith(schema.CASES):
                 del obj.attrs[schema.ATTR_SHA256]
         f.visititems(strip)
+
+
+def refused_line(path: Path) -> str:
+    """The reader's one line for `path`, with its `archive: corrupt archive: ` prefix cut."""
+    with pytest.raises(ArchiveError) as e:
+        read_archive(path)
+    prefix = f"{path}: corrupt archive: "
+    assert str(e.value).startswith(prefix), str(e.value)
+    return str(e.value)[len(prefix):]
+
+
+def external_tensor(name: str, value: np.ndarray, location: str) -> TensorProto:
+    """A float initializer `name` whose data lies at offset 0 of the external file `location`."""
+    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(value.shape),
+                    data_location=TensorProto.EXTERNAL)
+    for k, v in (("location", location), ("offset", "0"), ("length", str(value.nbytes))):
+        entry = t.external_data.add()
+        entry.key, entry.value = k, v
+    return t

@@ -22,6 +22,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from helpers_archive import damage_chunk as _compress
+from helpers_archive import external_tensor as _tensor
+from helpers_archive import refused_line as _refused
 from helpers_archive import reseal as _reseal
 from helpers_cli import only_line, verify
 from verify import external as external_mod
@@ -34,15 +36,6 @@ from verify.testcase import write_archive
 W = np.arange(1, 5, dtype=np.float32)
 V = np.arange(10, 14, dtype=np.float32)
 EXT = f"{schema.EXTERNAL}"
-
-
-def _tensor(name: str, value: np.ndarray, location: str) -> TensorProto:
-    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(value.shape),
-                    data_location=TensorProto.EXTERNAL)
-    for k, v in (("location", location), ("offset", "0"), ("length", str(value.nbytes))):
-        entry = t.external_data.add()
-        entry.key, entry.value = k, v
-    return t
 
 
 def _model(folder: Path, v_location: str = "sub/v.bin") -> Path:
@@ -85,15 +78,6 @@ def archive(packed: Path, tmp_path: Path) -> Path:
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _refused(path: Path) -> str:
-    """The reader's one line for `path`, with its `archive: corrupt archive: ` prefix cut."""
-    with pytest.raises(ArchiveError) as e:
-        read_archive(path)
-    prefix = f"{path}: corrupt archive: "
-    assert str(e.value).startswith(prefix), str(e.value)
-    return str(e.value)[len(prefix):]
 
 
 def _set_attr(where: str, key: str, value: object) -> Callable[[h5py.File], None]:

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from fixtures_dump import pack
 from helpers_archive import damage_chunk, set_record, to_format_1
+from helpers_archive import refused_line as _refused
 from helpers_cli import only_line, verify
 
 from verify import schema
@@ -209,15 +210,6 @@ def _copy(packed: Path, tmp_path: Path) -> Path:
     archive = tmp_path / "edited.vtc"
     shutil.copyfile(packed, archive)
     return archive
-
-
-def _refused(path: Path) -> str:
-    """The reader's one line for `path`, with its `archive: corrupt archive: ` prefix cut."""
-    with pytest.raises(ArchiveError) as e:
-        read_archive(path)
-    prefix = f"{path}: corrupt archive: "
-    assert str(e.value).startswith(prefix), str(e.value)
-    return str(e.value)[len(prefix):]
 
 
 RECORDS = {schema.ATTR_PROVENANCE: ("provenance", "dict"),

@@ -17,21 +17,13 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from helpers_archive import external_tensor as _external
 from helpers_archive import reseal
 from helpers_cli import only_line, verify
 from verify import schema
 
 W = np.arange(1, 5, dtype=np.float32)
 V = np.arange(10, 14, dtype=np.float32)
-
-
-def _external(name: str, value: np.ndarray, location: str) -> TensorProto:
-    t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(value.shape),
-                    data_location=TensorProto.EXTERNAL)
-    for k, v in (("location", location), ("offset", "0"), ("length", str(value.nbytes))):
-        entry = t.external_data.add()
-        entry.key, entry.value = k, v
-    return t
 
 
 @pytest.fixture

@@ -149,7 +149,9 @@ MODULES: dict[str, Module] = {
                             "verify.execute.x_output_floors__*"),
                       skip_lines=(_MESSAGES,)),
     "capture": Module("verify/capture.py", ("tests/test_capture.py", "tests/test_verdict_edges.py",
-                                            "tests/test_dump_run.py"),
+                                            "tests/test_dump_run.py", "tests/test_capture_plan.py",
+                                            "tests/runner/test_segments.py::"
+                                            "test_plan_dump_sizes_and_counts_if_bodies"),
                       only=("verify.capture.x_plan_dump__*", "verify.capture.x_compile_dump_filter__*",
                             "verify.capture.x__reindex__*"),
                       skip_lines=(_MESSAGES,)),

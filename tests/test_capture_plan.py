@@ -123,3 +123,29 @@ def test_the_optimized_plan_counts_if_bodies(tmp_path: Path) -> None:
     plan = plan_dump(path.read_bytes(), (tmp_path / "optimized.onnx").read_bytes())
     assert plan.graph == "optimized"
     assert 0 < plan.subgraph_tensors < plan_dump(path.read_bytes()).subgraph_tensors
+
+
+def test_a_renamed_sigmoid_keeps_its_floor(tmp_path: Path) -> None:
+    """The NHWC sandwich a TensorFlow export leaves (Transpose, Sigmoid, Transpose back):
+    onnxruntime's transpose optimizer cancels the Transposes and gives the Sigmoid's output a
+    new name, a tensor only the optimized graph has; it keeps the Sigmoid's saturating floor
+    (from the optimized graph, the model having no tensor of that name)."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Transpose", ["x"], ["nhwc"], perm=[0, 2, 3, 1], name="to_nhwc"),
+             helper.make_node("Sigmoid", ["nhwc"], ["gate"], name="gate"),
+             helper.make_node("Transpose", ["gate"], ["nchw"], perm=[0, 3, 1, 2], name="to_nchw"),
+             helper.make_node("Add", ["nchw", "x"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "nhwc", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 8, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 8, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    so.log_severity_level = 3
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    plan = plan_dump(model.SerializeToString(), (tmp_path / "optimized.onnx").read_bytes())
+    (renamed,) = plan.optimized_only
+    assert [t.op for t in plan.tensors if t.name == renamed] == ["Sigmoid"]
+    assert plan.floors == {"x": 0.0, renamed: 1 / 16, "y": 0.0}

@@ -125,7 +125,13 @@ MODULES: dict[str, Module] = {
                          why_skip="_nb_rows_py is compiled by numba: a mutmut trampoline "
                                   "cannot be"),
     # diff in two files: the walk and the report (diff), the captures opened (diff_sources)
-    "diff": Module("verify/diff.py", _DIFF_TESTS,
+    # diff: also the walk's own tests (which captures are compared or refused, the notes,
+    # --only-failing, no numba) and the real-model ones for a QDQ/fp16 model against its float
+    # original and for two unrelated models sharing some names
+    "diff": Module("verify/diff.py",
+                   (*_DIFF_TESTS, "tests/test_diff_walk.py", "tests/test_corpus_quant.py",
+                    "tests/test_corpus_data.py::test_diff_of_two_unrelated_models_is_a_usage_"
+                    "error"),
                    only=("verify.diff.x__walk__*", "verify.diff.x_diff_cases__*",
                          "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*"),
                    skip_lines=(_MESSAGES,)),

@@ -75,3 +75,18 @@ def test_fp16_against_float_sees_the_casts_through(dumps, capsys):
 def test_same_model_is_not_paired(dumps, capsys):
     code, report = _diff(capsys, dumps["float"], dumps["float"])
     assert code == 0 and not any("paired" in n for n in report["notes"])
+
+
+def test_qdq_against_float_compares_every_tensor_both_captures_hold(dumps, capsys):
+    """Pairing X with X_DequantizeLinear_Output adds tensors to the comparison, it takes none
+    away: a float tensor the QDQ model also computes unquantized (by the same name) is still
+    compared, not listed as missing from the actual capture."""
+    _, report = _diff(capsys, dumps["qdq"], dumps["float"], "*:sqnr>=25")
+    qdq = {t["name"] for t in json.loads((dumps["qdq"] / "manifest.json").read_text())
+           ["cases"][0]["tensors"]}
+    compared = {r["name"] for r in report["rows"] if r["diff"] is not None}
+    paired = {r["name"] for r in report["rows"] if r["name"] + "_DequantizeLinear_Output" in qdq}
+    by_name = {r["name"] for r in report["rows"] if r["missing"] != "reference"} & qdq - paired
+    assert paired and by_name, "both kinds of pair should occur in this model"
+    assert paired | by_name <= compared
+    assert not set(report["only_in_reference"]) & qdq

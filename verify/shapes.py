@@ -40,7 +40,7 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                ) -> dict[str, int | None]:
     """`tensor_sizes` for one case."""
     types = _infer(model, shapes)
-    inits = {i.name: i for i in model.graph.initializer if _count(i.dims) <= _SMALL}
+    inits = {i.name: i for i in model.graph.initializer if _held(i)}
     weights = {i.name: tuple(i.dims) for i in model.graph.initializer}
     readers: dict[str, list[onnx.NodeProto]] = {}
     for node in model.graph.node:
@@ -66,6 +66,13 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
 _SMALL = 64  # elements: initializers up to this size keep their values (shape arithmetic)
 
 
+def _held(init: TensorProto) -> bool:
+    """Whether `init`'s value is small and in the model itself: a graph loaded without its
+    external data (every weight saved outside, `size_threshold=0`) has only the name and shape
+    of even its shape constants, whose values are then unknown, not read."""
+    return _count(init.dims) <= _SMALL and init.data_location != TensorProto.EXTERNAL
+
+
 def _infer(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
            ) -> dict[str, onnx.TypeProto]:
     """Whole-graph shape inference with the inputs pinned. Large initializers go in as typed
@@ -88,7 +95,7 @@ def _infer(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
             g.node.append(node)
     for init in graph.initializer:
         types[init.name] = _tensor(init.data_type, init.dims)
-        if _count(init.dims) <= _SMALL:
+        if _held(init):
             g.initializer.append(init)
         else:
             g.input.add(name=init.name).type.CopyFrom(types[init.name])

@@ -109,6 +109,24 @@ def test_sizes_behind_shape_arithmetic_are_planned_not_measured(
     assert planned == real and stats["measured"] == 0
 
 
+
+def test_sizes_of_a_graph_loaded_without_its_external_weights(tmp_path: Path) -> None:
+    """YOLOv8n saved with every weight outside the model file (`size_threshold=0`, as large
+    exports are) and loaded without that data, as a caller holding only the graph does: its
+    shape constants have no values here, so the sizes that follow from them are unknown (None:
+    measured on the device), never read from a file that is not there (a traceback before),
+    and every size it does plan equals the one planned from the whole model."""
+    shape = {"images": (1, 3, 320, 256)}
+    whole = onnx.load(model_path("yolov8n"))
+    full = tensor_sizes(whole, [shape])
+    onnx.save_model(whole, tmp_path / "y.onnx", save_as_external_data=True,
+                    all_tensors_to_one_file=True, location="y.data", size_threshold=0)
+    planned = tensor_sizes(onnx.load(tmp_path / "y.onnx", load_external_data=False), [shape])
+    assert planned.keys() == full.keys() and None not in full.values()
+    known = {k: v for k, v in planned.items() if v is not None}
+    assert known == {k: full[k] for k in known}
+    assert 0 < len(known) < len(planned)
+
 @pytest.mark.parametrize("level", list(LEVELS))
 def test_each_node_runs_once_and_outputs_are_bit_identical(level: str, tmp_path: Path) -> None:
     """A budget of 4 MB cuts det 320x480 into many segments; counted in onnxruntime's own

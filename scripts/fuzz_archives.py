@@ -8,13 +8,15 @@ Usage:
                                                           # only in its per-layer references
 
 Each archive mutant (bit flips, overwritten or zeroed bytes, truncation, and edits made through
-h5py: an attribute, a name, a value, a dataset removed or added) goes through `verify inspect`
+h5py: an attribute, a name, a value, a dataset removed or added, or replaced by a soft link, an
+external link or storage in a raw file beside it) goes through `verify inspect`
 and `verify run` (on an ssh device on a closed port: reaching the device is exit 3, so a
 mutant that got past the archive checks shows; with --local-every / --local-layers, also a
 real local run). A mutant whose stored content changed (read back raw with h5py, compared with
 the original) must never reach a verdict (exit 0 or 1) — a local run included, whose per-layer
 references are checked in the background while the device works — nor the device with
-content run reads changed; no mutant may end in exit 4 (a bug).
+content run reads changed; a dataset stored elsewhere is refused (exit 2) even where the values
+read through it are unchanged; no mutant may end in exit 4 (a bug).
 Dump manifest mutants go through `verify diff`. Prints counts as JSON; exit 1 when a rule broke.
 """
 
@@ -120,10 +122,9 @@ def byte_mutation(data: bytearray, rng: random.Random) -> str:
 def h5_mutation(path: Path, rng: random.Random) -> str:
     with warnings.catch_warnings(), h5py.File(path, "r+") as f:
         warnings.simplefilter("ignore")
-        datasets: list[str] = []
-        f.visititems(lambda n, o: datasets.append(n) if isinstance(o, h5py.Dataset) else None)
+        datasets = _datasets(f)
         kind = rng.choice(["root_attr", "name", "value", "delete", "add_case", "retype",
-                           "json_type", "empty_case"])
+                           "json_type", "empty_case", *ELSEWHERE])
         if kind == "root_attr":
             key = rng.choice(list(f.attrs.keys()))
             f.attrs[key] = rng.choice([0, -1, 3, "x", "{}", "[]", "null", b"\xff", 1.5])
@@ -145,6 +146,8 @@ def h5_mutation(path: Path, rng: random.Random) -> str:
         elif kind == "add_case":
             n = len(f["cases"])
             f.create_group(f"cases/{n}")
+        elif kind in ELSEWHERE:
+            elsewhere(f, path, kind, rng)
         elif kind == "empty_case":
             n = len(f["cases"])
             g = f.create_group(f"cases/{n}")
@@ -160,6 +163,45 @@ def h5_mutation(path: Path, rng: random.Random) -> str:
             for k, v in attrs.items():
                 new.attrs[k] = v
     return "h5:" + kind
+
+
+# a dataset whose bytes HDF5 would take from somewhere other than the archive's own objects:
+# every one must be refused (exit 2), even where what h5py reads through it is unchanged
+ELSEWHERE = ("soft_link", "external_link", "external_storage")
+
+
+def elsewhere(f: h5py.File, path: Path, kind: str, rng: random.Random) -> None:
+    """Replace a dataset of the open archive `f` (at `path`) by a soft link to another of its
+    datasets, an external link to the same dataset in a copy of the archive beside it, or a
+    dataset of the same values whose storage is a raw file beside it (an array: HDF5 keeps a
+    scalar's bytes in the file whatever storage is asked for)."""
+    datasets = _datasets(f)
+    name = rng.choice([n for n in datasets if f[n].shape] if kind == "external_storage"
+                      else datasets)
+    value = np.array(f[name][()])
+    attrs = dict(f[name].attrs)
+    del f[name]
+    if kind == "soft_link":
+        others = [n for n in datasets if n != name]
+        f[name] = h5py.SoftLink("/" + rng.choice(others))
+    elif kind == "external_link":
+        copy = path.with_name("elsewhere.vtc")
+        shutil.copy(path.with_name("base.vtc"), copy)
+        f[name] = h5py.ExternalLink(copy.name, name)
+    else:
+        raw = path.with_name("elsewhere.bin")
+        raw.write_bytes(np.ascontiguousarray(value).tobytes())
+        ds = f.create_dataset(name, shape=value.shape, dtype=value.dtype,
+                              external=[(raw.name, 0, value.nbytes or 1)])
+        ds[...] = value
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+
+
+def _datasets(f: h5py.File) -> list[str]:
+    names: list[str] = []
+    f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+    return names
 
 
 def build_bases(folder: Path) -> list[Path]:
@@ -202,6 +244,7 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
             mutant.write_bytes(bytes(buf))
         else:
             mutant.write_bytes(data)
+            mutant.with_name("base.vtc").write_bytes(data)  # an external link's target
             try:
                 kind = h5_mutation(mutant, rng)
             except Exception:  # noqa: BLE001 (an edit h5py refuses: try another)
@@ -210,6 +253,8 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
         # what run reads changed (run checks what it reads; inspect checks all of it)
         used_changed = changed and logical(mutant, layers=False) != original_used
         stats[f"mutants {'changed' if changed else 'unchanged'}"] += 1
+        if kind.removeprefix("h5:") in ELSEWHERE:
+            stats["mutants stored elsewhere"] += 1
         if changed and not used_changed:
             stats["mutants changed in per-layer values only"] += 1
         runs = [("inspect", ["inspect", str(mutant)]),
@@ -229,6 +274,9 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
             last = tail(err)
             if code == 4:
                 problems.append(f"{kind} on {base.name}: {what} exit 4: {tail(err, 5)}")
+            elif kind.removeprefix("h5:") in ELSEWHERE and code != 2:
+                problems.append(f"{kind} on {base.name}: {what} exit {code}, not refused: "
+                                f"{last}")
             elif (used_changed if what == "run" else changed) and code in (0, 1):
                 # a local run gets to its verdict: the per-layer references it does not read
                 # are checked in the background meanwhile, so any changed byte is exit 2

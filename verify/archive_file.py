@@ -148,8 +148,10 @@ class ArchiveFile:
     def _own_data(self, ds: h5py.Dataset, named: str) -> None:
         """`ds` keeps its bytes in this file: not in external raw-data files (HDF5's external
         storage) nor mapped from other datasets (a virtual dataset), both of which HDF5 reads as
-        if they were its own, by a path the archive names; verify's writer makes neither. Checked
-        once per dataset, when the archive is opened (every dataset read later was checked then)."""
+        if they were its own, by a path the archive names; verify's writer makes neither. Run by
+        each typed accessor (`_dataset`, `_byte_array`, `_record`) on every dataset it hands
+        out, at the open and at each later read alike: no read can skip it (one property-list
+        read, ~12 µs)."""
         dcpl = ds.id.get_create_plist()
         if dcpl.get_layout() == h5d.VIRTUAL:
             files = [dcpl.get_virtual_filename(i) for i in range(dcpl.get_virtual_count())]
@@ -172,11 +174,21 @@ class ArchiveFile:
         named = what if what == where else f"{what} ({where})"
         if not isinstance(ds, h5py.Dataset):
             raise self.corrupt(f"{named} is missing or not a dataset")
+        self._own_data(ds, what)
         if ds.shape is None or ds.dtype.kind not in "biufc" or ds.dtype.hasobject:
             raise self.corrupt(f"{named} is not a numeric array")
         nbytes = int(np.prod(ds.shape, dtype=np.float64)) * ds.dtype.itemsize
         if nbytes > self.limit:
             raise self._over_limit(what, nbytes)
+        return ds
+
+    def _byte_array(self, where: str) -> h5py.Dataset:
+        """An external data file's dataset: a 1-D byte array of any size (streamed, never read
+        whole, so not held to the tensor size limit)."""
+        ds = self._f.get(where)
+        if not isinstance(ds, h5py.Dataset) or ds.dtype != np.uint8 or len(ds.shape) != 1:
+            raise self.corrupt(f"{where} is not a byte array")
+        self._own_data(ds, where)
         return ds
 
     def _json(self, text: str, kind: type, what: str) -> Any:

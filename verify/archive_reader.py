@@ -83,7 +83,6 @@ class ArchiveReader(ArchiveFile):
                 for key in schema.META_RECORDS:
                     self._only_attrs(f[key])
             model = self._dataset(schema.MODEL, "the model")
-            self._own_data(model, "the model")
             if model.dtype != np.uint8 or len(model.shape) != 1:
                 raise self.corrupt("the model is not a byte array")
             self.model_sha = self._attr(model, schema.ATTR_SHA256, str)
@@ -160,10 +159,7 @@ class ArchiveReader(ArchiveFile):
         folders: set[PurePosixPath] = set()  # and the folders they lie in
         for k in range(self._count(group, schema.EXTERNAL)):
             where = f"{schema.EXTERNAL}/{k}"
-            ds = group[str(k)]
-            if not isinstance(ds, h5py.Dataset) or ds.dtype != np.uint8 or len(ds.shape) != 1:
-                raise self.corrupt(f"{where} is not a byte array")
-            self._own_data(ds, where)
+            ds = self._byte_array(where)
             self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
             location = self._attr(ds, schema.ATTR_NAME, str)
             digest = self._attr(ds, schema.ATTR_SHA256, str)
@@ -190,7 +186,7 @@ class ArchiveReader(ArchiveFile):
             dest.parent.mkdir(parents=True, exist_ok=True)
             ensure_space(dest, ext.size)
             try:
-                digest = read_dataset(self._f[f"{schema.EXTERNAL}/{k}"], dest)
+                digest = read_dataset(self._byte_array(f"{schema.EXTERNAL}/{k}"), dest)
             except (OSError, ValueError, TypeError, RuntimeError) as exc:
                 raise self.corrupt(f"{schema.EXTERNAL}/{k} ({ext.location!r}) cannot be read: "
                                    f"{exc}") from None
@@ -205,7 +201,8 @@ class ArchiveReader(ArchiveFile):
         """Every external data file checked against its digest (streamed, nothing kept)."""
         for k, ext in enumerate(self.external):
             try:
-                digest = read_dataset(self._f[f"{schema.EXTERNAL}/{k}"], Path(os.devnull))
+                digest = read_dataset(self._byte_array(f"{schema.EXTERNAL}/{k}"),
+                                      Path(os.devnull))
             except (OSError, ValueError, TypeError, RuntimeError) as exc:
                 raise self.corrupt(f"{schema.EXTERNAL}/{k} ({ext.location!r}) cannot be read: "
                                    f"{exc}") from None
@@ -223,7 +220,6 @@ class ArchiveReader(ArchiveFile):
             self._only_attrs(sub)
         for k in range(self._count(sub, where)):
             ds = self._dataset(f"{where}/{k}", f"{where}/{k}")
-            self._own_data(ds, f"{where}/{k}")
             if self.checked:
                 self._only_attrs(ds, schema.ATTR_NAME, schema.ATTR_SHA256)
             name = self._attr(ds, schema.ATTR_NAME, str)

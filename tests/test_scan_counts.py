@@ -202,10 +202,25 @@ def test_cosine_of_scaled_outputs_stays_within_minus_one_and_one(scale: float) -
 def test_cosine_near_the_top_of_float64() -> None:
     """float64 outputs near 1e154: sum a^2 + sum r^2 + sum (a-r)^2 can pass float64's range
     while each sum is finite, and cosine is still measured (-1 for a = -r at 6e153); once a
-    square itself overflows (2e154), cosine cannot be measured and reads NaN."""
+    sum of squares passes it (sum (a-r)^2 at 6.8e153, sum a^2 + sum r^2 at 1e154, a square at
+    2e154), cosine cannot be measured in float64 and reads NaN, never a figure."""
     r = np.array([6e153, 0.0])
     d = compare("x", -r, r)
     assert d.cosine == -1.0
     assert compare("x", r.copy(), r).cosine == 1.0
+    for a, r in ((-6.8e153, 6.8e153), (1e154, 1e154), (-2e154, 2e154)):
+        assert math.isnan(compare("x", np.array([a, 1.0]), np.array([r, 1.0])).cosine)
+
+
+def test_sqnr_near_the_top_of_float64_reads_nan_not_a_traceback() -> None:
+    """Once sum (a-r)^2 or sum r^2 passes float64's range (a = -r at 6.8e153, squares of 2e154,
+    even with a 1e-10 apart from r), SQNR cannot be measured: NaN, never a figure, and an
+    `sqnr>=` gate fails saying so. (sum r^2 / inf made log10(0): a ValueError out of compare,
+    exit 4 for the user.)"""
+    gate = parse_tolerance("*:sqnr>=40").rule
+    for a, r in ((-6.8e153, 6.8e153), (-2e154, 2e154), (1.0, 2e154), (2e154 + 2e144, 2e154)):
+        d = compare("x", np.array([a, 1.0]), np.array([r, 1.0]), gate)
+        assert math.isnan(d.sqnr_db) and not d.passed
+        assert d.reason == "sqnr nan dB < 40 dB"
     big = np.array([2e154, 1.0])
-    assert math.isnan(compare("x", -big, big).cosine)
+    assert compare("x", big.copy(), big).sqnr_db == math.inf  # equal: no error at all

@@ -296,4 +296,6 @@ def sqnr_db(srr: float, sdd: float) -> float:
         return math.inf
     if srr == 0.0:
         return -math.inf
+    if not (math.isfinite(srr) and math.isfinite(sdd)):  # squares overflowed (|values| > 1e154)
+        return math.nan  # (sum r^2 / inf is 0, whose log10 raised ValueError)
     return 10.0 * math.log10(srr / sdd)

@@ -113,7 +113,7 @@ MODULES: dict[str, Module] = {
     # the kernel in two files: the numpy engine and the scan (scan), the numba engine and the
     # auto engine's choice (scan_numba)
     "scan": Module("verify/scan.py", ("tests/test_compare.py", "tests/test_speedups.py",
-                                      "tests/test_scan_counts.py"),
+                                      "tests/test_scan_counts.py", "tests/test_scan_layout.py"),
                    only=("verify.scan.x__np_block__*", "verify.scan.x__np_rows__*",
                          "verify.scan.x__rows__*", "verify.scan.x__chunks__*",
                          "verify.scan.x_count_unequal__*", "verify.scan.x_scan__*",

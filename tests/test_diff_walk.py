@@ -108,34 +108,6 @@ def test_only_failing_shows_exactly_the_failing_tensors(
     assert code == 1 and shown == failing
 
 
-_NO_NUMBA = """
-import sys
-sys.modules["numba"] = None  # as installed without the fast extra: `import numba` fails
-from pathlib import Path
-from verify.compare import ToleranceSet
-from verify.diff import diff_captures
-a, r = Path(sys.argv[1]), Path(sys.argv[2])
-print(diff_captures(a, r, ToleranceSet()).verdict())
-try:
-    diff_captures(a, r, ToleranceSet(), engine="numba")
-except ImportError as exc:
-    print("ImportError:", exc)
-"""
-
-
-def test_library_diff_without_numba(cnn_dumps: dict[str, Path]) -> None:
-    """The default install has no numba: `diff_captures` with its default engine compares
-    (on numpy); asking for the numba engine there is an ImportError, not silently numpy."""
-    env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
-    dump = cnn_dumps["disable"]
-    done = subprocess.run([sys.executable, "-c", _NO_NUMBA, str(dump), str(dump)], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    verdict, error = done.stdout.splitlines()
-    assert verdict == "PASS: 38 tensors within tolerance"
-    assert error.startswith("ImportError: numba is not installed")
-
-
 def test_iter_rows_yields_every_compared_row_unless_asked_for_failing_ones(
         cnn_dumps: dict[str, Path]) -> None:
     from verify.compare import ToleranceSet
@@ -281,28 +253,40 @@ def test_unbatched_tensors_are_judged_by_their_rule_named_and_ranked(
     assert out_row["diff"]["topk"] == {"rows": 1, "top1": 1.0, "top5": 1.0}
 
 
-_NO_NUMBA_UNBATCHED = """
+_NO_NUMBA = """
 import sys
 sys.modules["numba"] = None  # as installed without the fast extra: `import numba` fails
+from pathlib import Path
 from verify.cli import main
 from verify.compare import ToleranceSet
 from verify.diff import diff_captures
-print("exit", main(["diff", sys.argv[1], sys.argv[1]]))
+dump = Path(sys.argv[1])
+print("exit", main(["diff", str(dump), str(dump)]))  # the CLI: diff_cases' own default engine
+print(diff_captures(dump, dump, ToleranceSet()).verdict())
 try:
-    diff_captures(sys.argv[1], sys.argv[1], ToleranceSet(), engine="numba")
+    diff_captures(dump, dump, ToleranceSet(), engine="numba")
 except ImportError as exc:
     print("ImportError:", exc)
 """
 
 
-def test_unbatched_diff_without_numba(fp16_dump: Path) -> None:
-    """On the default install (no numba), `verify diff` of captures whose tensors are all
-    compared one by one runs on numpy, and the library's engine="numba" is an ImportError
-    there too, not silently numpy."""
+@pytest.mark.parametrize(("capture", "tensors"), [("cnn", 38), ("fp16", 116)])
+def test_diff_without_numba(capture: str, tensors: int, cnn_dumps: dict[str, Path],
+                            fp16_dump: Path) -> None:
+    """The default install has no numba: `verify diff` and `diff_captures` with the default
+    engine compare on numpy, and the library's engine="numba" is an ImportError there, not
+    silently numpy. On both of the walk's paths: the cnn's small float32 tensors scanned in
+    batches, the float16 export's tensors each on its own."""
+    from verify.compare import ToleranceSet
+    from verify.diff import diff_captures
+
+    dump = cnn_dumps["disable"] if capture == "cnn" else fp16_dump
+    verdict = f"PASS: {tensors} tensors within tolerance"
+    assert diff_captures(dump, dump, ToleranceSet()).verdict() == verdict  # here, numba or not
     env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
-    done = subprocess.run([sys.executable, "-c", _NO_NUMBA_UNBATCHED, str(fp16_dump)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _NO_NUMBA, str(dump)], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    *_, verdict, code, error = done.stdout.splitlines()
-    assert (verdict, code) == ("=== PASS: 116 tensors within tolerance", "exit 0")
+    *_, cli_verdict, cli_exit, library, error = done.stdout.splitlines()
+    assert (cli_verdict, cli_exit, library) == (f"=== {verdict}", "exit 0", verdict)
     assert error.startswith("ImportError: numba is not installed"), error

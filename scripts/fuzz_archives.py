@@ -192,7 +192,7 @@ def elsewhere(f: h5py.File, path: Path, kind: str, rng: random.Random) -> None:
         raw = path.with_name("elsewhere.bin")
         raw.write_bytes(np.ascontiguousarray(value).tobytes())
         ds = f.create_dataset(name, shape=value.shape, dtype=value.dtype,
-                              external=[(raw.name, 0, value.nbytes or 1)])
+                              external=[(str(raw), 0, value.nbytes or 1)])
         ds[...] = value
         for k, v in attrs.items():
             ds.attrs[k] = v

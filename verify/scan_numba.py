@@ -35,7 +35,7 @@ _fmax: Any = max
 _prange: Any = range
 
 
-def _nb_rows_py(a, r, starts, stops, atol, rtol, tiny, want_tr, out):  # pragma: no cover (jitted)
+def _nb_rows_py(a, r, starts, stops, atol, rtol, tiny, want_tr, out):  # pragma: no cover, no mutate block (jitted)
     """scan._np_block's columns _MAXD.._NCMP for each block a[starts[j]:stops[j]], assuming every
     value finite."""
     for j in _prange(starts.size):

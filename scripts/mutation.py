@@ -119,7 +119,8 @@ MODULES: dict[str, Module] = {
                          "verify.scan.x_cosine__*", "verify.scan.x_sqnr_db__*"),
                    skip_lines=(_MESSAGES,)),
     "scan_numba": Module("verify/scan_numba.py", ("tests/test_compare.py",
-                                                  "tests/test_speedups.py"),
+                                                  "tests/test_speedups.py",
+                                                  "tests/test_engine_choice.py"),
                          only=("verify.scan_numba.x_choose_engine__*",),
                          # _nb_rows_py is compiled by numba, which cannot compile mutmut's
                          # trampoline (nor a body calling one): its def line's `no mutate

@@ -187,7 +187,8 @@ MODULES: dict[str, Module] = {
                      skip_lines=(_MESSAGES,)),
     "search": Module("verify/localize/search.py", ("tests/localize/test_localize.py",
                                                    "tests/localize/test_localize_subgraph.py",
-                                                   "tests/localize/test_localize_refs.py"),
+                                                   "tests/localize/test_localize_refs.py",
+                                                   "tests/localize/test_localize_search.py"),
                      skip_lines=(_MESSAGES,)),
 }
 

@@ -1,0 +1,159 @@
+"""localize's search itself (verify/localize/search.py), written against its mutation run's
+survivors: the rounds it reports (purpose, pieces, nodes, the pieces that failed), the trim of a
+failing range no part of which fails alone (both ends, O(log n) trips), the order in which
+candidates are isolated under `--max-isolated`, and the archive's per-layer references read
+without a host run and without holding more than a round asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_devices import run_cli
+from fixtures_localize import REPO, chain_model
+from verify.compare import AllcloseRule, compare
+from verify.localize import search
+from verify.subgraph import node_graph
+
+
+def _localize(archive: Path, device: str, capsys: pytest.CaptureFixture[str],
+              *extra: str) -> dict:
+    code, out, err = run_cli(["localize", archive, "--device", device, "--json", "--no-repro",
+                              *extra], capsys)
+    assert code == 1, err
+    return json.loads(out)
+
+
+def _rounds(doc: dict) -> list[tuple[str, int, int, list[str]]]:
+    return [(r["purpose"], r["pieces"], r["nodes"], r["failing"]) for r in doc["rounds"]]
+
+
+def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
+        chain_vtc: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
+    """n075 and n076, each 0.8x the tolerance alone, lie on both sides of the cut bisection
+    makes in n072 .. n079: neither half fails, so the range is trimmed, its start moved in
+    while it still fails, then its end. Every round is reported as it ran: what it was for,
+    how many pieces and nodes, which pieces failed."""
+    spec = faulty_profile("pair", "scale", ["n075", "n076"], 1.00005)
+    doc = _localize(chain_vtc, spec, capsys, "--no-dump")
+    assert (doc["verdict"], doc["subgraph"]) == ("failing subgraph", ["n075", "n076"])
+    assert _rounds(doc) == [
+        ("the whole model", 1, 128, []),
+        ("bisect n000 .. n127 (128 nodes) in 2 parts", 2, 128, ["n064 .. n127"]),
+        ("bisect n064 .. n127 (64 nodes) in 2 parts", 2, 64, ["n064 .. n095"]),
+        ("bisect n064 .. n095 (32 nodes) in 2 parts", 2, 32, ["n064 .. n079"]),
+        ("bisect n064 .. n079 (16 nodes) in 2 parts", 2, 16, ["n072 .. n079"]),
+        ("bisect n072 .. n079 (8 nodes) in 2 parts", 2, 8, []),
+        # the start: n076 .. n079 passed in the last round and is not run again
+        ("trim to n074 .. n079 (6 nodes)", 1, 6, ["n074 .. n079"]),
+        ("trim to n075 .. n079 (5 nodes)", 1, 5, ["n075 .. n079"]),
+        # the end
+        ("trim to n075 .. n076 (2 nodes)", 1, 2, ["n075 .. n076"]),
+        ("trim to n075 (1 node)", 1, 1, []),
+        ("errors on the path to the suspect", 1, 77, []),
+    ]
+
+
+@pytest.mark.parametrize("size", range(2, 41))
+def test_the_trim_finds_every_boundary_in_logarithmic_trips(size: int) -> None:
+    """`_edge` between a failing and a passing position, either side: the last failing position
+    next to the first passing one, in at most ceil(log2(size)) trips (a search that never
+    narrows would run device trips for ever: the predicate stops it after the bound)."""
+    bound = math.ceil(math.log2(size))
+    for lo_fails in (True, False):
+        for edge in range(1, size):   # positions < edge fail (lo_fails) or pass
+            calls: list[int] = []
+
+            def fails_at(mid: int) -> tuple | None:
+                assert 0 < mid < size and len(calls) < bound, (size, edge, calls, mid)
+                calls.append(mid)
+                return ("found", mid) if (mid < edge) == lo_fails else None
+
+            if lo_fails:
+                got = search._edge(0, size, fails_at, ())
+                want = edge - 1
+            else:
+                got = search._edge(size, 0, fails_at, ())
+                want = edge
+            assert got[0] == want, (size, edge, lo_fails, calls)
+            assert got[1] == (("found", want) if want in calls else ()), (size, edge, calls)
+
+
+def test_max_isolated_takes_the_largest_jump_and_the_round_names_the_faulty_node(
+        cnn_vtc: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
+    """cnn with block2/conv1's output off by 1%: every node after it fails in the per-layer run.
+    `--max-isolated 2` isolates the node whose inputs are within tolerance and, of the nodes
+    that inherited the error, the one where it grows most (block3/se/fc1); the isolation round
+    lists only the node that fails on its own."""
+    spec = faulty_profile("f", "scale", "block2/conv1", 1.01)
+    doc = _localize(cnn_vtc, spec, capsys, "--max-isolated", "2")
+    assert [(c["name"], c["verdict"]) for c in doc["candidates"]] == [
+        ("block2/conv1", "faulty here"), ("block3/se/fc1", "propagated")]
+    assert _rounds(doc)[1] == ("2 suspect node(s) in isolation", 2, 2, ["block2/conv1"])
+
+
+def _diff(template, name: str, units: float):
+    return replace(template, name=name, passed=units <= 1, tol_units=units)
+
+
+def test_candidates_rank_own_errors_first_then_by_the_jump() -> None:
+    """On a chain: n002 makes 1.8 units from an input 0.9 (within tolerance), n006 1.2 units from
+    0.0005; n003 grows an inherited 1.8 to 9, n004 9 to 9.5. Nodes whose inputs pass come first,
+    the larger jump (own / inherited, inherited at least 1e-3) first in each group:
+    n006 (1200x), n002 (2x), then n003 (5x), n004. With `--max-isolated N` this order decides
+    which nodes are run in isolation and reported."""
+    ng = node_graph(chain_model(10))
+    a = np.ones(4, np.float32)
+    template = compare("t", a, a, AllcloseRule(atol=1e-3, rtol=0.0))
+    units = {"n000:0": 0.0, "n001:0": 0.9, "n002:0": 1.8, "n003:0": 9.0, "n004:0": 9.5,
+             "n005:0": 0.0005, "n006:0": 1.2, "n007:0": 0.5}
+    cumulative = {t: _diff(template, t, u) for t, u in units.items()}
+    assert [ng.labels[i] for i in search.rank_candidates(ng, cumulative)] == \
+        ["n006", "n002", "n003", "n004"]
+
+
+def test_archive_references_need_no_host_run_and_hold_only_what_a_round_asks_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """cnn packed with --layers: its per-layer references come from the archive, never from a
+    host run (which could differ from what was packed), and over the memory budget only the
+    tensors a round asks for are kept (cnn's activations are ~2.9 MB)."""
+    from verify.archive_reader import iter_layers, read_archive
+
+    vtc = tmp_path / "cnn.vtc"
+    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "cnn.onnx", "--layers",
+                            "-o", vtc], capsys)
+    assert code == 0, err
+    stored = dict(iter_layers(vtc, 0))
+    tc = read_archive(vtc)
+
+    def no_host_run(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a host run for references the archive holds")
+
+    monkeypatch.setattr(search, "HostCapture", no_host_run)
+    names = list(stored)
+    with search.References(tc.model_bytes, tc.cases[0].inputs, vtc, fetch_all=True) as refs:
+        got = refs.get(names)
+    assert list(got) == names
+    assert all(np.array_equal(got[n], stored[n]) for n in names)
+
+    sizes = {n: v.nbytes for n, v in stored.items()}
+    small = min(names, key=sizes.__getitem__)
+    del stored, got
+    tracemalloc.start()
+    try:
+        with search.References(tc.model_bytes, tc.cases[0].inputs, vtc) as refs:
+            before = tracemalloc.get_traced_memory()[0]
+            one = refs.get([small])
+            held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert list(one) == [small]
+    assert held < 256 << 10, held

@@ -380,7 +380,11 @@ def _recheck(dest: Path, mod: Module, children: int, log: Path) -> dict[str, str
     """The last run's statuses, with its survivors run again against the current tests."""
     if (REPO / mod.source).read_bytes() != (dest / mod.source).read_bytes():
         raise SystemExit(f"{mod.source} changed since its last mutation run: run it in full")
-    before = _read_statuses(dest, mod)
+    # from what the last run concluded, not from mutmut's own record: a mutmut run on some
+    # names may reset the others' (one cut short left 288 of diff's kills "not checked")
+    saved = WORK / f"{dest.name}.statuses.json"
+    before = (json.loads(saved.read_text(encoding="utf-8")) if saved.is_file()
+              else _read_statuses(dest, mod))
     for folder in (dest / "tests", dest / "mutants" / "tests"):
         shutil.rmtree(folder)
         shutil.copytree(REPO / "tests", folder, ignore=shutil.ignore_patterns("__pycache__"))

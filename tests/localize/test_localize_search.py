@@ -18,6 +18,7 @@ import pytest
 
 from fixtures_devices import run_cli
 from fixtures_localize import REPO, chain_model
+from verify.archive_reader import iter_layers, read_archive
 from verify.compare import AllcloseRule, compare
 from verify.localize import search
 from verify.subgraph import node_graph
@@ -37,7 +38,7 @@ def _rounds(doc: dict) -> list[tuple[str, int, int, list[str]]]:
 
 def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
         chain_vtc: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
-    """n075 and n076, each 0.8x the tolerance alone, lie on both sides of the cut bisection
+    """n075 and n076 (scaled by 1.00005), each 0.8x the tolerance alone, lie on both sides of the cut bisection
     makes in n072 .. n079: neither half fails, so the range is trimmed, its start moved in
     while it still fails, then its end. Every round is reported as it ran: what it was for,
     how many pieces and nodes, which pieces failed."""
@@ -59,6 +60,13 @@ def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
         ("trim to n075 (1 node)", 1, 1, []),
         ("errors on the path to the suspect", 1, 77, []),
     ]
+    # what each trip sent (the whole model first, then ever smaller pieces) and took, in ms
+    sent = [r["bytes_sent"] for r in doc["rounds"]]
+    assert all(type(b) is int and b > 0 for b in sent)
+    assert sent[0] >= len(read_archive(chain_vtc).model_bytes)
+    assert sent[1:10] == sorted(set(sent[1:10]), reverse=True)
+    assert all(type(r["seconds"]) is float and r["seconds"] >= 0
+               and r["seconds"] == round(r["seconds"], 3) for r in doc["rounds"])
 
 
 @pytest.mark.parametrize("size", range(2, 41))
@@ -125,8 +133,6 @@ def test_archive_references_need_no_host_run_and_hold_only_what_a_round_asks_for
     """cnn packed with --layers: its per-layer references come from the archive, never from a
     host run (which could differ from what was packed), and over the memory budget only the
     tensors a round asks for are kept (cnn's activations are ~2.9 MB)."""
-    from verify.archive_reader import iter_layers, read_archive
-
     vtc = tmp_path / "cnn.vtc"
     code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "cnn.onnx", "--layers",
                             "-o", vtc], capsys)

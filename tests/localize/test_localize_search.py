@@ -23,6 +23,8 @@ from verify.compare import AllcloseRule, compare
 from verify.localize import search
 from verify.subgraph import node_graph
 
+CNN = REPO / "goldens" / "models" / "cnn.onnx"
+
 
 def _localize(archive: Path, device: str, capsys: pytest.CaptureFixture[str],
               *extra: str) -> dict:
@@ -134,7 +136,7 @@ def test_archive_references_need_no_host_run_and_hold_only_what_a_round_asks_for
     host run (which could differ from what was packed), and over the memory budget only the
     tensors a round asks for are kept (cnn's activations are ~2.9 MB)."""
     vtc = tmp_path / "cnn.vtc"
-    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "cnn.onnx", "--layers",
+    code, _, err = run_cli(["pack", CNN, "--layers",
                             "-o", vtc], capsys)
     assert code == 0, err
     stored = dict(iter_layers(vtc, 0))
@@ -163,3 +165,65 @@ def test_archive_references_need_no_host_run_and_hold_only_what_a_round_asks_for
         tracemalloc.stop()
     assert list(one) == [small]
     assert held < 256 << 10, held
+
+
+def test_host_references_one_run_when_all_fits_else_only_what_is_new(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without per-layer references in the archive, a host run computes them: when everything
+    fits the budget the first request computes every tensor once and later rounds need no host
+    run; otherwise each request computes only the tensors not already held, and nothing more
+    stays in memory (cnn's activations are ~2.9 MB). The model, parsed by localize already, is
+    not parsed again."""
+    from verify import capture
+    from verify.graph import parse_model, tensor_order
+
+    model_bytes = CNN.read_bytes()
+    model = parse_model(model_bytes, "cnn")
+    names = [t.name for t in tensor_order(model)][1:]
+    feeds = {"data": np.random.default_rng(0).random((1, 3, 224, 224), np.float32)}
+    runs: list[list[str] | None] = []
+    layers = capture.HostCapture.layers
+
+    def counted(self, feeds, names=None):  # type: ignore[no-untyped-def]
+        runs.append(None if names is None else list(names))
+        return layers(self, feeds, names)
+
+    def no_parse(*args: object) -> None:
+        raise AssertionError("the model parsed again")
+
+    monkeypatch.setattr(capture.HostCapture, "layers", counted)
+    monkeypatch.setattr(capture, "parse_model", no_parse)
+    with search.References(model_bytes, feeds, fetch_all=True, model=model) as refs:
+        first = refs.get([names[3]])
+        later = refs.get([names[10], names[-1]])
+    assert runs == [None]
+    whole = dict(capture.HostCapture(model_bytes, model=model).layers(feeds))
+    for got in (first, later):
+        assert all(np.array_equal(v, whole[n]) for n, v in got.items())
+    assert list(first) == [names[3]] and list(later) == [names[10], names[-1]]
+
+    runs.clear()
+    sizes = {n: v.nbytes for n, v in whole.items()}
+    small = sorted(names, key=sizes.__getitem__)[:2]
+    del whole, first, later
+    tracemalloc.start()
+    try:
+        with search.References(model_bytes, feeds, model=model) as refs:
+            before = tracemalloc.get_traced_memory()[0]
+            refs.get([small[0]])
+            refs.get([small[0], small[1]])
+            held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert runs == [[small[0]], [small[1]]]
+    assert held < 256 << 10, held
+
+
+def test_a_fault_in_the_first_node_inherited_nothing(
+        cnn_vtc: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
+    """stem/conv reads only the graph input: its inherited error is 0, not a made-up figure."""
+    spec = faulty_profile("f", "scale", "stem/conv", 1.01)
+    doc = _localize(cnn_vtc, spec, capsys)
+    assert (doc["verdict"], doc["subgraph"]) == ("faulty here", ["stem/conv"])
+    assert doc["suspect"]["inherited"] == [] and doc["suspect"]["inherited_error"] == 0.0
+    assert doc["suspect"]["own_error"] > 1

@@ -129,16 +129,21 @@ def test_candidates_rank_own_errors_first_then_by_the_jump() -> None:
         ["n006", "n002", "n003", "n004"]
 
 
+@pytest.fixture(scope="module")
+def cnn_layers_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from verify.cli import main
+
+    vtc = tmp_path_factory.mktemp("cnn-layers") / "cnn.vtc"
+    assert main(["pack", str(CNN), "--layers", "-o", str(vtc)]) == 0
+    return vtc
+
+
 def test_archive_references_need_no_host_run_and_hold_only_what_a_round_asks_for(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        cnn_layers_vtc: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """cnn packed with --layers: its per-layer references come from the archive, never from a
     host run (which could differ from what was packed), and over the memory budget only the
     tensors a round asks for are kept (cnn's activations are ~2.9 MB)."""
-    vtc = tmp_path / "cnn.vtc"
-    code, _, err = run_cli(["pack", CNN, "--layers",
-                            "-o", vtc], capsys)
-    assert code == 0, err
+    vtc = cnn_layers_vtc
     stored = dict(iter_layers(vtc, 0))
     tc = read_archive(vtc)
 
@@ -227,3 +232,26 @@ def test_a_fault_in_the_first_node_inherited_nothing(
     assert (doc["verdict"], doc["subgraph"]) == ("faulty here", ["stem/conv"])
     assert doc["suspect"]["inherited"] == [] and doc["suspect"]["inherited_error"] == 0.0
     assert doc["suspect"]["own_error"] > 1
+
+
+def test_tensors_the_archive_lacks_come_from_a_host_run(cnn_layers_vtc: Path,
+                                                       tmp_path: Path) -> None:
+    """An archive packed with `--reference torch --layers` holds only the tensors PyTorch has a
+    value for (torchpack.layer_items): here every other one of cnn's. The rest come from a host
+    run, whether everything is fetched at once or only what is asked for."""
+    from verify.testcase import write_archive
+    from verify.torchpack import layer_items
+
+    tc = read_archive(cnn_layers_vtc)
+    stored = dict(iter_layers(cnn_layers_vtc, 0))
+    names = list(stored)
+    kept = {n: v for i, (n, v) in enumerate(stored.items()) if i % 2}
+    partial = tmp_path / "partial.vtc"
+    write_archive(partial, tc, [layer_items([t.name for t in tc.tensor_order], kept)])
+    assert len(dict(iter_layers(partial, 0))) == len(kept) < len(names)
+    for fetch_all in (False, True):
+        with search.References(tc.model_bytes, tc.cases[0].inputs, partial,
+                               fetch_all=fetch_all) as refs:
+            got = refs.get(names)
+        assert list(got) == names, fetch_all
+        assert all(np.allclose(got[n], stored[n], rtol=1e-5, atol=1e-6) for n in names)

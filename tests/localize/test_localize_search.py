@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import tracemalloc
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +46,9 @@ def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
     while it still fails, then its end. Every round is reported as it ran: what it was for,
     how many pieces and nodes, which pieces failed."""
     spec = faulty_profile("pair", "scale", ["n075", "n076"], 1.00005)
+    t0 = time.perf_counter()
     doc = _localize(chain_vtc, spec, capsys, "--no-dump")
+    elapsed = time.perf_counter() - t0
     assert (doc["verdict"], doc["subgraph"]) == ("failing subgraph", ["n075", "n076"])
     assert _rounds(doc) == [
         ("the whole model", 1, 128, []),
@@ -69,6 +72,21 @@ def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
     assert sent[1:10] == sorted(set(sent[1:10]), reverse=True)
     assert all(type(r["seconds"]) is float and r["seconds"] >= 0
                and r["seconds"] == round(r["seconds"], 3) for r in doc["rounds"])
+    assert sum(r["seconds"] for r in doc["rounds"]) <= elapsed + 0.01  # each trip's own time
+
+
+def test_the_status_line_names_each_round_as_it_starts(chain_vtc: Path, faulty_profile) -> None:
+    """On a terminal the status line says which round is running and what for."""
+    from verify.localize import LocalizeRequest, localize
+    from verify.options import ArchiveSelection, DeviceTarget
+
+    spec = faulty_profile("pair", "scale", ["n075", "n076"], 1.00005)
+    lines: list[str] = []
+    res = localize(LocalizeRequest(ArchiveSelection(chain_vtc), DeviceTarget(spec),
+                                   mode="bisect", write_repro=False), status=lines.append)
+    rounds = [ln for ln in lines if ln.startswith("round ")]
+    assert rounds == [f"round {i}: {r.purpose}" for i, r in enumerate(res.rounds, 1)]
+    assert rounds[0] == "round 1: the whole model" and len(rounds) == 11
 
 
 @pytest.mark.parametrize("size", range(2, 41))

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 from fixtures_devices import run_cli
@@ -273,3 +274,24 @@ def test_tensors_the_archive_lacks_come_from_a_host_run(cnn_layers_vtc: Path,
             got = refs.get(names)
         assert list(got) == names, fetch_all
         assert all(np.allclose(got[n], stored[n], rtol=1e-5, atol=1e-6) for n in names)
+
+
+def test_a_model_with_external_data_is_searched_with_its_weights(
+        tmp_path: Path, device_env, capsys: pytest.CaptureFixture[str]) -> None:
+    """An archive packed with --keep-external-data: the host references and every device round
+    need the weights file beside the model. The per-layer run and the plain run on the local
+    device both pass: no faulty node, exit 0 (without the weights: an error)."""
+    onnx_path = tmp_path / "src" / "chain.onnx"
+    onnx_path.parent.mkdir()
+    onnx.save(chain_model(16), onnx_path, save_as_external_data=True,
+              all_tensors_to_one_file=True, location="chain.bin", size_threshold=0)
+    vtc = tmp_path / "chain.vtc"
+    code, _, err = run_cli(["pack", onnx_path, "--keep-external-data", "-o", vtc], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["localize", vtc, "--device", "local", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert (doc["verdict"], doc["mode"], doc["reference_source"]) == ("no faulty node", "dump",
+                                                                      "host")
+    assert [r["purpose"] for r in doc["rounds"]] == ["per-layer run of 16 tensors",
+                                                     "the whole model"]

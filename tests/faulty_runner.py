@@ -14,7 +14,8 @@ Every node named gets the same fault (several small faults that only add up toge
 failure no single node shows). With --fused, a node whose output is a graph output is left
 alone, like a bug in a fused kernel that disappears when the intermediate tensor is fetched.
 With --die-on-pieces, the runner crashes (exit 9, no result) on any model verify cut into
-pieces: a device lost in the middle of a localization.
+pieces: a device lost in the middle of a localization. With --drop-piece-outputs, it leaves
+the outputs of such a model out of its result: a runner that loses outputs mid-search.
 
 KIND    what happens to node NAME                                     default V
 scale   its first output is multiplied by V                           1.01
@@ -111,6 +112,7 @@ def main(argv):
     parser.add_argument("--value", type=float, default=None)
     parser.add_argument("--fused", action="store_true")
     parser.add_argument("--die-on-pieces", action="store_true")
+    parser.add_argument("--drop-piece-outputs", action="store_true")
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
     if rest == ["--describe"]:  # it serves (below), so it says so
@@ -146,7 +148,16 @@ def run_faulty(args, runner, path):
         job_path = os.path.join(workdir, "job-faulty.json")
         with open(job_path, "w") as fh:
             json.dump(job, fh)
-    return runner.run_job_file(job_path)
+    status = runner.run_job_file(job_path)
+    if args.drop_piece_outputs and model.producer_name == "verify-localize":
+        result_path = os.path.join(workdir, job.get("result", "result.json"))
+        with open(result_path) as fh:
+            result = json.load(fh)
+        for case in result.get("cases", []):
+            case["outputs"] = {}
+        with open(result_path, "w") as fh:
+            json.dump(result, fh)
+    return status
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -295,3 +295,20 @@ def test_a_model_with_external_data_is_searched_with_its_weights(
                                                                       "host")
     assert [r["purpose"] for r in doc["rounds"]] == ["per-layer run of 16 tensors",
                                                      "the whole model"]
+
+
+def test_a_piece_whose_outputs_the_runner_loses_is_a_device_error(
+        chain_vtc: Path, device_env, capsys: pytest.CaptureFixture[str]) -> None:
+    """The whole model comes back (and fails), then the runner returns nothing for the first
+    bisection round's pieces: exit 3 naming the device and the outputs, not a traceback."""
+    import sys
+
+    from fixtures_localize import FAULTY_RUNNER
+
+    device_env.write_profile("lossy", {"transport": "local", "runner": [
+        sys.executable, str(FAULTY_RUNNER), "--fault", "weight", "--node", "n076",
+        "--drop-piece-outputs"]})
+    code, out, err = run_cli(["localize", chain_vtc, "--device", "lossy", "--no-dump"], capsys)
+    assert (code, out) == (3, "")
+    assert err == ("error: lossy: the runner returned no value for output(s) 'n063:0', "
+                   "'n127:0'\n")

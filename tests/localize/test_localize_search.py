@@ -42,10 +42,10 @@ def _rounds(doc: dict) -> list[tuple[str, int, int, list[str]]]:
 
 def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
         chain_vtc: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
-    """n075 and n076 (scaled by 1.00005), each 0.8x the tolerance alone, lie on both sides of the cut bisection
-    makes in n072 .. n079: neither half fails, so the range is trimmed, its start moved in
-    while it still fails, then its end. Every round is reported as it ran: what it was for,
-    how many pieces and nodes, which pieces failed."""
+    """n075 and n076 (scaled by 1.00005), each 0.8x the tolerance alone, lie on both sides of
+    the cut bisection makes in n072 .. n079: neither half fails, so the range is trimmed, its
+    start moved in while it still fails, then its end. Every round is reported as it ran: what
+    it was for, how many pieces and nodes, which pieces failed."""
     spec = faulty_profile("pair", "scale", ["n075", "n076"], 1.00005)
     t0 = time.perf_counter()
     doc = _localize(chain_vtc, spec, capsys, "--no-dump")

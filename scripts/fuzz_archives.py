@@ -119,7 +119,7 @@ def byte_mutation(data: bytearray, rng: random.Random) -> str:
     return kind
 
 
-def h5_mutation(path: Path, rng: random.Random) -> str:
+def h5_mutation(path: Path, base: Path, rng: random.Random) -> str:
     with warnings.catch_warnings(), h5py.File(path, "r+") as f:
         warnings.simplefilter("ignore")
         datasets = _datasets(f)
@@ -147,7 +147,7 @@ def h5_mutation(path: Path, rng: random.Random) -> str:
             n = len(f["cases"])
             f.create_group(f"cases/{n}")
         elif kind in ELSEWHERE:
-            elsewhere(f, path, kind, rng)
+            elsewhere(f, path, base, datasets, kind, rng)
         elif kind == "empty_case":
             n = len(f["cases"])
             g = f.create_group(f"cases/{n}")
@@ -170,32 +170,29 @@ def h5_mutation(path: Path, rng: random.Random) -> str:
 ELSEWHERE = ("soft_link", "external_link", "external_storage")
 
 
-def elsewhere(f: h5py.File, path: Path, kind: str, rng: random.Random) -> None:
-    """Replace a dataset of the open archive `f` (at `path`) by a soft link to another of its
-    datasets, an external link to the same dataset in a copy of the archive beside it, or a
-    dataset of the same values whose storage is a raw file beside it (an array: HDF5 keeps a
-    scalar's bytes in the file whatever storage is asked for)."""
-    datasets = _datasets(f)
-    name = rng.choice([n for n in datasets if f[n].shape] if kind == "external_storage"
-                      else datasets)
-    value = np.array(f[name][()])
-    attrs = dict(f[name].attrs)
-    del f[name]
+def elsewhere(f: h5py.File, path: Path, base: Path, datasets: list[str], kind: str,
+              rng: random.Random) -> None:
+    """Replace one of `datasets` of the open archive `f` (at `path`, a mutant of the unchanged
+    archive `base` beside it) by a soft link to another of them, an external link to the same
+    dataset in `base`, or a dataset of the same values whose storage is a raw file beside it
+    (an array: HDF5 keeps a scalar's bytes in the file whatever storage is asked for)."""
     if kind == "soft_link":
-        others = [n for n in datasets if n != name]
-        f[name] = h5py.SoftLink("/" + rng.choice(others))
+        name = rng.choice(datasets)
+        del f[name]
+        f[name] = h5py.SoftLink("/" + rng.choice([n for n in datasets if n != name]))
     elif kind == "external_link":
-        copy = path.with_name("elsewhere.vtc")
-        shutil.copy(path.with_name("base.vtc"), copy)
-        f[name] = h5py.ExternalLink(copy.name, name)
-    else:
+        name = rng.choice(datasets)
+        del f[name]
+        f[name] = h5py.ExternalLink(base.name, name)
+    else:  # the same bytes, which HDF5 then reads from the raw file
+        name = rng.choice([n for n in datasets if f[n].shape])
+        value, attrs = np.array(f[name][()]), dict(f[name].attrs)
+        del f[name]
         raw = path.with_name("elsewhere.bin")
         raw.write_bytes(np.ascontiguousarray(value).tobytes())
         ds = f.create_dataset(name, shape=value.shape, dtype=value.dtype,
                               external=[(str(raw), 0, value.nbytes or 1)])
-        ds[...] = value
-        for k, v in attrs.items():
-            ds.attrs[k] = v
+        ds.attrs.update(attrs)
 
 
 def _datasets(f: h5py.File) -> list[str]:
@@ -244,9 +241,8 @@ def fuzz_archives(work: Path, count: int, deadline: float, seed: int,
             mutant.write_bytes(bytes(buf))
         else:
             mutant.write_bytes(data)
-            mutant.with_name("base.vtc").write_bytes(data)  # an external link's target
             try:
-                kind = h5_mutation(mutant, rng)
+                kind = h5_mutation(mutant, base, rng)
             except Exception:  # noqa: BLE001 (an edit h5py refuses: try another)
                 continue
         changed = logical(mutant) != original

@@ -314,29 +314,38 @@ def test_a_piece_whose_outputs_the_runner_loses_is_a_device_error(
                    "'n127:0'\n")
 
 
+def _pack_graph(tmp_path: Path, name: str, nodes: list, data: str,
+                capsys: pytest.CaptureFixture[str], inits: list | None = None) -> Path:
+    """`nodes` as an opset-17 model with one float input `a` [1, 4] and one output `out`,
+    packed with `-d a:<data>`."""
+    from onnx import TensorProto, helper
+
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("a", f, [1, 4])],
+                              [helper.make_tensor_value_info("out", f, [1, 4])], inits or [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / f"{name}.onnx")
+    vtc = tmp_path / f"{name}.vtc"
+    code, _, err = run_cli(["pack", tmp_path / f"{name}.onnx", "-d", f"a:{data}", "-o", vtc],
+                           capsys)
+    assert code == 0, err
+    return vtc
+
+
 def test_the_path_walks_back_along_the_larger_error_to_a_node_of_constants(
         tmp_path: Path, faulty_profile, capsys: pytest.CaptureFixture[str]) -> None:
     """add = a + Range(0, 4, 1), the Range made from initializers alone (positions, say). The
     path to the faulty add walks back along its input with the larger known error (the Range's
     output, measured, not the graph input) and ends at the Range, which reads nothing."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
-    f = TensorProto.FLOAT
     inits = [numpy_helper.from_array(np.array(v, np.float32), n)
              for n, v in (("start", 0), ("limit", 4), ("delta", 1))]
-    graph = helper.make_graph(
-        [helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
-         helper.make_node("Add", ["a", "r"], ["y"], name="add"),
-         helper.make_node("Relu", ["y"], ["out"], name="relu")],
-        "positions", [helper.make_tensor_value_info("a", f, [1, 4])],
-        [helper.make_tensor_value_info("out", f, [1, 4])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "pos.onnx")
-    vtc = tmp_path / "pos.vtc"
-    code, _, err = run_cli(["pack", tmp_path / "pos.onnx", "-d", "a:[[1,2,3,4]]", "-o", vtc],
-                           capsys)
-    assert code == 0, err
+    vtc = _pack_graph(tmp_path, "positions", [
+        helper.make_node("Range", ["start", "limit", "delta"], ["r"], name="range"),
+        helper.make_node("Add", ["a", "r"], ["y"], name="add"),
+        helper.make_node("Relu", ["y"], ["out"], name="relu")], "[[1,2,3,4]]", capsys, inits)
     doc = _localize(vtc, faulty_profile("f", "scale", "add", 1.01), capsys)
     assert (doc["verdict"], doc["subgraph"]) == ("faulty here", ["add"])
     assert [(s["tensor"], s["node"]) for s in doc["path"]] == [("r", "range")]
@@ -347,25 +356,15 @@ def test_a_bisected_suspects_path_has_the_full_run_error_of_every_step(
     """add = relu_m(neg_m(a)) + relu_n(neg_n(a)), bisected: the run measuring the path to the
     suspect measures the path the report shows (along add's first input), so every step after
     the graph input carries its error in the full run."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
-    f = TensorProto.FLOAT
-    graph = helper.make_graph(
-        [helper.make_node("Neg", ["a"], ["m0"], name="neg_m"),
-         helper.make_node("Relu", ["m0"], ["m"], name="relu_m"),
-         helper.make_node("Neg", ["a"], ["n0"], name="neg_n"),
-         helper.make_node("Relu", ["n0"], ["n"], name="relu_n"),
-         helper.make_node("Add", ["m", "n"], ["y"], name="add"),
-         helper.make_node("Relu", ["y"], ["out"], name="relu")],
-        "two_paths", [helper.make_tensor_value_info("a", f, [1, 4])],
-        [helper.make_tensor_value_info("out", f, [1, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "two.onnx")
-    vtc = tmp_path / "two.vtc"
-    code, _, err = run_cli(["pack", tmp_path / "two.onnx", "-d", "a:[[-1,-2,3,-4]]", "-o", vtc],
-                           capsys)
-    assert code == 0, err
+    vtc = _pack_graph(tmp_path, "two_paths", [
+        helper.make_node("Neg", ["a"], ["m0"], name="neg_m"),
+        helper.make_node("Relu", ["m0"], ["m"], name="relu_m"),
+        helper.make_node("Neg", ["a"], ["n0"], name="neg_n"),
+        helper.make_node("Relu", ["n0"], ["n"], name="relu_n"),
+        helper.make_node("Add", ["m", "n"], ["y"], name="add"),
+        helper.make_node("Relu", ["y"], ["out"], name="relu")], "[[-1,-2,3,-4]]", capsys)
     doc = _localize(vtc, faulty_profile("f", "scale", "add", 1.01), capsys, "--no-dump")
     assert (doc["verdict"], doc["subgraph"]) == ("faulty here", ["add"])
     path = [(s["tensor"], s["node"], s["diff"] is not None) for s in doc["path"]]

@@ -369,6 +369,7 @@ def test_picks_the_first_failing_case(faulty_profile, tmp_path: Path,
     assert code == 1 and doc["case"] == 1 and doc["suspect"]["name"] == "sum/relu"
     assert doc["notes"][0] == "case 1 is the first of 2 whose outputs fail"
     assert doc["rounds"][0]["purpose"] == "the whole model, 2 cases"
+    assert doc["rounds"][0]["pieces"] == 1  # one model run once per case: one piece
     assert not doc["rounds"][1]["purpose"].startswith("the whole model")
     code, doc = _localize(vtc, spec, capsys, "--case", "0")
     assert code == 0 and doc["case"] == 0 and doc["verdict"] == "no faulty node"

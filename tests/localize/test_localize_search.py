@@ -77,7 +77,8 @@ def test_faults_that_add_up_across_a_cut_are_trimmed_from_both_ends(
 
 
 def test_the_status_line_names_each_round_as_it_starts(chain_vtc: Path, faulty_profile) -> None:
-    """On a terminal the status line says which round is running and what for."""
+    """On a terminal the status line says which round is running and what for, and the device
+    session's own lines (connecting to the device, once for every round) are shown too."""
     from verify.localize import LocalizeRequest, localize
     from verify.options import ArchiveSelection, DeviceTarget
 
@@ -88,6 +89,8 @@ def test_the_status_line_names_each_round_as_it_starts(chain_vtc: Path, faulty_p
     rounds = [ln for ln in lines if ln.startswith("round ")]
     assert rounds == [f"round {i}: {r.purpose}" for i, r in enumerate(res.rounds, 1)]
     assert rounds[0] == "round 1: the whole model" and len(rounds) == 11
+    assert lines[:2] == ["round 1: the whole model", f"connecting to {spec}"]
+    assert lines.count(f"connecting to {spec}") == 1
 
 
 @pytest.mark.parametrize("size", range(2, 41))

@@ -137,7 +137,20 @@ MODULES: dict[str, Module] = {
                    only=("verify.diff.x__walk__*", "verify.diff.x_diff_cases__*",
                          "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*"),
                    skip_lines=(_MESSAGES,)),
-    "diff_sources": Module("verify/diff_sources.py", _DIFF_TESTS,
+    # diff_sources: also the tests that open its other kinds of capture: archives packed
+    # without --layers on either side (the walk's tests), a multi-case dump diffed case by
+    # case, a damaged layer reference, an archive keeping its external data, a dump that
+    # left If bodies out
+    "diff_sources": Module("verify/diff_sources.py",
+                           (*_DIFF_TESTS, "tests/test_diff_walk.py",
+                            "tests/test_dump_run.py::test_dynamic_integer_and_multi_case_"
+                            "models_dump_and_diff",
+                            "tests/test_archive_integrity.py::test_a_flipped_layer_reference_"
+                            "is_found_by_inspect_and_by_diff",
+                            "tests/test_corpus_external.py::test_kept_external_data_is_stored_"
+                            "pushed_once_and_exported",
+                            "tests/runner/test_segments.py::test_if_bodies_are_counted_and_"
+                            "reported_by_run_and_diff"),
                            only=("verify.diff_sources.x_open_source__*",
                                  "verify.diff_sources.x__dump_side__*",
                                  "verify.diff_sources.x__archive_source__*",

@@ -19,8 +19,9 @@ from fixtures_ssh import process_alive
 
 from verify.devices import Profile
 from verify.drivers import make_driver
+from verify.drivers import base
 from verify.drivers.base import Driver
-from verify.errors import EXIT_DEVICE, DeviceError, DeviceTimeout, TransferError
+from verify.errors import EXIT_DEVICE, DeviceError, DeviceTimeout, OutputError, TransferError
 from verify.files import umask
 
 DRIVERS = ["local", "ssh", "adb", "adb-v1"]
@@ -101,18 +102,31 @@ def test_get_with_move_hands_the_file_over(driver: Driver, tmp_path: Path) -> No
     assert [p.name for p in back.parent.iterdir()] == ["file.npy"]
 
 
-def test_local_move_is_a_rename_on_one_file_system_and_a_copy_across(tmp_path: Path) -> None:
-    """The local transport renames (the work directory's file is gone, the inode is the same)
-    and falls back to a copy across file systems (/dev/shm is a tmpfs beside the disk)."""
+def test_local_move_is_a_rename_on_one_file_system_and_a_copy_across(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local transport renames (the work directory's file is gone, the inode is the same),
+    straight onto the destination: one rename, no temporary file beside it (a dump pulls
+    hundreds of files); a folder in the way is the copy's one-line error, and across file
+    systems it falls back to a copy (/dev/shm is a tmpfs beside the disk)."""
     profile = Profile(name="local", transport="local", base_dir=str(tmp_path / "dev"),
                       python=(sys.executable,))
     with make_driver(profile) as d:
         d.makedirs(d.base_dir)
         remote = Path(d.base_dir) / "a.npy"
         remote.write_bytes(b"x" * 4096)
+        remote.chmod(0o600)
         inode = remote.stat().st_ino
-        d.get(str(remote), tmp_path / "a.npy", move=True)
+        with monkeypatch.context() as m:
+            m.setattr(base, "atomic_path", None)  # a temporary file would be a TypeError
+            d.get(str(remote), tmp_path / "a.npy", move=True)
         assert not remote.exists() and (tmp_path / "a.npy").stat().st_ino == inode
+        assert (tmp_path / "a.npy").stat().st_mode & 0o777 == 0o666 & ~umask()
+        assert (d.stats.files_got, d.stats.bytes_got) == (1, 4096)
+        remote.write_bytes(b"z" * 10)
+        (tmp_path / "folder.npy").mkdir()
+        with pytest.raises(OutputError, match="is a folder"):
+            d.get(str(remote), tmp_path / "folder.npy", move=True)
+        assert remote.read_bytes() == b"z" * 10  # still on the device
         shm = Path("/dev/shm")
         if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
             pytest.skip("no second file system here to move across")

@@ -136,6 +136,12 @@ class Driver(ABC):
         better (the remote file may or may not be left behind)."""
         self._get_impl(remote, local, progress)
 
+    def _hand_over_impl(self, remote: str, local: Path) -> bool:
+        """Put a device file the device needs no more at `local` in one atomic step, where the
+        transport can (a rename on one file system): True when done; False (the default) to
+        fetch it through a temporary file instead."""
+        return False
+
     def _rename_impl(self, src: str, dst: str) -> None:
         self.run(["mv", "-f", src, dst], what="rename on device")
 
@@ -212,7 +218,21 @@ class Driver(ABC):
             move: bool = False) -> None:
         """Copy a device file to the host atomically: a partial file never appears at `local`.
         With `move` the device no longer needs the file, and a transport that can hand it over
-        without copying (the local one, on one file system) does so."""
+        without copying (the local one, on one file system) does so, renaming it straight
+        onto `local` (already atomic: no temporary file and second rename per file, which
+        cost a 673-tensor dump 0.4 s on the host; issue 14)."""
+        with made_dirs(local.parent):
+            handed = move and self._hand_over_impl(remote, local)
+        if handed:
+            if progress:
+                progress(local.stat().st_size)
+        else:
+            self._get_atomic(remote, local, progress, move)
+        self.stats.bytes_got += local.stat().st_size
+        self.stats.files_got += 1
+
+    def _get_atomic(self, remote: str, local: Path, progress: Progress | None,
+                    move: bool) -> None:
         with made_dirs(local.parent), atomic_path(local) as tmp:
             try:
                 (self._move_impl if move else self._get_impl)(remote, tmp, progress)
@@ -222,8 +242,6 @@ class Driver(ABC):
                     raise
                 # the host's disk, not the device: the one line the local driver gives, exit 2
                 raise OutputError(f"{local}: cannot write: {os_reason(host)}") from None
-        self.stats.bytes_got += local.stat().st_size
-        self.stats.files_got += 1
 
     def push_cached(self, local: Path, progress: Progress | None = None,
                     digest: str | None = None, *, data: bytes | None = None) -> str:

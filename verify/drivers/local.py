@@ -29,6 +29,7 @@ from verify.drivers.base import (
     Progress,
 )
 from verify.errors import DeviceError, DeviceTimeout, TransferError
+from verify.files import umask
 
 
 def default_local_base() -> str:
@@ -87,6 +88,19 @@ class LocalDriver(Driver):
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
         _copy(remote, local, f"fetching {remote}", progress, host_side=True)
+
+    def _hand_over_impl(self, remote: str, local: Path) -> bool:
+        """A rename onto `local` where both sit on one file system and `local` is no folder;
+        anything else (another file system, a folder in the way, a missing file) goes the
+        copying way, which reports it."""
+        if local.is_dir():
+            return False
+        try:
+            os.chmod(remote, 0o666 & ~umask())  # as a copy would have it
+            os.replace(remote, local)
+        except OSError:
+            return False
+        return True
 
     def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
         """A rename where the work directory and `local` share a file system (123 files,

@@ -183,6 +183,40 @@ def test_engines_agree(rule) -> None:
         assert fast.nonfinite_mismatch > 0 and fast.nan_actual == np.count_nonzero(np.isnan(x))
 
 
+@pytest.mark.skipif(not numba_available(), reason="no numba")
+def test_a_large_call_is_split_over_the_threads_with_the_same_rows(monkeypatch) -> None:
+    """A call of PARALLEL_MIN_BLOCKS blocks or more is split into contiguous runs of blocks,
+    one per comparison thread, each run by the serial kernel; a smaller one runs on the calling
+    thread alone. Every block's row is the same bit for bit either way."""
+    from verify import scan_numba
+
+    bs, n_min = scan_numba._NB_BLOCK, scan_numba.PARALLEL_MIN_BLOCKS
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal(n_min * bs - 5).astype(np.float32)  # the last block 5 short
+    a = (r * (1 + rng.standard_normal(r.size).astype(np.float32) * 1e-4)).astype(np.float32)
+    starts = np.arange(0, r.size, bs, dtype=np.int64)
+    stops = np.minimum(starts + bs, r.size)
+    assert starts.size == n_min
+    whole = np.zeros((n_min, scan_numba._NCOL))
+    scan_numba._load_numba()(a, r, starts, stops, 1e-5, 1e-3, 1e-38, True, whole)
+    runs: list[tuple[int, int]] = []
+    real = scan_numba.thread_pool()
+
+    class Pool:  # records each run it is given
+        def submit(self, fn, x, y, st, sp, *rest):
+            runs.append((int(st[0]), int(sp[-1])))
+            return real.submit(fn, x, y, st, sp, *rest)
+
+    monkeypatch.setattr(scan_numba, "THREADS", 2)
+    monkeypatch.setattr(scan_numba, "thread_pool", lambda: Pool())
+    split = scan_numba.nb_rows(a, r, starts, stops, 1e-5, 1e-3, 1e-38, True)
+    assert runs == [(0, n_min // 2 * bs), (n_min // 2 * bs, r.size)]
+    assert split.tobytes() == whole.tobytes() and split[:, 9].sum() == r.size
+    runs.clear()
+    below = scan_numba.nb_rows(a, r, starts[:-1], stops[:-1], 1e-5, 1e-3, 1e-38, True)
+    assert runs == [] and below.tobytes() == whole[:-1].tobytes()
+
+
 # --- the magnitude rule --------------------------------------------------------------------
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -3,30 +3,28 @@
 `scan(a, r, ...)` returns a `Scan` with every sum and maximum `compare()` needs (max|a-r|, peak
 |r|, max relative error, tolerance units, float64 sums for cosine and SQNR, NaN/Inf counts and
 position mismatches), computed in blocks without full-size temporaries. Two engines give the same
-results: a numpy blocked engine on a small thread pool (here), and a fused numba kernel (parallel
-over blocks, float64 accumulators) that runs at memory bandwidth (`scan_numba`, which also holds
-`choose_engine`: see `compare`'s module doc for the policy and `VERIFY_NO_NUMBA`).
+results: a numpy blocked engine (here), and a fused numba kernel (float64 accumulators) that runs
+at memory bandwidth (`scan_numba`, which also holds `choose_engine`: see `compare`'s module doc
+for the policy and `VERIFY_NO_NUMBA`); both spread a call's blocks over one small thread pool
+(`scan_numba.thread_pool`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
 from verify.scan_numba import (_DEN_MIN, _INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
                                _NB_BLOCK, _NCMP, _NCOL, _NFMIS, _NV, _PEAK, _SAA, _SD, _SDD, _SRR,
-                               nb_rows)
+                               THREADS, nb_rows, thread_pool)
 
 # --- the scan: one streaming pass, per-block partial results -----------------------------------
 
 _NP_BLOCK = 1 << 16  # elements per numpy block (its five float64 buffers stay in cache)
-_NP_THREADS = min(4, os.cpu_count() or 1)
 _CHUNK = 1 << 20  # elements per buffered chunk when inputs need casting or are strided
 
 
@@ -109,25 +107,14 @@ def _np_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray
             lo, hi = los[j], his[j]
             _np_block(x[lo:hi], y[lo:hi], atol, rtol, tiny, want_tr, rows[j], scratch)
 
-    threads = min(_NP_THREADS, len(los) // 2)
+    threads = min(THREADS, len(los) // 2)
     if threads <= 1:
         work(0, 1)
     else:  # numpy releases the GIL inside each block's ufuncs
-        pool = _np_pool()
+        pool = thread_pool()
         for f in [pool.submit(work, k, threads) for k in range(threads)]:
             f.result()
     return rows
-
-
-@functools.lru_cache(maxsize=1)
-def _np_pool() -> ThreadPoolExecutor:
-    """One pool for the process: starting threads for every tensor cost ~0.1 ms each."""
-    return ThreadPoolExecutor(_NP_THREADS, thread_name_prefix="verify-compare")
-
-
-# A forked child inherits the pool but none of its threads: work submitted there would wait
-# forever (a process forked after a comparison hung on its next one). The child makes its own.
-os.register_at_fork(after_in_child=_np_pool.cache_clear)
 
 
 def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, tiny: float,

@@ -4,9 +4,9 @@
 the kernel is compiled against them), as one fused numba kernel with float64 accumulators that
 runs at memory bandwidth. The kernel is serial and releases the GIL; a call of
 `PARALLEL_MIN_BLOCKS` blocks or more is split over verify's own comparison threads
-(`thread_pool`, which the numpy engine uses too), never numba's threading layer. numba is optional: it is imported and the
-kernel built on first use (`numba_available`), and `choose_engine` / `expect_bytes` decide
-when loading it pays (see `compare`'s module doc for the policy and `VERIFY_NO_NUMBA`).
+(`thread_pool`, which the numpy engine uses too), never numba's threading layer. numba is
+optional: it is imported and the kernel built on first use (`numba_available`), and
+`choose_engine` / `expect_bytes` decide when loading it pays (see `compare`'s module doc for the policy and `VERIFY_NO_NUMBA`).
 """
 
 from __future__ import annotations

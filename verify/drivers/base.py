@@ -221,19 +221,18 @@ class Driver(ABC):
         without copying (the local one, on one file system) does so, renaming it straight
         onto `local` (already atomic: no temporary file and second rename per file, which
         cost a 673-tensor dump 0.4 s on the host; issue 14)."""
-        with made_dirs(local.parent):
-            handed = move and self._hand_over_impl(remote, local)
-        if handed:
-            if progress:
-                progress(local.stat().st_size)
-        else:
-            self._get_atomic(remote, local, progress, move)
+        with made_dirs(local.parent):  # folders made here go again when the get fails
+            if move and self._hand_over_impl(remote, local):
+                if progress:
+                    progress(local.stat().st_size)
+            else:
+                self._get_atomic(remote, local, progress, move)
         self.stats.bytes_got += local.stat().st_size
         self.stats.files_got += 1
 
     def _get_atomic(self, remote: str, local: Path, progress: Progress | None,
                     move: bool) -> None:
-        with made_dirs(local.parent), atomic_path(local) as tmp:
+        with atomic_path(local) as tmp:
             try:
                 (self._move_impl if move else self._get_impl)(remote, tmp, progress)
             except DeviceError as exc:

@@ -27,9 +27,10 @@ cosine and relative error mean nothing there, and a constant wrong output may pa
 
 Speed (the kernel lives in verify/scan.py, its numba engine in verify/scan_numba.py): one
 streaming pass over both arrays in blocks, no full-size temporaries (a tensor failing the
-magnitude rule gets a second pass over its failing blocks, to count them). The fused numba kernel (parallel over blocks, float64 accumulators) runs at
-memory bandwidth, about 10x the numpy blocked engine, with the same results (identical maxima,
-counts and verdicts; sums to ~1e-13). Numba costs ~0.7 s once per process (import, loading its
+magnitude rule gets a second pass over its failing blocks, to count them). The fused numba
+kernel (float64 accumulators; a large call's blocks split over the comparison threads) runs at
+memory bandwidth, about 5x the numpy blocked engine, with the same results (identical maxima,
+counts and verdicts; sums to ~1e-13). Numba costs ~0.9 s once per process (import, loading its
 cached code; 2 s more to compile on a cold cache), so `engine="auto"` stays on numpy until
 `NUMBA_AFTER_BYTES` have been compared in the process, or from the start once a caller announced a
 job of `NUMBA_UPFRONT_BYTES` or more (`expect_bytes`: where the kernel pays its load back), and for

@@ -25,8 +25,8 @@ _NANA, _NANR, _INFA, _INFR, _NFMIS = range(10, 15)
 _NCOL = 15
 _DEN_MIN = float(np.finfo(np.float64).tiny)  # keeps 0/0 out of tolerance-unit ratios
 _NB_BLOCK = 1 << 16  # elements per numba block (per-thread unit of work)
-NUMBA_AFTER_BYTES = 1 << 30  # auto engine: numpy until this many bytes were compared
-NUMBA_UPFRONT_BYTES = 1 << 29  # auto engine: load numba at once for a job this big
+NUMBA_AFTER_BYTES = 1 << 31  # auto engine: numpy until this many bytes were compared
+NUMBA_UPFRONT_BYTES = 1 << 31  # auto engine: load numba at once for a job this big
 _NUMBA_MIN_BYTES = 1 << 16  # auto engine: numpy for smaller pairs even once numba is loaded
 # (per call once loaded: 8 KB 27 vs 41 us, 64 KB 30 vs 68 us, 512 KB 62 vs 320 us)
 
@@ -178,8 +178,10 @@ def numba_available() -> bool:
 def expect_bytes(nbytes: int) -> bool:
     """Tell the auto engine that about `nbytes` (both sides) are going to be compared. At
     `NUMBA_UPFRONT_BYTES` or more, numba is loaded now rather than after `NUMBA_AFTER_BYTES`:
-    at ~0.9 GB/s for numpy and 2-6 GB/s for the kernel, its ~0.4 s load pays back from about
-    0.5 GB. Returns whether the kernel is loaded."""
+    at 1.4 GB/s for numpy and 4.4 GB/s for the kernel (a whole det-640 diff in one process,
+    reading included), its ~0.9 s load (import, the cached kernel) pays back from about 2 GB
+    (benchmarks/bench_diff.py on a quiet 2-core machine: a 1.4 GB diff as a whole process took
+    1.23 s on numpy, 1.51 s loading numba for it). Returns whether the kernel is loaded."""
     if (nbytes >= NUMBA_UPFRONT_BYTES and _nb_state == "unloaded"
             and os.environ.get("VERIFY_NO_NUMBA", "") in ("", "0")):
         _load_numba()

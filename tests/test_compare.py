@@ -522,16 +522,20 @@ def test_tol_rank_orders_failures_without_a_figure_worst_everywhere() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
-def test_a_process_forked_after_a_comparison_compares_again() -> None:
-    """The numpy engine's thread pool is made once per process; a child forked after a
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_process_forked_after_a_comparison_compares_again(engine: str) -> None:
+    """The comparison thread pool is made once per process; a child forked after a
     comparison (multiprocessing's fork start method, a test runner forking workers) inherits
-    the pool without its threads, and its next comparison of a multi-block tensor hung."""
-    a, r = make_pair(np.dtype(np.float32), (4, 1 << 16), seed=3)
-    want = compare("t", a, r, engine="numpy")  # several blocks: the pool is used
+    the pool without its threads, and its next comparison of a multi-block tensor hung. Both
+    engines spread a large call over the pool (numba's from PARALLEL_MIN_BLOCKS blocks)."""
+    from verify.scan_numba import _NB_BLOCK, PARALLEL_MIN_BLOCKS
+
+    a, r = make_pair(np.dtype(np.float32), (PARALLEL_MIN_BLOCKS, _NB_BLOCK), seed=3)
+    want = compare("t", a, r, engine=engine)  # several blocks: the pool is used
     pid = os.fork()
     if pid == 0:  # the child: compare again, report by exit status only
         try:
-            os._exit(0 if compare("t", a, r, engine="numpy") == want else 1)
+            os._exit(0 if compare("t", a, r, engine=engine) == want else 1)
         finally:
             os._exit(2)
     deadline = time.monotonic() + 60

@@ -137,12 +137,14 @@ MODULES: dict[str, Module] = {
                    only=("verify.diff.x__walk__*", "verify.diff.x_diff_cases__*",
                          "verify.diff.x_diff_captures__*", "verify.diff.x_iter_rows__*"),
                    skip_lines=(_MESSAGES,)),
-    # diff_sources: also the tests that open its other kinds of capture: archives packed
-    # without --layers on either side (the walk's tests), a multi-case dump diffed case by
-    # case, a damaged layer reference, an archive keeping its external data, a dump that
-    # left If bodies out
+    # diff_sources: also its own tests (what an archive side carries into the report, the
+    # module attribution, a layer of no elements, a model not ONNX or with external data,
+    # the host loader's pass) and the tests that open its other kinds of capture: archives
+    # packed without --layers on either side (the walk's tests), a multi-case dump diffed
+    # case by case, a damaged layer reference, an archive keeping its external data, a dump
+    # that left If bodies out
     "diff_sources": Module("verify/diff_sources.py",
-                           (*_DIFF_TESTS, "tests/test_diff_walk.py",
+                           (*_DIFF_TESTS, "tests/test_diff_sources.py", "tests/test_diff_walk.py",
                             "tests/test_dump_run.py::test_dynamic_integer_and_multi_case_"
                             "models_dump_and_diff",
                             "tests/test_archive_integrity.py::test_a_flipped_layer_reference_"

@@ -258,5 +258,5 @@ def test_a_dump_that_left_one_tensor_inside_a_body_out_says_so_in_full(
     dump = make_dump(archive, tmp_path / "dump", "disable")
     report = _diff(capsys, dump, archive, code=0)
     assert report["notes"] == [
-        f"{dump}: 1 tensors inside If/Loop/Scan bodies were not captured (onnxruntime can mark "
+        f"{dump}: 1 tensor inside If/Loop/Scan bodies were not captured (onnxruntime can mark "
         "only the top-level graph's tensors); their nodes are compared by their outputs"]

@@ -24,6 +24,7 @@ from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import parse_model, saturation_floors
 from verify.origin import Attribution, attribute
+from verify.rules import plural
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
                for e in sorted(entries.values(), key=lambda e: e.index)]
     scratch = Scratch()
     inside = dump.subgraph_tensors
-    note = (f"{dump.path}: {inside} tensors inside If/Loop/Scan bodies were not captured "
+    note = (f"{dump.path}: {plural(inside, 'tensor')} inside If/Loop/Scan bodies were not captured "
             "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
             "compared by their outputs" if inside > 0 else "")
     return Side(

@@ -22,6 +22,7 @@ from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_te
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
 from verify.iodump import io_dump_cases, io_dump_text
+from verify.rules import plural
 from verify.options import (
     ArchiveSelection,
     DeviceTarget,
@@ -198,8 +199,8 @@ def _dump_note(capture: DumpCapture) -> str:
     if plan.filtered_out:
         note += f", {plan.filtered_out} left out by --dump-filter"
     if plan.subgraph_tensors:
-        note += (f"; {plan.subgraph_tensors} tensors inside If/Loop/Scan bodies not captured "
-                 "(onnxruntime can mark only the top-level graph's tensors)")
+        note += (f"; {plural(plan.subgraph_tensors, 'tensor')} inside If/Loop/Scan bodies not "
+                 "captured (onnxruntime can mark only the top-level graph's tensors)")
     if not capture.segments:  # a runner that re-runs the model per chunk (runner/native)
         return note + (f"; the whole model run once per chunk of at most "
                        f"{capture.budget_bytes / 2**20:.3g} MB of marked tensors (a runner "

@@ -202,15 +202,15 @@ def test_a_large_call_is_split_over_the_threads_with_the_same_rows(monkeypatch) 
     runs: list[tuple[int, int]] = []
     real = scan_numba.thread_pool()
 
-    class Pool:  # records each run it is given
-        def submit(self, fn, x, y, st, sp, *rest):
-            runs.append((int(st[0]), int(sp[-1])))
-            return real.submit(fn, x, y, st, sp, *rest)
+    class Pool:  # records each run of blocks it is given
+        def submit(self, fn, lo, hi):
+            runs.append((lo, hi))
+            return real.submit(fn, lo, hi)
 
     monkeypatch.setattr(scan_numba, "THREADS", 2)
     monkeypatch.setattr(scan_numba, "thread_pool", lambda: Pool())
     split = scan_numba.nb_rows(a, r, starts, stops, 1e-5, 1e-3, 1e-38, True)
-    assert runs == [(0, n_min // 2 * bs), (n_min // 2 * bs, r.size)]
+    assert runs == [(0, n_min // 2), (n_min // 2, n_min)]
     assert split.tobytes() == whole.tobytes() and split[:, 9].sum() == r.size
     runs.clear()
     below = scan_numba.nb_rows(a, r, starts[:-1], stops[:-1], 1e-5, 1e-3, 1e-38, True)

@@ -20,7 +20,7 @@ import numpy as np
 
 from verify.scan_numba import (_DEN_MIN, _INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
                                _NB_BLOCK, _NCMP, _NCOL, _NFMIS, _NV, _PEAK, _SAA, _SD, _SDD, _SRR,
-                               THREADS, nb_rows, thread_pool)
+                               THREADS, nb_rows, spread)
 
 # --- the scan: one streaming pass, per-block partial results -----------------------------------
 
@@ -101,19 +101,14 @@ def _np_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray
     rows = np.zeros((starts.size, _NCOL))
     los, his = starts.tolist(), stops.tolist()
 
-    def work(first: int, step: int) -> None:
+    def work(first: int, last: int) -> None:
         scratch = _np_scratch(min(_NP_BLOCK, x.size))
-        for j in range(first, len(los), step):
+        for j in range(first, last):
             lo, hi = los[j], his[j]
             _np_block(x[lo:hi], y[lo:hi], atol, rtol, tiny, want_tr, rows[j], scratch)
 
-    threads = min(THREADS, len(los) // 2)
-    if threads <= 1:
-        work(0, 1)
-    else:  # numpy releases the GIL inside each block's ufuncs
-        pool = thread_pool()
-        for f in [pool.submit(work, k, threads) for k in range(threads)]:
-            f.result()
+    # numpy releases the GIL inside each block's ufuncs
+    spread(len(los), min(THREADS, len(los) // 2), work)
     return rows
 
 

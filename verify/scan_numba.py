@@ -6,7 +6,8 @@ runs at memory bandwidth. The kernel is serial and releases the GIL; a call of
 `PARALLEL_MIN_BLOCKS` blocks or more is split over verify's own comparison threads
 (`thread_pool`, which the numpy engine uses too), never numba's threading layer. numba is
 optional: it is imported and the kernel built on first use (`numba_available`), and
-`choose_engine` / `expect_bytes` decide when loading it pays (see `compare`'s module doc for the policy and `VERIFY_NO_NUMBA`).
+`choose_engine` / `expect_bytes` decide when loading it pays (see `compare`'s module doc for
+the policy and `VERIFY_NO_NUMBA`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import functools
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
@@ -105,6 +107,17 @@ def thread_pool() -> ThreadPoolExecutor:
 # A forked child inherits the pool but none of its threads: work submitted there would wait
 # forever (a process forked after a comparison hung on its next one). The child makes its own.
 os.register_at_fork(after_in_child=thread_pool.cache_clear)
+
+
+def spread(n: int, threads: int, job: Callable[[int, int], None]) -> None:
+    """`job(lo, hi)` over blocks [0, n) in `threads` contiguous runs on the comparison threads
+    (or at once on this thread for fewer than two); each block's row is the same either way."""
+    if threads <= 1:
+        job(0, n)
+        return
+    cuts = [n * k // threads for k in range(threads + 1)]
+    for f in [thread_pool().submit(job, lo, hi) for lo, hi in zip(cuts, cuts[1:])]:
+        f.result()
 
 
 def _load_numba() -> Any:
@@ -212,12 +225,6 @@ def nb_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
     xv.flags.writeable = yv.flags.writeable = False  # one compiled signature, memmaps included
     n = starts.size
     threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
-    if threads <= 1:
-        kernel(xv, yv, starts, stops, atol, rtol, tiny, want_tr, rows)
-        return rows
-    cuts = [n * k // threads for k in range(threads + 1)]  # contiguous runs of blocks
-    for f in [thread_pool().submit(kernel, xv, yv, starts[lo:hi], stops[lo:hi], atol, rtol,
-                                   tiny, want_tr, rows[lo:hi])
-              for lo, hi in zip(cuts, cuts[1:])]:
-        f.result()
+    spread(n, threads, lambda lo, hi: kernel(xv, yv, starts[lo:hi], stops[lo:hi], atol, rtol,
+                                             tiny, want_tr, rows[lo:hi]))
     return rows

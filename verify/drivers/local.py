@@ -7,7 +7,6 @@ transfers, job files), so what the tests exercise locally is what runs on a devi
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -90,32 +89,16 @@ class LocalDriver(Driver):
         _copy(remote, local, f"fetching {remote}", progress, host_side=True)
 
     def _hand_over_impl(self, remote: str, local: Path) -> bool:
-        """A rename onto `local` where both sit on one file system and `local` is no folder;
-        anything else (another file system, a folder in the way, a missing file) goes the
-        copying way, which reports it."""
-        if local.is_dir():
-            return False
+        """A rename onto `local` where both sit on one file system (123 files, 106 MB: ~1 ms
+        instead of ~40 ms copying, and the bytes are not held twice in the page cache);
+        anything else (another file system, a folder in the way, a missing file) fails the
+        rename and goes the copying way, which reports it."""
         try:
             os.chmod(remote, 0o666 & ~umask())  # as a copy would have it
             os.replace(remote, local)
         except OSError:
             return False
         return True
-
-    def _move_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        """A rename where the work directory and `local` share a file system (123 files,
-        106 MB: ~1 ms instead of ~40 ms copying, and the bytes are not held twice in the page
-        cache), else a copy."""
-        try:
-            os.replace(remote, local)
-        except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise TransferError(f"local: fetching {remote} failed: "
-                                    f"{exc.strerror or exc}") from exc
-            self._get_impl(remote, local, progress)
-            return
-        if progress:
-            progress(local.stat().st_size)
 
     def cache_files(self) -> list[CacheFile]:
         files = []

@@ -22,6 +22,7 @@ import pytest
 from fixtures_devices import run_cli
 from fixtures_localize import FAULTY_RUNNER
 from sshd_host import process_alive
+from verify.dump import open_dump
 
 TESTS = Path(__file__).resolve().parent
 COUNTING = TESTS / "counting_python.py"
@@ -102,6 +103,48 @@ def test_bench_opens_one_connection_and_starts_one_runner(
     # every job ran: 2 cases x 2 iterations x 3 rounds per setting, each checked
     assert [len(r["iter_ms"]) for r in doc["results"]] == [2 * 2 * rounds] * settings
     assert all(r["passed"] for r in doc["results"])
+
+
+@pytest.mark.parametrize("level", ["disable", "all"])
+def test_a_dump_run_starts_one_runner(
+        level: str, transport: str, sshd: Any, device_env: Any, cnn_two_cases: Path,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify run --bin-io-dump`: above opt-level disable the timed job and then the dump job
+    go to one serving runner, which forks a child for the dump (its ready line says "dumps":
+    true); at disable the timed runner forks the dump before its session. One runner start
+    either way, and the dump whole."""
+    log = tmp_path / "starts.log"
+    spec = _profile(device_env, transport, f"dumping-{level}", sshd,
+                    python=[sys.executable, str(COUNTING), str(log)])
+    out = tmp_path / "d"
+    code, _, err = run_cli(["run", cnn_two_cases, "--device", spec, "--iter", 1, "--warmup", 0,
+                            "--opt-level", level, "--bin-io-dump", out], capsys)
+    assert code == 0, err
+    starts = [s["argv"][1:] for s in _starts(log)]
+    assert len(starts) == 1 and (starts[0] == ["--serve"]) == (level != "disable"), starts
+    dump = open_dump(out)
+    assert dump.graph == ("model" if level == "disable" else "optimized")
+    for case in dump.case_numbers:
+        entries = dump.entries(case)
+        assert len(entries) > 5 and all(dump.load(e).shape == e.shape for e in entries)
+
+
+def test_a_serving_runner_that_does_not_fork_dumps_gets_a_process_for_the_dump(
+        device_env: Any, cnn_two_cases: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A runner that serves but whose ready line does not say "dumps": true (the faulty
+    runner, which serves through a function of its own) runs the timed job served and the
+    dump job in a process of its own, as before serving dumps existed."""
+    log = tmp_path / "starts.log"
+    device_env.write_profile("no-fork", {"transport": "local", "runner": [
+        sys.executable, str(COUNTING), str(log), str(FAULTY_RUNNER), "--fault", "scale",
+        "--node", "no-such-node"]})
+    code, _, err = run_cli(["run", cnn_two_cases, "--device", "no-fork", "--iter", 1,
+                            "--opt-level", "all", "--bin-io-dump", tmp_path / "d"], capsys)
+    assert code == 0, err
+    assert [s["argv"][-1].rsplit("/", 1)[-1] for s in _starts(log)] == [
+        "--describe", "--serve", "dump_job.json"]
+    assert open_dump(tmp_path / "d").graph == "optimized"
 
 
 def test_localize_rounds_share_one_connection_and_one_runner(

@@ -147,7 +147,8 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     try:
         with external_data(tc) as external:  # extracted for the push, gone after it
             opened = (sessions.use(profile) if sessions is not None
-                      else DeviceSession(profile, status=status, progress=progress))
+                      else DeviceSession(profile, status=status, progress=progress,
+                                         serve=dump_spec is not None))
             with opened as session:
                 device_run = run_model(session, tc.model_bytes, feeds, options,
                                        profile_dest=request.profile_path, dump=dump_spec,

@@ -108,8 +108,7 @@ def capture(session: DeviceSession, workdir: str, job: Mapping[str, Any], timed:
                 Job.PROFILE: None, Job.OPTIMIZED_MODEL_PATH: None, Job.RESULT: DUMP_RESULT,
                 Job.DUMP: dump_entry(plan, dump)}
     session.say(f"dumping {len(plan.tensors)} tensors ({plan.graph} graph) on {session.spec}")
-    result = session.job(dump_job, workdir, name="dump_job.json", timeout=timeout,
-                         own_process=True)
+    result = session.job(dump_job, workdir, name="dump_job.json", timeout=timeout)
     return _pull(session, workdir, dump, plan, result, keep)
 
 

@@ -6,8 +6,11 @@ a host temporary folder, and, where the runner offers it, one runner process lef
 command's jobs (`serve`, docs/runner-contract.md): bench's settings × rounds and localize's
 rounds then pay one connection and one runner start. A runner that does not say `"serve": true`
 in its `--describe` (the native runner, a third-party one) runs one process per job, as before.
-Jobs that capture layers always get a process of their own: a dump's peak memory must not hold
-what earlier sessions left in a serving process's heap.
+Jobs that capture layers start with clean memory: a dump's peak must not hold what earlier
+sessions left in a serving process's heap. A serving runner whose ready line says `"dumps":
+true` (verify's own, where the device can fork) runs each in a child forked for it, with the
+heap handed back first; any other runner gets a process of its own for them. `verify run` with
+a dump above opt-level disable (a timed job, then the dump job) serves both: one runner start.
 
     with DeviceSession(profile) as session:
         model = session.push_bytes(model_bytes, ".onnx", "model")
@@ -95,8 +98,9 @@ def _progress(factory: ProgressFactory | None, label: str, path: Path) -> Progre
 class DeviceSession:
     """A device opened once for one command. Use as a context manager; not thread-safe.
 
-    `serve`: keep one runner process for the session's timed jobs where the runner offers it
-    (worth it from the second job on; `verify run`, with one job, leaves it off)."""
+    `serve`: keep one runner process for the session's jobs where the runner offers it
+    (worth it from the second job on; `verify run` turns it on only for a dump, whose job
+    follows the timed one above opt-level disable)."""
 
     def __init__(self, profile: Profile, *, status: Status | None = None,
                  progress: ProgressFactory | None = None, serve: bool = False) -> None:
@@ -114,6 +118,7 @@ class DeviceSession:
         self._pushed: dict[str, str] = {}  # sha256 → path on the device
         self._server: LineChannel | None = None
         self._serves: bool | None = None   # whether the runner offers serve (None: not asked)
+        self._fork_dumps = False           # whether the serving runner forks per dump job
         self._n = 0
         self.last_stderr = ""       # the last job's runner stderr (a serving runner's: so far)
 
@@ -206,16 +211,20 @@ class DeviceSession:
 
     # --- jobs -----------------------------------------------------------------------------
     def job(self, job: Mapping[str, Any], workdir: str, *, name: str = "job.json",
-            timeout: float | None = None, own_process: bool = False) -> dict[str, Any]:
+            timeout: float | None = None) -> dict[str, Any]:
         """Write `job` into `workdir`, run it and return the runner's result, checked (an error
-        the runner reported becomes verify's error of that kind). `own_process`: never the
-        serving runner (dumps: their memory must start clean)."""
+        the runner reported becomes verify's error of that kind). A job that captures layers
+        starts with clean memory: in a process of its own, or on a serving runner that forks
+        a child for it (its ready line says "dumps": true); a timed job with a forked dump
+        (`dump_first`) always in a process of its own."""
         path = f"{workdir}/{name}"
         self.put_json(job, path)
         result_name = str(Job.RESULT.of(job))
-        served = not own_process and not Job.DUMP.of(job) and not Job.DUMP_FIRST.of(job)
+        served = not Job.DUMP_FIRST.of(job) and self._serving()
+        if served and Job.DUMP.of(job):
+            served = self._serves_dumps(timeout)
         try:
-            if served and self._serving():
+            if served:
                 status, stderr = self._served_job(path, timeout)
             else:
                 self.runner_starts += 1
@@ -290,12 +299,22 @@ class DeviceSession:
                     is not None:
                 reply = _reply(line)
                 if reply is not None and reply.get(Serve.READY) is True:
+                    self._fork_dumps = reply.get(Serve.DUMPS) is True
                     return server
         except BaseException:
             server.kill()
             raise
         server.close(SERVE_STOP_S)
         return None
+
+    def _serves_dumps(self, timeout: float | None) -> bool:
+        """Whether the serving runner (started now if need be) forks a child per dump job."""
+        limit = self.dev.config.command_timeout if timeout is None else timeout
+        if self._server is None:
+            self._server = self._start_server(limit)
+            if self._server is None:
+                self._serves = False
+        return self._server is not None and self._fork_dumps
 
     def _served_job(self, path: str, timeout: float | None) -> tuple[int, str]:
         """Hand one job to the serving runner (started on first use) and wait for its reply

@@ -389,7 +389,8 @@ def test_python_runner_serves_jobs_one_after_another(tmp_path: Path) -> None:
                           input="\n".join(lines) + "\n", capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     replies = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert replies == [{"verify-serve": 1, "ready": True},
+    # "dumps": a job that captures layers runs in a child forked for it (serve_job)
+    assert replies == [{"verify-serve": 1, "ready": True, "dumps": True},
                        *({"verify-serve": 1, "job": str(w / "job.json"), "status": s}
                          for w, s in ((good, 0), (bad_model, 0), (foreign, 2)))]
     ok = json.loads((good / "result.json").read_text())
@@ -398,10 +399,38 @@ def test_python_runner_serves_jobs_one_after_another(tmp_path: Path) -> None:
     assert not (foreign / "result.json").exists() and "version 99" in proc.stderr
 
 
+def test_a_served_dump_job_runs_in_a_forked_child(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve_job: a job with a "dump" entry runs in a child forked for it (its memory starts
+    clean, the serving process goes on), any other job in the serving process itself; the
+    child's exit status is the job's, a signal as its negative."""
+    from verify.runner import runner as R
+
+    ran = tmp_path / "ran"
+
+    def record(path: str) -> int:
+        with open(ran, "a") as fh:
+            fh.write(f"{os.getpid()} {Path(path).name}\n")
+        return 0
+
+    monkeypatch.setattr(R, "run_job_file", record)
+    timed, dump = tmp_path / "timed.json", tmp_path / "dump.json"
+    timed.write_text(json.dumps({"model": "m.onnx", "dump": None}))
+    dump.write_text(json.dumps({"model": "m.onnx", "dump": {"tensors": ["x"]}}))
+    assert R.serve_job(str(timed)) == 0 and R.serve_job(str(dump)) == 0
+    pids = dict(reversed(line.split()) for line in ran.read_text().splitlines())
+    assert pids["timed.json"] == str(os.getpid()) != pids["dump.json"]
+    monkeypatch.setattr(R, "run_job_file", lambda path: 2)
+    assert R.serve_job(str(dump)) == 2
+    monkeypatch.setattr(R, "run_job_file", lambda path: os.kill(os.getpid(), 9))
+    assert R.serve_job(str(dump)) == -9
+    assert os.getpid() == int(pids["timed.json"])  # still this process
+
+
 def test_python_runner_serve_refuses_a_line_that_is_not_a_job(tmp_path: Path) -> None:
     proc = subprocess.run([*runner_argv("python"), "--serve"], cwd=tmp_path, text=True,
                           input="job.json\n", capture_output=True, timeout=300)
     assert proc.returncode == 2
-    assert proc.stdout == '{"verify-serve": 1, "ready": true}\n'
+    assert proc.stdout == '{"verify-serve": 1, "ready": true, "dumps": true}\n'
     assert proc.stderr.startswith('runner --serve: expected {"job": "/abs/path"} per line, '
                                   "got 'job.json'")

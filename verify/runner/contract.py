@@ -238,6 +238,8 @@ class Serve(object):
     READY = "ready"      # the first reply: true once the runner is ready for jobs
     JOB = "job"          # a request's (and its reply's) absolute job file path
     STATUS = "status"    # a reply's exit status for the job (0, or 2: a job it cannot read)
+    DUMPS = "dumps"      # the ready line's: true when it runs each dump job in a child process
+                         # forked for it, whose memory starts clean (else dumps are not sent)
 
 
 # --- `--describe` (also the result's `device`) ---------------------------------------------------

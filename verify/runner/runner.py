@@ -29,7 +29,6 @@ that dump in a forked child, then times as usual (see forked_dump).
 
 import base64
 import collections
-import errno
 import json
 import mmap
 import os
@@ -1064,150 +1063,6 @@ def _return_freed_memory():
         pass
 
 
-class NpyWriter(object):
-    """Writes .npy files the way np.save does (the same bytes), through a few aligned buffers
-    that a thread of its own writes with O_DIRECT where the file system takes it: the dump's
-    gigabytes go to the disk without passing through the page cache. Writing them through the
-    page cache made every byte land in a page the system had to find and fault in (PP-OCRv4
-    det 640's 850 MB: 1.2 of the dump child's 2.2 s, from 0.2 to 2.8 CPU s depending on how
-    recently the memory had been used), and left the dump's size in dirty pages behind it on
-    the device. Without O_DIRECT (a platform or a file system that refuses it) the same
-    buffers are written through the page cache. Errors are raised by the next write or close;
-    close() waits for every byte."""
-
-    ALIGN = 4096  # O_DIRECT's offsets and lengths: a multiple of any logical block size in use
-
-    def __init__(self, np, block=4 << 20, buffers=2):
-        import queue
-        import threading
-
-        self.np = np
-        self.block = block
-        self.free = queue.Queue()
-        self.todo = queue.Queue()
-        for _ in range(buffers):
-            self.free.put(mmap.mmap(-1, block))
-        self.error = None
-        self.thread = threading.Thread(target=self._loop, name="verify-npy-writer")
-        self.thread.daemon = True
-        self.thread.start()
-
-    def write(self, path, value):
-        """Write `value` (an array) to `path` as np.save(path, value, allow_pickle=False)."""
-        np = self.np
-        a = np.asarray(value)
-        if a.dtype.hasobject or self.error is not None:
-            self._check()
-            np.save(path, a, allow_pickle=False)  # raises as np.save does
-            return
-        import io
-
-        head = io.BytesIO()
-        np.lib.format.write_array_header_1_0(
-            head, np.lib.format.header_data_from_array_1_0(a))
-        head = head.getvalue()
-        data = (a if a.flags.c_contiguous or a.flags.f_contiguous
-                else np.ascontiguousarray(a)).reshape(-1, order="A").view(np.uint8)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0)
-        direct = getattr(os, "O_DIRECT", 0)
-        try:
-            fd = os.open(path, flags | direct, 0o666)
-        except OSError:
-            if not direct:
-                raise
-            fd = os.open(path, flags, 0o666)  # e.g. tmpfs before Linux 6.6: EINVAL
-        total = len(head) + data.size
-        done, buf, used = 0, None, 0
-        try:
-            for piece in (np.frombuffer(head, np.uint8), data):
-                at = 0
-                while at < piece.size:
-                    if buf is None:
-                        buf = self._take()
-                        used = 0
-                    n = min(self.block - used, piece.size - at)
-                    np.frombuffer(buf, np.uint8, n, used)[...] = piece[at:at + n]
-                    used += n
-                    at += n
-                    done += n
-                    if used == self.block and done < total:
-                        self.todo.put((fd, buf, used, None))
-                        buf = None
-        except BaseException:
-            self.todo.put((fd, buf, 0, -1))  # close it, write nothing more
-            raise
-        self.todo.put((fd, buf, used, total))
-
-    def close(self, raise_error=True):
-        """Wait for every write; raise the first error (unless not `raise_error`)."""
-        if self.thread is not None:
-            self.todo.put(None)
-            self.thread.join()
-            self.thread = None
-        if raise_error:
-            self._check()
-
-    def _take(self):
-        buf = self.free.get()
-        self._check()
-        return buf
-
-    def _check(self):
-        if self.error is not None:
-            raise self.error
-
-    def _loop(self):
-        while True:
-            item = self.todo.get()
-            if item is None:
-                return
-            fd, buf, used, total = item
-            try:
-                if self.error is None and total != -1:
-                    self._write(fd, memoryview(buf), used)
-                    if total is not None and os.fstat(fd).st_size != total:
-                        os.ftruncate(fd, total)  # the last block was padded
-            except Exception as exc:
-                self.error = exc
-            finally:
-                if total is not None:
-                    os.close(fd)
-                if buf is not None:
-                    self.free.put(buf)
-
-    def _write(self, fd, view, used):
-        length = used if used % self.ALIGN == 0 else used + self.ALIGN - used % self.ALIGN
-        at = 0
-        while at < used:
-            try:
-                n = os.write(fd, view[at:length])
-            except OSError as exc:
-                if exc.errno != errno.EINVAL or not _drop_direct(fd):
-                    raise
-                length = used  # buffered from here on: the exact bytes
-                continue
-            if n <= 0:
-                raise OSError(errno.EIO, "short write")
-            at += n
-            if at < used and at % self.ALIGN:
-                _drop_direct(fd)  # a short unaligned write: finish buffered
-                length = used
-
-
-def _drop_direct(fd):
-    """Clear O_DIRECT on `fd`; False where it was not set (or cannot be cleared)."""
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    direct = getattr(os, "O_DIRECT", 0)
-    fl = fcntl.fcntl(fd, fcntl.F_GETFL)
-    if not direct or not fl & direct:
-        return False
-    fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~direct)
-    return True
-
-
 def run_dump(np, ort, job, workdir, result):
     """Capture the job's dump tensors into .npy files named by index, with per-tensor stats.
 
@@ -1249,21 +1104,17 @@ def run_dump(np, ort, job, workdir, result):
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     stats = {DR.BUDGET_BYTES: budget}
-    writer = NpyWriter(np) if save else None
-    try:
-        for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget,
-                                                session_job, out_dir, sizes=DS.SIZES.of(spec),
-                                                copy=False, stats=stats):
-            rec = tensor_stats(np, value, first)
-            rec[C.Record.NAME] = name
-            rec[C.Record.FILE] = None
-            if save:
-                rec[C.Record.FILE] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
-                writer.write(os.path.join(workdir, rec[C.Record.FILE]), value)
-            records[ci][index[name]] = rec
-    finally:
-        if writer is not None:
-            writer.close(raise_error=sys.exc_info()[0] is None)
+    for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget, session_job,
+                                            out_dir, sizes=DS.SIZES.of(spec), copy=False,
+                                            stats=stats):
+        rec = tensor_stats(np, value, first)
+        rec[C.Record.NAME] = name
+        rec[C.Record.FILE] = None
+        if save:
+            rec[C.Record.FILE] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
+            np.save(os.path.join(workdir, rec[C.Record.FILE]), np.asarray(value),
+                    allow_pickle=False)
+        records[ci][index[name]] = rec
     dump = dict((f, f.of(stats)) for f in DR.fields() if not f.required)
     dump.update({DR.BUDGET_BYTES: stats[DR.BUDGET_BYTES], DR.MS: _now_ms(t0),
                  DR.CASES: records})

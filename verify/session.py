@@ -309,26 +309,28 @@ class DeviceSession:
 
     def _serves_dumps(self, timeout: float | None) -> bool:
         """Whether the serving runner (started now if need be) forks a child per dump job."""
-        limit = self.dev.config.command_timeout if timeout is None else timeout
-        if self._server is None:
+        return self._started(timeout) is not None and self._fork_dumps
+
+    def _started(self, timeout: float | None) -> LineChannel | None:
+        """The serving runner, started on first use; None (and no more serving) when it
+        could not be."""
+        if self._server is None and self._serves is not False:
+            limit = self.dev.config.command_timeout if timeout is None else timeout
             self._server = self._start_server(limit)
             if self._server is None:
                 self._serves = False
-        return self._server is not None and self._fork_dumps
+        return self._server
 
     def _served_job(self, path: str, timeout: float | None) -> tuple[int, str]:
         """Hand one job to the serving runner (started on first use) and wait for its reply
         line: the reply's status; the runner's exit status and stderr when it died."""
         limit = self.dev.config.command_timeout if timeout is None else timeout
-        if self._server is None:
-            self._server = self._start_server(limit)
-            if self._server is None:
-                self._serves = False
-                self.runner_starts += 1
-                res = self.dev.run([*self.argv, path], cwd=path.rsplit("/", 1)[0],
-                                   timeout=timeout, check=False)
-                return res.status, res.stderr
-        server = self._server
+        server = self._started(timeout)
+        if server is None:
+            self.runner_starts += 1
+            res = self.dev.run([*self.argv, path], cwd=path.rsplit("/", 1)[0],
+                               timeout=timeout, check=False)
+            return res.status, res.stderr
         try:
             server.send(json.dumps({Serve.JOB: path}))
             deadline = time.monotonic() + limit

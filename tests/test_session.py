@@ -279,7 +279,7 @@ def test_a_failed_job_closes_its_session_and_the_next_reconnects(
     that raises leaves no session behind, so the next job connects afresh."""
     from verify.devices import resolve_profile
     from verify.errors import RunnerError
-    from verify.session import Sessions
+    from verify.sessions import Sessions
 
     device_env.write_profile("plain", {"transport": "local"})
     profile = resolve_profile("plain")

@@ -38,7 +38,8 @@ from verify.pipeline import (
     Status,
     run_model,
 )
-from verify.session import DeviceSession, Sessions
+from verify.session import DeviceSession
+from verify.sessions import Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
 from verify.tolerance import tolerance_set

@@ -14,7 +14,7 @@ from verify import diff, execute
 from verify.ci.jobs import Job
 from verify.ci.results import TensorError
 from verify.options import DumpOptions, TimedRuns
-from verify.session import Sessions
+from verify.sessions import Sessions
 
 RequestFactory = Callable[..., execute.RunRequest]
 

@@ -44,7 +44,7 @@ from verify.errors import (
     VerifyError,
 )
 from verify.options import TimedRuns
-from verify.session import Sessions
+from verify.sessions import Sessions
 
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0

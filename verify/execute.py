@@ -22,7 +22,6 @@ from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_te
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
 from verify.iodump import io_dump_cases, io_dump_text
-from verify.rules import plural
 from verify.options import (
     ArchiveSelection,
     DeviceTarget,
@@ -38,6 +37,7 @@ from verify.pipeline import (
     Status,
     run_model,
 )
+from verify.rules import plural
 from verify.session import DeviceSession
 from verify.sessions import Sessions
 from verify.archive_verify import LayerCheck

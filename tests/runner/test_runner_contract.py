@@ -408,7 +408,8 @@ def test_a_served_dump_job_runs_in_a_forked_child(tmp_path: Path,
 
     ran = tmp_path / "ran"
 
-    def record(path: str) -> int:
+    def record(path: str, job: Any = None) -> int:
+        assert job == json.loads(Path(path).read_text())  # read once, handed over
         with open(ran, "a") as fh:
             fh.write(f"{os.getpid()} {Path(path).name}\n")
         return 0
@@ -420,9 +421,9 @@ def test_a_served_dump_job_runs_in_a_forked_child(tmp_path: Path,
     assert R.serve_job(str(timed)) == 0 and R.serve_job(str(dump)) == 0
     pids = dict(reversed(line.split()) for line in ran.read_text().splitlines())
     assert pids["timed.json"] == str(os.getpid()) != pids["dump.json"]
-    monkeypatch.setattr(R, "run_job_file", lambda path: 2)
+    monkeypatch.setattr(R, "run_job_file", lambda path, job=None: 2)
     assert R.serve_job(str(dump)) == 2
-    monkeypatch.setattr(R, "run_job_file", lambda path: os.kill(os.getpid(), 9))
+    monkeypatch.setattr(R, "run_job_file", lambda path, job=None: os.kill(os.getpid(), 9))
     assert R.serve_job(str(dump)) == -9
     assert os.getpid() == int(pids["timed.json"])  # still this process
 

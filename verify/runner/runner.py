@@ -1050,17 +1050,29 @@ def _return_freed_memory():
     before) made every dumped tensor map, zero and unmap its pages: run_dump on PP-OCRv4 det's
     optimized graph took 2.0-2.3 CPU s at 640 and 5.3-6.8 at 960, against 1.3-1.5 and 2.5-2.8
     this way, with the same peak (147-162 vs 160-172 MB, 250 vs 250-273 MB; issue 14)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "mallopt"):
+        libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD: fixed at 256 MiB
+        libc.mallopt(-1, 64 << 20)   # M_TRIM_THRESHOLD
+
+
+def _trim_heap():
+    """glibc only: hand the heap's free memory back to the system (malloc_trim)."""
+    libc = _libc()
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
+
+
+def _libc():
+    """The C library through ctypes, or None where it cannot be loaded."""
     try:
         import ctypes
         import ctypes.util
 
         name = ctypes.util.find_library("c")
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "mallopt"):
-            libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD: fixed at 256 MiB
-            libc.mallopt(-1, 64 << 20)   # M_TRIM_THRESHOLD
+        return ctypes.CDLL(name) if name else None
     except (OSError, AttributeError, ValueError):
-        pass
+        return None
 
 
 def run_dump(np, ort, job, workdir, result):
@@ -1167,13 +1179,15 @@ def main(argv):
     return run_job_file(argv[1])
 
 
-def run_job_file(path):
-    """Run the job file at `path` in its folder (the job's work directory); 0, or 2 when
-    the job is not one this runner reads (no result file is written then)."""
+def run_job_file(path, job=None):
+    """Run the job file at `path` in its folder (the job's work directory), `job` being its
+    contents where already read; 0, or 2 when the job is not one this runner reads (no result
+    file is written then)."""
     job_path = os.path.abspath(path)
     workdir = os.path.dirname(job_path)
-    with open(job_path) as fh:
-        job = json.load(fh)
+    if job is None:
+        with open(job_path) as fh:
+            job = json.load(fh)
     problem = C.job_problem(job)
     if problem:
         sys.stderr.write(problem + "\n")
@@ -1190,16 +1204,10 @@ def serve_job(path):
     s of `verify run --bin-io-dump` above opt-level disable, whose dump is a second job);
     the child is gone before the next job. Its exit status is the job's (a signal: minus its
     number, as a one-job run's would be reported)."""
-    if not hasattr(os, "fork"):
-        return run_job_file(path)
-    try:
-        with open(path) as fh:
-            job = json.load(fh)
-        dump = isinstance(job, dict) and bool(job.get(J.DUMP))
-    except (OSError, ValueError):
-        dump = False  # run_job_file reports it
-    if not dump:
-        return run_job_file(path)
+    with open(path) as fh:  # what cannot be read, the serving loop reports
+        job = json.load(fh)
+    if not (hasattr(os, "fork") and isinstance(job, dict) and job.get(J.DUMP)):
+        return run_job_file(path, job)
     _trim_heap()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -1207,7 +1215,7 @@ def serve_job(path):
     if pid == 0:  # the child: never return into the serving loop
         code = 1
         try:
-            code = run_job_file(path)
+            code = run_job_file(path, job)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -1217,20 +1225,6 @@ def serve_job(path):
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
-
-
-def _trim_heap():
-    """glibc only: hand the heap's free memory back to the system (malloc_trim)."""
-    try:
-        import ctypes
-        import ctypes.util
-
-        name = ctypes.util.find_library("c")
-        libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
-    except (OSError, AttributeError, ValueError):
-        pass
 
 
 SERVE_REPLY = C.Serve.REPLY

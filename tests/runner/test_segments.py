@@ -182,6 +182,47 @@ def test_a_budget_below_the_largest_tensor_completes_and_stays_bounded(tmp_path:
     assert max(live) <= 4 * largest
 
 
+def _rss() -> int:
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) << 10 for line in fh if line.startswith("VmRSS"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc")
+def test_a_tensor_held_for_a_later_segment_does_not_keep_its_segment_s_other_outputs(
+        tmp_path: Path) -> None:
+    """Relu and Neg of a 64 MB x run as one segment; Neg's output is held for the Add two
+    segments on, Relu's is only captured. While Sigmoid's segment runs, what is alive is Neg's
+    and Sigmoid's outputs: within the 160 MB budget. An output taken from onnxruntime's output
+    vector as an OrtValue kept the whole vector alive, Relu's output with it (192 MB)."""
+    from onnx import TensorProto, helper
+
+    n = 1 << 24
+    vec = [helper.make_tensor_value_info(t, TensorProto.FLOAT, [n]) for t in "xd"]
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["a"], name="relu"),
+                               helper.make_node("Neg", ["x"], ["b"], name="neg"),
+                               helper.make_node("Sigmoid", ["x"], ["c"], name="sigmoid"),
+                               helper.make_node("Add", ["b", "c"], ["d"], name="add")],
+                              "held", vec[:1], vec[1:])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "held.onnx"
+    onnx.save(model, path)
+    x = np.linspace(-1.0, 1.0, n, dtype=np.float32)
+    budget = 160 << 20
+    sizes = dict.fromkeys("xabcd", x.nbytes)
+    stats: dict[str, Any] = {}
+    alive: dict[str, int] = {}
+    base = _rss()
+    for _, name, value in rt.capture_segments(np, ort, str(path), list("xabcd"), [{"x": x}],
+                                              budget, _JOB, str(tmp_path), sizes=sizes,
+                                              copy=False, stats=stats):
+        alive[name] = _rss() - base
+        if name == "d":
+            assert np.allclose(value, -x + 1 / (1 + np.exp(-x)), rtol=0, atol=1e-6)
+    assert stats["segments"] == [[0, 2], [2, 3], [3, 4]]
+    assert alive["c"] < budget, {k: v >> 20 for k, v in alive.items()}
+
+
 def test_plan_dump_sizes_and_counts_if_bodies() -> None:
     """silero VAD computes 689 of its tensors inside If bodies: the plan counts them."""
     model = onnx.load(model_path("silero_vad"))

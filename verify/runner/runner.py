@@ -1011,8 +1011,13 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
 def _run_segment(np, ort, sess, fed, fetch, copy):
     """Run `sess` on `fed` (name -> (array, OrtValue or None)) and return (array, owner) per
     name in `fetch`. Where onnxruntime allows, values cross segments as OrtValues and come back
-    as arrays viewing its own buffers (no copy; the owner keeps the buffer alive); with `copy`
-    they are copied and the owner is None."""
+    as arrays viewing its own buffers (no copy); with `copy` they are copied. Each output is
+    taken through DLPack where numpy and onnxruntime have it: the array then owns a reference
+    to its own buffer and nothing else (owner None). An OrtValue indexed from the run's output
+    vector keeps the whole vector alive instead, so holding one boundary tensor held every
+    output of its segment: on PP-OCRv4 det at 960, up to 134 MB pinned behind 22 MB held, none
+    of it counted against the budget (issue 14). The fallback views the buffer through ctypes
+    and keeps the vector as the owner."""
     import ctypes
 
     if not hasattr(sess, "run_with_ort_values"):
@@ -1034,12 +1039,19 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
             continue
         shape = tuple(int(d) for d in v.shape())
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        array = owner = None
         if nbytes == 0:
             array = np.zeros(shape, dtype)
-        else:
+        elif hasattr(np, "from_dlpack") and hasattr(v, "__dlpack__"):
+            array = np.from_dlpack(v)
+            if array.dtype != np.dtype(dtype) or array.shape != shape:
+                array = None  # (a bool exported as uint8 by some version): view it instead
+        if array is None:
             array = np.frombuffer((ctypes.c_char * nbytes).from_address(v.data_ptr()),
                                   dtype=dtype).reshape(shape)
-        out.append((array.copy(), None) if copy else (array, (v, owners)))
+            owner = (v, owners)
+        out.append((array.copy(), None) if copy else (array, owner))
+    owners = v = None
     return out
 
 

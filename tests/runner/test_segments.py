@@ -223,6 +223,28 @@ def test_a_tensor_held_for_a_later_segment_does_not_keep_its_segment_s_other_out
     assert alive["c"] < budget, {k: v >> 20 for k, v in alive.items()}
 
 
+class NumpyWithoutDlpack:
+    """numpy as before 1.22 (no `from_dlpack`): the runner views onnxruntime's buffers."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "from_dlpack":
+            raise AttributeError(name)
+        return getattr(np, name)
+
+
+def test_without_dlpack_the_capture_views_the_buffers_and_gives_the_same_values(
+        tmp_path: Path) -> None:
+    path = model_path("ppocr_det")
+    x = _det_input(64, 96)
+    sizes = tensor_sizes(onnx.load(path), [{"x": x.shape}])
+    got = [{name: np.array(value) for _, name, value in rt.capture_segments(
+        numpy, ort, str(path), list(sizes), [{"x": x}], 1 << 20, _JOB, str(tmp_path),
+        sizes=sizes, copy=False)} for numpy in (np, NumpyWithoutDlpack())]
+    assert list(got[0]) == list(got[1]) == list(sizes)
+    for name, value in got[0].items():
+        assert value.dtype == got[1][name].dtype and np.array_equal(value, got[1][name]), name
+
+
 def test_plan_dump_sizes_and_counts_if_bodies() -> None:
     """silero VAD computes 689 of its tensors inside If bodies: the plan counts them."""
     model = onnx.load(model_path("silero_vad"))

@@ -543,6 +543,11 @@ def tensor_stats(np, value, first=STAT_FIRST):
     flat = a.reshape(-1)
     stats[Rec.FIRST] = [v.item() for v in flat[:first]]
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
+    # one float64 buffer for all blocks: with glibc's default malloc policy a fresh one per
+    # block (astype) maps and unmaps 2 MiB each time, twice the time of the whole computation
+    # on PP-OCRv4 det 960's tensors (0.75 vs 0.38 s for 1.56 GB; under run_dump's malloc
+    # settings, which serve it from the heap, the two cost the same)
+    buf = np.empty(min(flat.size, _STAT_BLOCK), np.float64)
     for start in range(0, flat.size, _STAT_BLOCK):
         block = flat[start:start + _STAT_BLOCK]
         bmin = bmax = None
@@ -557,8 +562,9 @@ def tensor_stats(np, value, first=STAT_FIRST):
             bmin = bmax = None
         if block.size == 0:
             continue
-        b64 = block.astype(np.float64)
-        bmean = float(b64.mean())
+        b64 = buf[:block.size]
+        np.copyto(b64, block, casting="unsafe")
+        bmean = float(b64.sum()) / block.size
         b64 -= bmean  # (not np.dot: some BLAS builds take 10x longer than this)
         b64 *= b64
         bm2 = float(b64.sum())

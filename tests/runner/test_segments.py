@@ -224,22 +224,33 @@ def test_a_tensor_held_for_a_later_segment_does_not_keep_its_segment_s_other_out
 
 
 class NumpyWithoutDlpack:
-    """numpy as before 1.22 (no `from_dlpack`): the runner views onnxruntime's buffers."""
+    """numpy as before 1.22 (no `from_dlpack`), or one whose `from_dlpack` refuses onnxruntime's
+    tensors or gives them another dtype: the runner views onnxruntime's buffers instead."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
 
     def __getattr__(self, name: str) -> Any:
-        if name == "from_dlpack":
-            raise AttributeError(name)
-        return getattr(np, name)
+        if name != "from_dlpack" or self.how == "absent":
+            if name == "from_dlpack":
+                raise AttributeError(name)
+            return getattr(np, name)
+        if self.how == "refuses":
+            def refuse(value: Any) -> Any:
+                raise BufferError("unsupported")
+            return refuse
+        return lambda value: np.from_dlpack(value).view(np.uint8)
 
 
+@pytest.mark.parametrize("how", ["absent", "refuses", "other dtype"])
 def test_without_dlpack_the_capture_views_the_buffers_and_gives_the_same_values(
-        tmp_path: Path) -> None:
+        how: str, tmp_path: Path) -> None:
     path = model_path("ppocr_det")
     x = _det_input(64, 96)
     sizes = tensor_sizes(onnx.load(path), [{"x": x.shape}])
     got = [{name: np.array(value) for _, name, value in rt.capture_segments(
         numpy, ort, str(path), list(sizes), [{"x": x}], 1 << 20, _JOB, str(tmp_path),
-        sizes=sizes, copy=False)} for numpy in (np, NumpyWithoutDlpack())]
+        sizes=sizes, copy=False)} for numpy in (np, NumpyWithoutDlpack(how))]
     assert list(got[0]) == list(got[1]) == list(sizes)
     for name, value in got[0].items():
         assert value.dtype == got[1][name].dtype and np.array_equal(value, got[1][name]), name

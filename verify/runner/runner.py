@@ -1049,15 +1049,17 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
         if nbytes == 0:
             array = np.zeros(shape, dtype)
         elif hasattr(np, "from_dlpack") and hasattr(v, "__dlpack__"):
-            array = np.from_dlpack(v)
-            if array.dtype != np.dtype(dtype) or array.shape != shape:
+            try:
+                array = np.from_dlpack(v)
+            except (TypeError, ValueError, BufferError, RuntimeError):
+                array = None
+            if array is not None and (array.dtype != np.dtype(dtype) or array.shape != shape):
                 array = None  # (a bool exported as uint8 by some version): view it instead
         if array is None:
             array = np.frombuffer((ctypes.c_char * nbytes).from_address(v.data_ptr()),
                                   dtype=dtype).reshape(shape)
             owner = (v, owners)
         out.append((array.copy(), None) if copy else (array, owner))
-    owners = v = None
     return out
 
 

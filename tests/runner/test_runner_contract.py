@@ -425,7 +425,6 @@ def test_a_served_dump_job_runs_in_a_forked_child(tmp_path: Path,
     assert R.serve_job(str(dump)) == 2
     monkeypatch.setattr(R, "run_job_file", lambda path, job=None: os.kill(os.getpid(), 9))
     assert R.serve_job(str(dump)) == -9
-    assert os.getpid() == int(pids["timed.json"])  # still this process
 
 
 def test_python_runner_serve_refuses_a_line_that_is_not_a_job(tmp_path: Path) -> None:

@@ -231,10 +231,10 @@ class NumpyWithoutDlpack:
         self.how = how
 
     def __getattr__(self, name: str) -> Any:
-        if name != "from_dlpack" or self.how == "absent":
-            if name == "from_dlpack":
-                raise AttributeError(name)
+        if name != "from_dlpack":
             return getattr(np, name)
+        if self.how == "absent":
+            raise AttributeError(name)
         if self.how == "refuses":
             def refuse(value: Any) -> Any:
                 raise BufferError("unsupported")

@@ -543,10 +543,8 @@ def tensor_stats(np, value, first=STAT_FIRST):
     flat = a.reshape(-1)
     stats[Rec.FIRST] = [v.item() for v in flat[:first]]
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
-    # one float64 buffer for all blocks: with glibc's default malloc policy a fresh one per
-    # block (astype) maps and unmaps 2 MiB each time, twice the time of the whole computation
-    # on PP-OCRv4 det 960's tensors (0.75 vs 0.38 s for 1.56 GB; under run_dump's malloc
-    # settings, which serve it from the heap, the two cost the same)
+    # one float64 buffer for all blocks, not one per block: where malloc maps each 2 MiB
+    # buffer afresh (glibc's default; run_dump changes that where it can) it doubled the cost
     buf = np.empty(min(flat.size, _STAT_BLOCK), np.float64)
     for start in range(0, flat.size, _STAT_BLOCK):
         block = flat[start:start + _STAT_BLOCK]
@@ -1052,7 +1050,7 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
             try:
                 array = np.from_dlpack(v)
             except (TypeError, ValueError, BufferError, RuntimeError):
-                array = None
+                pass  # refused: viewed below
             if array is not None and (array.dtype != np.dtype(dtype) or array.shape != shape):
                 array = None  # (a bool exported as uint8 by some version): view it instead
         if array is None:
@@ -1216,35 +1214,42 @@ def run_job_file(path, job=None):
     return 0
 
 
-def serve_job(path):
-    """A served job, run as run_job_file would: in this process, or one that captures layers
-    (a "dump" entry) in a child forked for it, where the platform can fork. The child's memory
-    starts as a new process's would (what earlier jobs freed is handed back to the system
-    before the fork) without paying a process start and onnxruntime's import again (~0.5 CPU
-    s of `verify run --bin-io-dump` above opt-level disable, whose dump is a second job);
-    the child is gone before the next job. Its exit status is the job's (a signal: minus its
-    number, as a one-job run's would be reported)."""
-    with open(path) as fh:  # what cannot be read, the serving loop reports
-        job = json.load(fh)
-    if not (hasattr(os, "fork") and isinstance(job, dict) and job.get(J.DUMP)):
-        return run_job_file(path, job)
-    _trim_heap()
+CAN_FORK = hasattr(os, "fork")  # dumps run in forked children (serve_job, forked_dump)
+
+
+def _in_child(fn):
+    """Call fn() in a child forked for it, whose exit status is what fn returns (1, its
+    traceback on stderr, if it raises), and wait for it: that status, or minus the number of
+    the signal that ended it (as a one-job run's would be reported)."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the child: never return into the serving loop
+    if pid == 0:  # the child: never return into the parent's code
         code = 1
         try:
-            code = run_job_file(path, job)
+            code = fn()
         except BaseException:
             traceback.print_exc()
         finally:
             sys.stderr.flush()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        return -os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def serve_job(path):
+    """A served job, run as run_job_file would: in this process, or one that captures layers
+    (a "dump" entry) in a child forked for it, where the platform can fork. The child's memory
+    starts as a new process's would (what earlier jobs freed is handed back to the system
+    before the fork) without paying a process start and onnxruntime's import again (~0.5 CPU
+    s of `verify run --bin-io-dump` above opt-level disable, whose dump is a second job);
+    the child is gone before the next job. Its exit status is the job's (see _in_child)."""
+    with open(path) as fh:  # what cannot be read, the serving loop reports
+        job = json.load(fh)
+    if not (CAN_FORK and isinstance(job, dict) and job.get(J.DUMP)):
+        return run_job_file(path, job)
+    _trim_heap()
+    return _in_child(lambda: run_job_file(path, job))
 
 
 SERVE_REPLY = C.Serve.REPLY
@@ -1268,7 +1273,7 @@ def serve(requests, run=None):
         pass
     run = run or serve_job
     ready = {SERVE_REPLY: CONTRACT_VERSION, C.Serve.READY: True}
-    if run is serve_job and hasattr(os, "fork"):
+    if run is serve_job and CAN_FORK:
         ready[C.Serve.DUMPS] = True
     replies.write(json.dumps(ready) + "\n")
     for line in requests:
@@ -1318,7 +1323,7 @@ def forked_dump(job, workdir):
     (see run_dump), and it is gone before the timed session is made, so it cannot disturb the
     timings. Only for a dump of the model itself (opt-level disable): a dump of the optimized
     model needs the file the timed session writes."""
-    if not hasattr(os, "fork"):
+    if not CAN_FORK:
         return None
     spec = dict(job[J.DUMP_FIRST])
     dump_job = dict(job)
@@ -1326,17 +1331,7 @@ def forked_dump(job, workdir):
     spec.pop(C.DumpFirst.RESULT, None)
     dump_job[J.DUMP] = spec
     del dump_job[J.DUMP_FIRST]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: never return into the parent's code
-        code = 1
-        try:
-            execute_job(dump_job, workdir)
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(pid, 0)
+    _in_child(lambda: execute_job(dump_job, workdir) or 0)
     name = dump_job[J.RESULT]
     return name if os.path.exists(os.path.join(workdir, name)) else None  # killed: no result
 

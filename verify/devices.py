@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from verify.cache import verify_cache_dir
 from verify.errors import ProfileError, UsageError
 from verify.tomltable import TableReader
 
@@ -75,11 +76,6 @@ class Profile:
     def target(self) -> str:
         """Transport and address, e.g. `ssh:me@board:2222`, `adb:SERIAL`, `local`."""
         return f"{self.transport}:{self.address}" if self.address else self.transport
-
-
-def verify_cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(root) / "verify"
 
 
 def arm64_root() -> Path:

@@ -5,8 +5,9 @@
 Everything is measured in the same run on the same two float32 arrays (--mb each, a reference
 and a copy carrying a few ulp of noise): the read bandwidth ceiling (np.sum over both arrays;
 np.copyto of both), naive numpy with one full-size pass per metric, the numpy blocked engine,
-the fused numba kernel, and the ratios. Then the numba kernel's first-call cost in a fresh
-process, with an empty cache and with a warm one. The machines are shared and noisy: each
+the fused numba kernel, the same kernel compiled from C (verify/scan_native.py), and the
+ratios. Then each fused kernel's first-call cost in a fresh process, with an empty cache and
+with a warm one. The machines are shared and noisy: each
 figure is the best of --reps runs, and the ratios are what to trust.
 """
 
@@ -28,6 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from verify.compare import AllcloseRule, compare, numba_available
+from verify.scan_native import native_available, native_problem
 
 NO_NUMBA = "numba is not installed (the default install): pip install 'onnx-verify[fast]'"
 
@@ -137,6 +139,16 @@ def main() -> None:
         kernel_failing = gbps(best_seconds(lambda: compare("x", failing, r, engine="numba"), args.reps))
         rows.append(("compare, numba kernel, failing everywhere (second pass)", kernel_failing))
         del failing
+    native = math.nan
+    if not native_available():
+        print(f"  compiled C kernel rows: skipped ({native_problem()})")
+    else:
+        native = gbps(best_seconds(lambda: compare("x", a, r, engine="native"), args.reps))
+        rows.append(("compare, compiled C kernel, magnitude rule", native))
+        rule = AllcloseRule(1e-5, 1e-5)
+        rows.append(("compare, compiled C kernel, allclose rule",
+                     gbps(best_seconds(lambda: compare("x", a, r, rule, engine="native"),
+                                       args.reps))))
     for label, value in rows:
         print(f"  {label:<62s} {value:6.2f} GB/s")
     small_a, small_r = a[:1000].copy(), r[:1000].copy()
@@ -147,6 +159,9 @@ def main() -> None:
         print(f"  kernel / read bandwidth       {kernel / read:6.2f}   (target >= 0.40)")
         print(f"  kernel / naive numpy          {kernel / naive:6.2f}")
         print(f"  kernel / numpy blocked        {kernel / blocked:6.2f}")
+    if native_available():
+        print(f"  C kernel / read bandwidth     {native / read:6.2f}   (target >= 0.40)")
+        print(f"  C kernel / numpy blocked      {native / blocked:6.2f}")
     print(f"  numpy blocked / read bandwidth {blocked / read:5.2f}")
     print(f"  numpy blocked / naive numpy   {blocked / naive:6.2f}")
 
@@ -159,6 +174,36 @@ def main() -> None:
         print("first call in a fresh process (seconds)")
         for key in cold:
             print(f"  {key:<38s} empty cache {cold[key]:6.3f}   warm cache {warm[key]:6.3f}")
+    native_first_call()
+
+
+NATIVE_FIRST_CALL = """
+import time
+t0 = time.perf_counter()
+from verify import scan_native
+t1 = time.perf_counter()
+ok = scan_native.native_available()
+t2 = time.perf_counter()
+print(ok, t1 - t0, t2 - t1)
+"""
+
+
+def native_first_call() -> None:
+    """The compiled kernel's first use in a fresh process: building it into an empty cache,
+    then loading it from the cache."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "XDG_CACHE_HOME": cache}
+        env.pop("VERIFY_NO_NATIVE", None)
+        got = []
+        for _ in range(2):
+            out = subprocess.run([sys.executable, "-c", NATIVE_FIRST_CALL], env=env, check=True,
+                                 capture_output=True, text=True,
+                                 cwd=Path(__file__).resolve().parent.parent).stdout.split()
+            got.append(out)
+    print("compiled C kernel, first use in a fresh process (seconds)")
+    for label, (ok, imp, ready) in zip(("empty cache (builds)", "warm cache (loads)"), got):
+        print(f"  {label:<22s} import {float(imp):6.3f}   ready {float(ready):6.3f}"
+              f"{'' if ok == 'True' else '   (not available)'}")
 
 
 if __name__ == "__main__":

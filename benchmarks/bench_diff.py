@@ -11,6 +11,10 @@ diff end to end against Polygraphy, measured side by side in one run.
    side), taken with --threads 1 and 2 (every tensor compared), in GB/s of both sides read, as
    a fraction of the ceiling: in process (warm) and as a whole `verify diff` process. Targets:
    kernel >= 40%, whole process >= 25% of 1-thread read bandwidth.
+   Engines: numpy (blocked, ~14 passes a block), numba's fused kernel (the `fast` extra) and
+   the same kernel compiled from C (verify/scan_native.py; where a C compiler is, the default
+   install's), each asked for, then auto; whole processes as installed, without numba (the
+   default install) and without numba or a C compiler.
 3. Where the time goes: reading both dumps (mapped, or copied into buffers), comparing on the
    mapping vs copied memory, the kernel tensor by tensor vs on one concatenated array.
 4. End to end, fresh processes as a user runs them: `verify run --bin-io-dump` twice plus
@@ -45,6 +49,7 @@ VERIFY = [sys.executable, "-c",
 CPU: dict[str, float] = {}  # CPU seconds of the last `sh`'s process tree, under "cpu"
 
 from verify.compare import MagnitudeRule, ToleranceSet, compare, numba_available  # noqa: E402
+from verify.scan_native import native_available, native_problem  # noqa: E402
 from verify.diff import diff_captures  # noqa: E402
 from verify.dump import Scratch, open_dump  # noqa: E402
 
@@ -52,7 +57,9 @@ from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.pat
 
 
 NO_NUMBA = "numba is not installed (the default install): pip install 'onnx-verify[fast]'"
-FAST = "numba" if numba_available() else "numpy"   # the fastest engine this install has
+# the fused engines this install has: the C kernel (where a C compiler built it) and numba
+FUSED = [e for e, ok in (("native", native_available()), ("numba", numba_available())) if ok]
+FAST = FUSED[0] if FUSED else "numpy"   # the one auto uses
 
 
 def best_cpu(fn, reps: int) -> float:
@@ -187,22 +194,23 @@ def main(argv: list[str] | None = None) -> int:
             dumps.append(out)
         nbytes = sum(p.stat().st_size for d in dumps for p in d.glob("*.npy"))
         print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
-        for engine in ("numpy", "numba", "auto"):
-            if engine == "numba" and FAST != "numba":
-                print(f"diff engine=numba: skipped ({NO_NUMBA})")
+        for engine in ("numpy", "numba", "native", "auto"):
+            if engine not in ("numpy", "auto", *FUSED):
+                print(f"diff engine={engine}: skipped ("
+                      f"{NO_NUMBA if engine == 'numba' else native_problem()})")
                 continue
             secs = best_seconds(lambda e=engine: diff_captures(dumps[0], dumps[1],
                                                                ToleranceSet(), engine=e), 3)
             cpu = best_cpu(lambda e=engine: diff_captures(dumps[0], dumps[1], ToleranceSet(),
                                                           engine=e), 2)
             gbs = nbytes / secs / 1e9
-            print(f"diff engine={engine:<5}: {secs:.3f} s, {gbs:.2f} GB/s = {gbs / one:.0%} of "
+            print(f"diff engine={engine:<6}: {secs:.3f} s, {gbs:.2f} GB/s = {gbs / one:.0%} of "
                   f"1-thread read, {gbs / two:.0%} of 2-thread read; CPU {cpu:.3f} s, "
                   f"{nbytes / cpu / 1e9:.2f} GB per CPU second = "
                   f"{nbytes / cpu / 1e9 / one_cpu:.0%} of np.sum's")
         pairs = [(np.load(a, allow_pickle=False), np.load(dumps[1] / a.name, allow_pickle=False))
                  for a in sorted(dumps[0].glob("*.npy"))]
-        for engine in dict.fromkeys(("numpy", FAST)):  # numpy: the default install's
+        for engine in ("numpy", *FUSED):  # numpy: an install without a compiler or numba
             secs = best_seconds(lambda e=engine: [compare("t", a, r, MagnitudeRule(), engine=e)
                                                   for a, r in pairs], 3)
             cpu = best_cpu(lambda e=engine: [compare("t", a, r, MagnitudeRule(), engine=e)
@@ -214,9 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         breakdown(dumps, pairs, nbytes)
         pairs.clear()
         default = {**env, "VERIFY_NO_NUMBA": "1"}  # as installed without the fast extra
+        bare = {**default, "VERIFY_NO_NATIVE": "1"}  # nor a C compiler
         # the default install's figures last: the end-to-end totals below use them
-        for label, how in (("as installed", env), ("default install (numpy)", default)):
-            if how is env and FAST != "numba":
+        for label, how in (("as installed", env), ("without numba or a C compiler (numpy)", bare),
+                           (f"default install ({'C kernel' if 'native' in FUSED else 'numpy'})",
+                            default)):
+            if how is env and not numba_available():
                 continue
             walls, cpus = [], []
             for _ in range(2):

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from verify.scan_native import native_available
 from verify.compare import (
     SATURATION_FLOOR,
     AllcloseRule,
@@ -32,6 +33,8 @@ from verify.errors import UsageError
 ENGINES = [
     "numpy",
     pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="no numba")),
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(),
+                                                     reason="no compiled kernel")),
 ]
 
 try:
@@ -162,17 +165,17 @@ def sprinkle(x: np.ndarray, rng: np.random.Generator, nan: int, inf: int) -> np.
     return x
 
 
-@pytest.mark.skipif(not numba_available(), reason="no numba")
+@pytest.mark.parametrize("engine", ENGINES[1:])
 @pytest.mark.parametrize("rule", [None, AllcloseRule(1e-4, 1e-3), ExactRule(), MagnitudeRule(2.0 ** -20)],
                          ids=["magnitude", "allclose", "exact", "tight"])
-def test_engines_agree(rule) -> None:
+def test_engines_agree(rule, engine: str) -> None:
     rng = np.random.default_rng(7)
     r = (rng.standard_normal((1500, 1500)) * 2).astype(np.float32)
     a = (r * (1 + rng.standard_normal(r.shape).astype(np.float32) * 1e-5)).astype(np.float32)
     a[700:702] *= 1.01  # a failing stretch inside two blocks
     a, r = sprinkle(a, rng, 5, 3), sprinkle(r, rng, 4, 3)
     for x, y in [(a, r), (a[:, ::2], r[:, ::2]), (a.T, r.T), (a.astype(np.float16), r.astype(np.float16))]:
-        fast = compare("t", x, y, rule, engine="numba")
+        fast = compare("t", x, y, rule, engine=engine)
         slow = compare("t", x, y, rule, engine="numpy")
         for f in dataclasses.fields(TensorDiff):
             u, v = getattr(fast, f.name), getattr(slow, f.name)
@@ -491,6 +494,7 @@ def test_auto_engine_policy(monkeypatch) -> None:
     from verify import scan_numba as module
 
     monkeypatch.setattr(module, "_bytes_seen", 0)
+    monkeypatch.setenv("VERIFY_NO_NATIVE", "1")  # the policy without a C compiler
     assert module.choose_engine("numpy", 1 << 40) == "numpy"
     assert module.choose_engine("auto", 1 << 10) == "numpy"  # small tensors never pay for numba
     monkeypatch.setenv("VERIFY_NO_NUMBA", "1")
@@ -498,6 +502,9 @@ def test_auto_engine_policy(monkeypatch) -> None:
     monkeypatch.delenv("VERIFY_NO_NUMBA")
     expected = "numba" if numba_available() else "numpy"
     assert module.choose_engine("auto", module.NUMBA_AFTER_BYTES) == expected
+    monkeypatch.delenv("VERIFY_NO_NATIVE")  # with one: the compiled kernel for every size
+    assert module.choose_engine("auto", 1 << 10) == ("native" if native_available() else
+                                                      "numpy")
 
 
 def test_tol_rank_orders_failures_without_a_figure_worst_everywhere() -> None:

@@ -2,7 +2,9 @@
 the bytes a process has compared so far (summed over calls) against `NUMBA_AFTER_BYTES`, the
 per-pair minimum `_NUMBA_MIN_BYTES`, `VERIFY_NO_NUMBA`, and a numba that cannot be loaded.
 
-Each test starts from a fresh process's state (nothing compared, numba not loaded). The loader
+Each test starts from a fresh process's state (nothing compared, numba not loaded) and without
+the compiled C kernel (`VERIFY_NO_NATIVE=1`: auto's first choice where it builds, whose choice
+tests/test_scan_native.py covers); this is the policy where no C compiler is. The loader
 is replaced by a stand-in that records its calls: loading the real numba is a once-per-process
 cost these tests must not depend on, and a numba that fails to load cannot be had for real on a
 machine where it is installed. The last test crosses the threshold with the real numba."""
@@ -22,6 +24,7 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, loads: bool | None) -> list[int]:
     when called (True: numba loads, False: it fails, None: the real loader). The list returned
     counts the loader's calls."""
     monkeypatch.delenv("VERIFY_NO_NUMBA", raising=False)
+    monkeypatch.setenv("VERIFY_NO_NATIVE", "1")
     monkeypatch.setattr(scan_numba, "_bytes_seen", 0)
     monkeypatch.setattr(scan_numba, "_nb_state", "unloaded")
     calls: list[int] = []

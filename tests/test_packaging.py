@@ -81,7 +81,8 @@ def test_the_artifacts_are_named_for_the_distribution_and_hold_what_the_build_ne
         metadata = whl.read(f"{stem}.dist-info/METADATA").decode()
         entry_points = whl.read(f"{stem}.dist-info/entry_points.txt").decode()
     assert {"verify/__init__.py", "verify/cli/__init__.py", "verify/drivers/ssh.py",
-            "verify/runner/runner.py", "verify/runner/contract.schema.json"} <= names
+            "verify/runner/runner.py", "verify/runner/contract.schema.json",
+            "verify/scan_native.c"} <= names
     assert any(n.startswith(f"{stem}.dist-info/") and n.endswith("LICENSE") for n in names)
     assert f"Name: {DISTRIBUTION}\n" in metadata and f"Version: {__version__}\n" in metadata
     assert 'Requires-Dist: paramiko>=3.4; extra == "ssh"' in metadata
@@ -92,7 +93,8 @@ def test_the_artifacts_are_named_for_the_distribution_and_hold_what_the_build_ne
     with tarfile.open(dists["sdist"]) as sdist:
         members = {m.split("/", 1)[1] for m in sdist.getnames() if "/" in m}
     assert {"README.md", "LICENSE", "pyproject.toml", "verify/runner/runner.py",
-            "verify/runner/contract.schema.json", "verify/drivers/ssh.py"} <= members
+            "verify/runner/contract.schema.json", "verify/drivers/ssh.py",
+            "verify/scan_native.c"} <= members
 
 
 @pytest.mark.parametrize("kind", ["wheel", "sdist"])
@@ -123,3 +125,10 @@ def test_installs_into_a_fresh_venv_and_runs_the_demo(kind: str, dists: dict[str
     out = _run(["bash", "-c", _demo_command()], demo, env)
     assert (demo / "cnn.vtc").is_file()
     assert re.search(r"\bPASS", out), out
+    # the compiled comparison kernel builds from the source the artifact ships
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    built = _run([str(bin_dir / "python"), "-c",
+                  "from verify import scan_native as n; print(n.native_available(), "
+                  "n.native_problem())"], demo, env)
+    assert built.strip() == "True", built
+    assert len(list((tmp_path / "cache" / "verify" / "kernels").glob("scan-*.so"))) == 1

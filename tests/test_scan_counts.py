@@ -14,12 +14,15 @@ import sys
 import numpy as np
 import pytest
 
+from verify.scan_native import native_available
 from verify.compare import compare, numba_available, parse_tolerance
 from verify.scan import _CHUNK
 
 ENGINES = [
     "numpy",
     pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="no numba")),
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(),
+                                                     reason="no compiled kernel")),
 ]
 
 SHAPE = (1100, 2000)  # 2.2M elements: more than two of scan's buffered chunks
@@ -153,6 +156,7 @@ def test_the_numpy_engine_compares_on_an_install_without_numba() -> None:
     """The default install has no numba: the numpy engine (asked for, or chosen by auto) runs
     every pass, the magnitude rule's recount included, and gives what it gives beside numba."""
     env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
+    env["VERIFY_NO_NATIVE"] = "1"  # nor a C compiler
     done = subprocess.run([sys.executable, "-c", _NO_NUMBA], env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr

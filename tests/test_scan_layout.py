@@ -15,12 +15,15 @@ import math
 import numpy as np
 import pytest
 
+from verify.scan_native import native_available
 from verify import scan_numba
 from verify.compare import AllcloseRule, compare, numba_available
 
 ENGINES = [
     "numpy",
     pytest.param("numba", marks=pytest.mark.skipif(not numba_available(), reason="no numba")),
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(),
+                                                     reason="no compiled kernel")),
 ]
 
 

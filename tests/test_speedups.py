@@ -117,6 +117,8 @@ def test_expect_bytes_loads_numba_only_for_a_job_that_pays_it_back() -> None:
             "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES - 1), C._nb_state)\n"
             "print(C.expect_bytes(C.NUMBA_UPFRONT_BYTES), C._nb_state)\n")
     env = {k: v for k, v in os.environ.items() if k != "VERIFY_NO_NUMBA"}
+    env["VERIFY_NO_NATIVE"] = "1"  # without a C compiler (with one, numba is never needed:
+    # tests/test_scan_native.py)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, env=env).stdout.split("\n")
     assert out[0] == "False unloaded"

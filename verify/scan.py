@@ -3,9 +3,10 @@
 `scan(a, r, ...)` returns a `Scan` with every sum and maximum `compare()` needs (max|a-r|, peak
 |r|, max relative error, tolerance units, float64 sums for cosine and SQNR, NaN/Inf counts and
 position mismatches), computed in blocks without full-size temporaries. Two engines give the same
-results: a numpy blocked engine (here), and a fused numba kernel (float64 accumulators) that runs
-at memory bandwidth (`scan_numba`, which also holds `choose_engine`: see `compare`'s module doc
-for the policy and `VERIFY_NO_NUMBA`); both spread a call's blocks over one small thread pool
+results: a numpy blocked engine (here), and a fused kernel (float64 accumulators) that runs at
+memory bandwidth, compiled from C (`scan_native`) or by numba (`scan_numba`, which also holds
+`choose_engine`: see `compare`'s module doc for the policy, `VERIFY_NO_NATIVE` and
+`VERIFY_NO_NUMBA`); all spread a call's blocks over one small thread pool
 (`scan_numba.thread_pool`).
 """
 
@@ -20,7 +21,7 @@ import numpy as np
 
 from verify.scan_numba import (_DEN_MIN, _INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
                                _NB_BLOCK, _NCMP, _NCOL, _NFMIS, _NV, _PEAK, _SAA, _SD, _SDD, _SRR,
-                               THREADS, nb_rows, spread)
+                               THREADS, native_rows, nb_rows, spread)
 
 # --- the scan: one streaming pass, per-block partial results -----------------------------------
 
@@ -116,7 +117,7 @@ def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, t
           want_tr: bool, select: np.ndarray | None = None) -> np.ndarray:
     """Per-block rows for one chunk (1-D, C-contiguous, float32 or float64); `select` limits
     the work to those block indices."""
-    bs = _NB_BLOCK if engine == "numba" else _NP_BLOCK
+    bs = _NP_BLOCK if engine == "numpy" else _NB_BLOCK
     blocks = np.arange(-(-x.size // bs), dtype=np.int64) if select is None else select
     starts = blocks * bs
     return _rows_at(x, y, engine, starts, np.minimum(starts + bs, x.size), atol, rtol, tiny,
@@ -128,9 +129,11 @@ def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stop
     """One row per block x[starts[j]:stops[j]], each at most one engine block long."""
     if engine == "numpy":
         return _np_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
-    rows = nb_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
-    bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
-    if bad:  # NaN/Inf inside: redo those blocks in numpy
+    fused = native_rows if engine == "native" else nb_rows
+    rows = fused(x, y, starts, stops, atol, rtol, tiny, want_tr)
+    with np.errstate(over="ignore", invalid="ignore"):  # the overflow is what is looked for
+        bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
+    if bad:  # NaN/Inf inside (or squares past float64's range): redo those blocks in numpy
         scratch = _np_scratch(min(_NB_BLOCK, x.size))
         for j in bad:
             lo, hi = int(starts[j]), int(stops[j])
@@ -172,7 +175,7 @@ class Batch:
     def rows(self, spans: list[tuple[int, int]], engine: str, atol: float, rtol: float,
              tiny: float, want_tr: bool) -> list[np.ndarray]:
         """The per-block rows of each span, from one kernel call over all of them."""
-        bs = _NB_BLOCK if engine == "numba" else _NP_BLOCK
+        bs = _NP_BLOCK if engine == "numpy" else _NB_BLOCK
         counts = [-(-n // bs) for _, n in spans]
         starts = np.concatenate([np.arange(lo, lo + n, bs, dtype=np.int64) if n else
                                  np.zeros(0, np.int64) for lo, n in spans])
@@ -244,7 +247,8 @@ def scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, r
     per_chunk = ([rows] if rows is not None else
                  [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)])
     rows = np.concatenate(per_chunk) if per_chunk else np.zeros((0, _NCOL))
-    col = rows.sum(axis=0)
+    with np.errstate(over="ignore"):  # the maxima's columns are summed too, unused: a float64
+        col = rows.sum(axis=0)  # reference near 1e-308 makes relative errors near 1e308
     top = rows.max(axis=0, initial=0.0)
     n_out = int(col[_NV])
     if threshold_of is not None:

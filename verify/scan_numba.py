@@ -1,13 +1,15 @@
-"""The numba engine of the comparison kernel, and the auto engine's choice between it and numpy.
+"""The fused engines of the comparison kernel (numba's, and the same kernel compiled from C by
+`scan_native`), and the auto engine's choice among them and numpy.
 
 `nb_rows` fills the per-block rows `scan.py`'s numpy engine fills (same columns, defined here:
 the kernel is compiled against them), as one fused numba kernel with float64 accumulators that
-runs at memory bandwidth. The kernel is serial and releases the GIL; a call of
-`PARALLEL_MIN_BLOCKS` blocks or more is split over verify's own comparison threads
-(`thread_pool`, which the numpy engine uses too), never numba's threading layer. numba is
-optional: it is imported and the kernel built on first use (`numba_available`), and
-`choose_engine` / `expect_bytes` decide when loading it pays (see `compare`'s module doc for
-the policy and `VERIFY_NO_NUMBA`).
+runs at memory bandwidth; `native_rows` fills them from the C kernel. Both kernels are serial and
+release the GIL; a call of `PARALLEL_MIN_BLOCKS` blocks or more is split over verify's own
+comparison threads (`thread_pool`, which the numpy engine uses too), never numba's threading
+layer. numba is optional: it is imported and the kernel built on first use
+(`numba_available`). `choose_engine` / `expect_bytes` take the C kernel wherever it builds (it
+loads in a millisecond), and otherwise decide when loading numba pays (see `compare`'s module
+doc for the policy, `VERIFY_NO_NATIVE` and `VERIFY_NO_NUMBA`).
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any, Literal
 
 import numpy as np
 
+from verify.scan_native import NCOL, native_available, native_fill
+
 # Columns of a per-block row, as both engines fill them.
 _MAXD, _PEAK, _MAXREL, _MAXTR, _SD, _SDD, _SAA, _SRR, _NV, _NCMP = range(10)
 _NANA, _NANR, _INFA, _INFR, _NFMIS = range(10, 15)
-_NCOL = 15
+_NCOL = NCOL
 _DEN_MIN = float(np.finfo(np.float64).tiny)  # keeps 0/0 out of tolerance-unit ratios
 _NB_BLOCK = 1 << 16  # elements per numba block (per-thread unit of work)
 NUMBA_AFTER_BYTES = 1 << 31  # auto engine: numpy until this many bytes were compared
@@ -32,7 +36,7 @@ NUMBA_UPFRONT_BYTES = 1 << 31  # auto engine: load numba at once for a job this 
 _NUMBA_MIN_BYTES = 1 << 16  # auto engine: numpy for smaller pairs even once numba is loaded
 # (per call once loaded: 8 KB 27 vs 41 us, 64 KB 30 vs 68 us, 512 KB 62 vs 320 us)
 
-Engine = Literal["auto", "numba", "numpy"]
+Engine = Literal["auto", "native", "numba", "numpy"]
 
 
 # The numba kernel is written as plain Python at module level (so numba can cache it) and
@@ -195,6 +199,8 @@ def expect_bytes(nbytes: int) -> bool:
     reading included), its ~0.9 s load (import, the cached kernel) pays back from about 2 GB
     (benchmarks/bench_diff.py on a quiet 2-core machine: a 1.4 GB diff as a whole process took
     1.23 s on numpy, 1.51 s loading numba for it). Returns whether the kernel is loaded."""
+    if native_available():
+        return True  # as fast, and loaded in a millisecond: numba is not needed
     if (nbytes >= NUMBA_UPFRONT_BYTES and _nb_state == "unloaded"
             and os.environ.get("VERIFY_NO_NUMBA", "") in ("", "0")):
         _load_numba()
@@ -206,6 +212,8 @@ def choose_engine(engine: Engine, nbytes: int) -> str:
     if engine != "auto":
         return engine
     _bytes_seen += nbytes
+    if native_available():
+        return "native"
     if os.environ.get("VERIFY_NO_NUMBA", "") not in ("", "0") or nbytes < _NUMBA_MIN_BYTES:
         return "numpy"
     if _nb_state == "loaded" or (_bytes_seen >= NUMBA_AFTER_BYTES and _nb_state == "unloaded"):
@@ -227,4 +235,18 @@ def nb_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
     threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
     spread(n, threads, lambda lo, hi: kernel(xv, yv, starts[lo:hi], stops[lo:hi], atol, rtol,
                                              tiny, want_tr, rows[lo:hi]))
+    return rows
+
+
+def native_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
+                atol: float, rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
+    """nb_rows from the compiled C kernel (`scan_native`), split over the comparison threads
+    as nb_rows is."""
+    starts = np.ascontiguousarray(starts, np.int64)
+    stops = np.ascontiguousarray(stops, np.int64)
+    rows = np.zeros((starts.size, _NCOL))
+    n = starts.size
+    threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
+    spread(n, threads, lambda lo, hi: native_fill(x, y, starts[lo:hi], stops[lo:hi], atol, rtol,
+                                                  tiny, want_tr, rows[lo:hi]))
     return rows

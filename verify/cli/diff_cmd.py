@@ -52,6 +52,10 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     an SQNR gate (--tol '*:sqnr>=30') the first layer below it is named. Captures of unrelated
     models (different model files sharing few tensor names) are exit 2.
 
+    Each pair is compared in one pass by a kernel compiled from C on the first diff (the
+    system's C compiler, $CC; cached in ~/.cache/verify/kernels); without a compiler, by
+    numpy, slower, with the same verdicts. VERIFY_NO_NATIVE=1 keeps the compiled kernel out.
+
     \b
       verify diff phone/ cpu/                       every layer, first divergent node
       verify diff qdq-dump/ float-dump/ --tol '*:sqnr>=30'   quantized vs float, per layer

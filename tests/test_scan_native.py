@@ -85,16 +85,24 @@ def test_native_gives_numpys_verdicts_maxima_and_counts(dtype: type, rule) -> No
 
 @needs_native
 @pytest.mark.skipif(not scan_numba.numba_available(), reason="no numba")
-def test_native_rows_equal_numbas_maxima_and_counts_exactly() -> None:
-    a, r = _pairs(np.float32)[0]
-    starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
-    stops = np.minimum(starts + _NB_BLOCK, a.size)
-    ours = scan_numba.native_rows(a, r, starts, stops, 1e-5, 1e-3, 1.2e-38, True)
-    theirs = scan_numba.nb_rows(a, r, starts, stops, 1e-5, 1e-3, 1.2e-38, True)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("atol, rtol, want_tr", [(np.inf, 0.0, False), (0.0, 0.0, False),
+                                                 (1e-5, 1e-3, True), (0.0, 1e-3, True),
+                                                 (2e-3, 0.0, True)])
+def test_native_rows_equal_numbas_maxima_and_counts_exactly(dtype: type, atol: float,
+                                                            rtol: float, want_tr: bool) -> None:
+    """Row by row against the numba kernel it copies: the magnitude rule's first pass (atol
+    inf), exact, allclose and tolerance units; references with zeros and subnormals."""
     maxima_and_counts = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL,
                          scan_numba._MAXTR, scan_numba._NV, scan_numba._NCMP]
-    assert np.array_equal(ours[:, maxima_and_counts], theirs[:, maxima_and_counts])
-    np.testing.assert_allclose(ours, theirs, rtol=1e-12)
+    tiny = float(np.finfo(dtype).tiny)
+    for a, r in _pairs(dtype):
+        starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
+        stops = np.minimum(starts + _NB_BLOCK, a.size)
+        ours = scan_numba.native_rows(a, r, starts, stops, atol, rtol, tiny, want_tr)
+        theirs = scan_numba.nb_rows(a, r, starts, stops, atol, rtol, tiny, want_tr)
+        assert np.array_equal(ours[:, maxima_and_counts], theirs[:, maxima_and_counts])
+        np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
 @needs_native
@@ -120,10 +128,29 @@ def test_a_call_of_many_blocks_splits_over_the_threads_with_the_same_rows(monkey
     starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
     stops = np.minimum(starts + _NB_BLOCK, a.size)
     assert starts.size >= PARALLEL_MIN_BLOCKS
+    calls: list[tuple[int, int]] = []
+    real = scan_numba.spread
+    monkeypatch.setattr(scan_numba, "spread", lambda n, threads, job: (
+        calls.append((n, threads)), real(n, threads, job)))
+    monkeypatch.setattr(scan_numba, "THREADS", 2)
     split = _rows_at(a, r, "native", starts, stops, 1e-5, 1e-3, 1.2e-38, True)
     monkeypatch.setattr(scan_numba, "THREADS", 1)
     whole = _rows_at(a, r, "native", starts, stops, 1e-5, 1e-3, 1.2e-38, True)
+    assert calls == [(starts.size, 2), (starts.size, 1)]
     assert np.array_equal(split, whole)
+
+
+@needs_native
+def test_arrays_not_aligned_to_their_dtype_are_compared_from_aligned_copies() -> None:
+    a, r = _pairs(np.float32)[1]
+    raw = np.zeros(a.nbytes + 1, np.uint8)
+    odd = np.frombuffer(raw.data, np.uint8, a.nbytes, offset=1).view(np.float32)
+    assert not odd.flags.aligned
+    odd[...] = a
+    _same(compare("t", odd, r, engine="native"), compare("t", a, r, engine="numpy"))
+    with pytest.raises(ValueError, match="aligned"):
+        scan_native.native_fill(odd, r, np.array([0]), np.array([10]), 0.0, 0.0, 1.0, False,
+                                np.zeros((1, scan_native.NCOL)))
 
 
 @needs_native
@@ -157,6 +184,11 @@ def test_the_c_kernel_is_never_handed_what_it_would_read_or_write_past() -> None
         fill(y=a.astype(np.float64))
     with pytest.raises(ValueError, match="C-contiguous"):
         fill(x=a[::2], y=a[::2], hi=np.array([5]))
+    for rtol in (np.inf, np.nan):
+        with pytest.raises(ValueError, match="finite rtol"):
+            scan_native.native_fill(a, a, starts, stops, 0.0, rtol, 1.0, False, rows)
+    with pytest.raises(ValueError, match="atol >= 0"):
+        scan_native.native_fill(a, a, starts, stops, np.nan, 0.0, 1.0, False, rows)
     for bad in ({"out": np.zeros((2, scan_native.NCOL))}, {"out": np.zeros((1, 3))},
                 {"lo": np.array([0], np.int32)}, {"hi": np.array([10, 10])}):
         with pytest.raises(ValueError, match="int64 block bounds and float64 rows"):
@@ -214,20 +246,53 @@ def _program(path: Path, body: str) -> str:
     return str(path)
 
 
-def test_a_compiler_that_fails_leaves_auto_on_numpy_with_its_message(monkeypatch,
-                                                                     tmp_path) -> None:
+def test_a_compiler_that_fails_leaves_auto_on_numpy_and_is_asked_once(monkeypatch,
+                                                                       tmp_path) -> None:
     _fresh(monkeypatch, tmp_path)
     monkeypatch.setenv("VERIFY_NO_NUMBA", "1")
-    cc = _program(tmp_path / "broken-cc", 'echo "broken-cc: fatal: out of licences" >&2; exit 4')
+    calls = tmp_path / "calls"
+    cc = _program(tmp_path / "broken-cc", f'echo x >> {calls}; '
+                  'echo "broken-cc: fatal: out of licences" >&2; exit 4')
     monkeypatch.setenv("CC", cc)
     assert not scan_native.native_available()
-    assert scan_native.native_problem() == (f"{cc} cannot build the kernel: broken-cc: fatal: "
-                                            "out of licences")
+    problem = scan_native.native_problem()
+    assert problem.startswith(f"{cc} cannot build the kernel: broken-cc: fatal: out of "
+                              "licences (remembered in "), problem
+    assert problem.endswith(".failed: delete it to build again)") and "\n" not in problem
     assert choose_engine("auto", 1 << 20) == "numpy"
     rng = np.random.default_rng(5)
     r = rng.standard_normal(1000).astype(np.float32)
     assert compare("t", r + 1, r).passed is False  # still judged, by numpy
     assert _libraries(tmp_path) == [] and not list(tmp_path.rglob("*.tmp"))
+    tries = len(calls.read_text().split())
+    assert tries == len(scan_native._flag_sets())  # for this CPU, then the baseline
+    # later processes: the failure is remembered, the compiler not asked again
+    _fresh(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", cc)
+    assert not scan_native.native_available()
+    assert scan_native.native_problem() == problem
+    assert len(calls.read_text().split()) == tries
+    # another compiler command is another try; deleting the record retries the same one
+    marker, = (tmp_path / "verify" / "kernels").glob("*.failed")
+    marker.unlink()
+    _fresh(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", cc)
+    assert not scan_native.native_available()
+    assert len(calls.read_text().split()) == 2 * tries
+
+
+def test_a_compiler_that_builds_what_will_not_load_is_remembered_too(monkeypatch,
+                                                                     tmp_path) -> None:
+    """CC set to a cross compiler: its library is for another machine. Removed, remembered."""
+    _fresh(monkeypatch, tmp_path)
+    cc = _program(tmp_path / "cross-cc", 'while [ "$1" != -o ]; do shift; done; '
+                  'printf "\\177ELF for another machine" > "$2"')
+    monkeypatch.setenv("CC", cc)
+    assert not scan_native.native_available()
+    problem = scan_native.native_problem()
+    assert problem.startswith("cannot load ") and "remembered in" in problem, problem
+    assert _libraries(tmp_path) == []
+    assert len(list((tmp_path / "verify" / "kernels").glob("*.failed"))) == 1
 
 
 def test_no_compiler_at_all_is_said(monkeypatch, tmp_path) -> None:
@@ -254,6 +319,7 @@ def test_a_compiler_refusing_march_native_builds_without_it(monkeypatch, tmp_pat
     assert scan_native.native_available(), scan_native.native_problem()
 
 
+@needs_native
 def test_a_cache_folder_that_cannot_be_written_leaves_auto_on_numpy(monkeypatch,
                                                                     tmp_path) -> None:
     blocker = tmp_path / "file"
@@ -287,17 +353,14 @@ def _kernel_state(cache: Path) -> str:
 
 
 @needs_native
-def test_a_damaged_cached_library_is_removed_and_built_again(tmp_path) -> None:
+def test_a_damaged_cached_library_is_built_again(tmp_path) -> None:
     assert _kernel_state(tmp_path) == "True"
     lib, = _libraries(tmp_path)
     damaged = tmp_path / "damaged"
     damaged.write_bytes(b"\x7fELF not really")
     os.replace(damaged, lib)  # (replaced, as the build replaces it: never written in place)
-    state = _kernel_state(tmp_path)
-    assert state.startswith(f"False cannot load {lib}"), state
-    assert not lib.exists()
-    assert _kernel_state(tmp_path) == "True"  # the next process builds it again
-    assert lib.exists()
+    assert _kernel_state(tmp_path) == "True"  # removed, built again, loaded
+    assert lib.read_bytes() != b"\x7fELF not really" and lib.stat().st_size > 1000
 
 
 @needs_native
@@ -329,3 +392,31 @@ def test_verify_diff_gives_the_same_report_with_and_without_the_kernel(
         assert ours == theirs
     failing = [row for row in rows["native"] if row["diff"] and not row["diff"]["passed"]]
     assert bool(failing) == bool(tol)
+
+
+def test_verify_diff_says_when_a_compiler_is_there_but_the_kernel_cannot_be_built(
+        cnn_dumps: dict[str, Path], tmp_path: Path) -> None:
+    """A broken toolchain shows as one line on stderr (the report is unchanged); no compiler
+    at all, or VERIFY_NO_NATIVE, is said nowhere: numpy is then simply the engine."""
+    broken = _program(tmp_path / "broken-cc", 'echo "broken-cc: cannot exec cc1" >&2; exit 1')
+    bare = tmp_path / "bin"  # a PATH holding python alone: no compiler
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    runs = {}
+    for label, extra in (("broken", {"CC": broken}), ("none", {"PATH": str(bare)}),
+                         ("off", {"CC": broken, "VERIFY_NO_NATIVE": "1"})):
+        env = {k: v for k, v in os.environ.items() if k not in ("CC", "VERIFY_NO_NATIVE")}
+        env.update({"XDG_CACHE_HOME": str(tmp_path / f"cache-{label}"),
+                    "VERIFY_NO_NUMBA": "1", **extra})
+        runs[label] = subprocess.run([sys.executable, "-m", "verify", "diff",
+                                      str(cnn_dumps["all"]), str(cnn_dumps["disable"])],
+                                     env=env, capture_output=True, text=True, cwd=REPO,
+                                     timeout=300)
+    for proc in runs.values():
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == runs["off"].stdout
+    note, = [line for line in runs["broken"].stderr.splitlines() if line.startswith("note:")]
+    assert note.startswith(f"note: compared without the compiled kernel: {broken} cannot "
+                           "build the kernel: broken-cc: cannot exec cc1 (remembered in ")
+    assert note.endswith("; VERIFY_NO_NATIVE=1 skips it")
+    assert "note:" not in runs["none"].stderr and "note:" not in runs["off"].stderr

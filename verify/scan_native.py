@@ -5,27 +5,34 @@ whole `verify diff` of det-640's dumps (1.2 s on numpy) never paid back. The sam
 built once per machine with the system's C compiler and cached, loads in about a millisecond
 through ctypes: a process gets the fused one-pass kernel from its first tensor, with no numba.
 
-Built on first use: `$CC` (split into words, so `ccache gcc` works) or the first of `cc`,
-`gcc`, `clang` on PATH, with `-O3 -march=native` (without `-march=native` where the compiler
-refuses it) and the floating-point flags below, into verify's cache folder
-(`$XDG_CACHE_HOME/verify/kernels`), named by the sha256 of the source, the flags and this
-machine's CPU features (a cache shared between machines builds one library per CPU). Written
-to a temporary name and renamed, so a process never loads a half-written library. No compiler,
-a failed build or a library that will not load: the engine is unavailable (`native_problem()`
-says why) and auto uses numba or numpy as before. `VERIFY_NO_NATIVE=1` turns it off.
+Built on the first comparison: `$CC` (split into words, so `ccache gcc` works) or the first of
+`cc`, `gcc`, `clang` on PATH (on macOS only once the developer tools are installed), with the
+floating-point flags below, into verify's cache folder (`$XDG_CACHE_HOME/verify/kernels`),
+named by the sha256 of the source, the flags and the machine. On Linux it is built for this CPU
+(`-march=native`, and /proc/cpuinfo's flags in the name: a cache shared between machines builds
+one library per CPU), falling back to the architecture's baseline where the compiler refuses
+that; elsewhere for the baseline only. Written to a temporary name and renamed, so a process
+never loads a half-written library. No compiler, a failed build, a library that will not load:
+the engine is unavailable, `native_problem()` says why, and auto uses numba or numpy as before.
+A build that failed is remembered (a `.failed` file beside the library, per compiler command),
+so later processes do not run the compiler again; deleting the file retries.
+`VERIFY_NO_NATIVE=1` turns the engine off.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +42,14 @@ from verify.cache import verify_cache_dir
 
 SOURCE = Path(__file__).with_name("scan_native.c")
 # -ffp-contract=off: atol + rtol*|r| rounds as numpy's does (element counts agree). The rest
-# let the maxima and the float64 sums vectorize, as the numba kernel's reassoc/nnan/nsz do
-# (without -ffinite-math-only gcc keeps the maxima scalar: 3 GB/s instead of 11). Values are
-# finite in every block whose row is kept (a block with NaN/Inf is redone in numpy); the one
-# infinity the kernel is handed, atol=inf (the magnitude rule's first pass), meets only a
-# comparison and a division, which the hardware does exactly.
+# let the float64 sums vectorize, as the numba kernel's reassoc/nsz do; the maxima's no-NaN
+# assumption is asked of GCC in the source (scan_native.c says why not of every compiler).
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
-         "-fassociative-math", "-fno-signed-zeros", "-ffinite-math-only", "-shared", "-fPIC"]
+         "-fassociative-math", "-fno-signed-zeros", "-shared", "-fPIC"]
 NATIVE_CPU = ["-march=native"]
 BUILD_TIMEOUT = 120  # seconds for one compiler run
 NCOL = 15  # a row's columns: scan_native.c's NCOL, scan_numba's _NCOL
+_MAXTR, _NV = 3, 8  # (and their places: scan_native.c's enum)
 
 _lock = threading.Lock()
 _state = "unloaded"  # unloaded | loaded | missing
@@ -57,9 +62,12 @@ def disabled() -> bool:
 
 
 def _compiler() -> list[str] | None:
+    """$CC as words (ValueError: not a command line), or the first C compiler on PATH."""
     cc = os.environ.get("CC", "").strip()
     if cc:
         return shlex.split(cc)
+    if sys.platform == "darwin" and not _developer_tools():
+        return None  # /usr/bin/cc would only offer to install them
     for name in ("cc", "gcc", "clang"):
         found = shutil.which(name)
         if found:
@@ -67,8 +75,17 @@ def _compiler() -> list[str] | None:
     return None
 
 
+def _developer_tools() -> bool:
+    try:
+        return subprocess.run(["xcode-select", "-p"], capture_output=True, timeout=30,
+                              stdin=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
 def _cpu_features() -> str:
-    """What -march=native compiles for: the CPU flags line on Linux, else the processor."""
+    """What -march=native compiles for, where the cache's names can tell CPUs apart: the CPU
+    flags line on Linux; '' elsewhere (the library is then built for the baseline)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -76,7 +93,12 @@ def _cpu_features() -> str:
                     return line.strip()
     except OSError:
         pass
-    return platform.processor()
+    return ""
+
+
+def _flag_sets() -> list[list[str]]:
+    """The builds to try, best first."""
+    return [[*FLAGS, *NATIVE_CPU], FLAGS] if _cpu_features() else [FLAGS]
 
 
 def library_path(flags: list[str]) -> Path:
@@ -85,17 +107,37 @@ def library_path(flags: list[str]) -> Path:
     return verify_cache_dir() / "kernels" / f"scan-{key.hexdigest()[:24]}.so"
 
 
+def _failure_path(library: Path, cc: list[str]) -> Path:
+    """Where a failed build with `cc` is remembered: per library and compiler command."""
+    who = hashlib.sha256("\0".join(cc).encode()).hexdigest()[:12]
+    return library.with_name(f"{library.stem}-{who}.failed")
+
+
+STALE_TMP_SECONDS = 3600
+
+
 def _build(cc: list[str], flags: list[str], target: Path) -> str:
-    """Compile into `target` (temporary name, then renamed); '' or the compiler's complaint."""
+    """Compile into `target` (temporary name, then renamed); '' or why not, in one line.
+    Raises OSError where the cache folder cannot be written or the compiler not started."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    for old in target.parent.glob("*.tmp"):  # left by a build that was killed
+        try:
+            if time.time() - old.stat().st_mtime > STALE_TMP_SECONDS:
+                old.unlink()
+        except OSError:
+            pass
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
-                              text=True, timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
+        try:
+            done = subprocess.run([*cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True,
+                                  timeout=BUILD_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"{cc[0]} did not finish building the kernel in {BUILD_TIMEOUT} s"
         if done.returncode:
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            return lines[0] if lines else f"{cc[0]} exited {done.returncode}"
+            text = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
+            return (f"{cc[0]} cannot build the kernel: "
+                    f"{text[0] if text else 'exit status %d' % done.returncode}")
         os.replace(tmp, target)
         return ""
     finally:
@@ -103,55 +145,73 @@ def _build(cc: list[str], flags: list[str], target: Path) -> str:
             os.remove(tmp)
 
 
-def _open(path: Path) -> dict[np.dtype, Any]:
-    lib = ctypes.CDLL(str(path))
-    kernels = {}
-    for name, dtype in (("verify_rows_f32", np.float32), ("verify_rows_f64", np.float64)):
-        fn = getattr(lib, name)
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_int64, ctypes.c_double, ctypes.c_double, ctypes.c_double,
-                       ctypes.c_int, ctypes.c_void_p]
-        kernels[np.dtype(dtype)] = fn
-    return kernels
+def _open(path: Path) -> str:
+    """Load the library's two kernels; '' or why not (a library that will not load is
+    removed: the next build replaces it)."""
+    try:
+        lib = ctypes.CDLL(str(path))
+        kernels = {}
+        for name, dtype in (("verify_rows_f32", np.float32), ("verify_rows_f64", np.float64)):
+            fn = getattr(lib, name)
+            fn.restype = None
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_int64, ctypes.c_double, ctypes.c_double, ctypes.c_double,
+                           ctypes.c_int, ctypes.c_void_p]
+            kernels[np.dtype(dtype)] = fn
+    except (OSError, AttributeError) as exc:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return f"cannot load {path}: {exc}"
+    _kernels.update(kernels)
+    return ""
 
 
 def _load() -> str:
     """Load the library, built first where no earlier process built it; '' or why it cannot be
-    had. For this CPU if the compiler can, else for the architecture's baseline (kept too, so
-    a compiler that refuses -march=native is asked once per machine, not once per process)."""
+    had, in one line."""
     try:
-        best, plain = library_path([*FLAGS, *NATIVE_CPU]), library_path(FLAGS)
+        flag_sets = _flag_sets()
+        paths = [library_path(flags) for flags in flag_sets]
     except OSError as exc:
         return f"cannot read the kernel's source {SOURCE}: {exc.strerror or exc}"
-    path = best if best.exists() else plain if plain.exists() else None
-    if path is None:
+    cc: list[str] | None = None
+    try:
+        for path in paths:  # built by an earlier process
+            if path.exists() and not _open(path):
+                return ""
         try:
             cc = _compiler()
         except ValueError as exc:  # shlex: unbalanced quotes
             return f"CC is not a command line ({exc})"
         if cc is None:
             return "no C compiler (set CC, or install cc, gcc or clang)"
+        failed = _failure_path(paths[0], cc)
+        if failed.exists():
+            return failed.read_text(errors="replace").strip() or "an earlier build failed"
         why = ""
-        for flags, target in (([*FLAGS, *NATIVE_CPU], best), (FLAGS, plain)):
-            try:
-                why = _build(cc, flags, target)
-            except (OSError, subprocess.SubprocessError) as exc:
-                return f"cannot build the kernel with {cc[0]}: {exc}"
+        for flags, path in zip(flag_sets, paths):
+            why = _build(cc, flags, path) or _open(path)
             if not why:
-                path = target
-                break
-        else:
-            return f"{cc[0]} cannot build the kernel: {why}"
+                return ""
+        why += f" (remembered in {failed}: delete it to build again)"
+        _remember(failed, why)
+        return why
+    except OSError as exc:
+        return f"cannot build the kernel with {cc[0] if cc else 'cc'}: {exc}"
+
+
+def _remember(failed: Path, why: str) -> None:
+    tmp = failed.with_name(failed.name + f".{os.getpid()}.tmp")
     try:
-        _kernels.update(_open(path))
-    except (OSError, AttributeError) as exc:  # damaged: built again by the next process
+        tmp.write_text(why + "\n")
+        os.replace(tmp, failed)
+    except OSError:
         try:
-            path.unlink()
+            tmp.unlink()
         except OSError:
             pass
-        return f"cannot load {path}: {exc}"
-    return ""
 
 
 def native_available() -> bool:
@@ -164,6 +224,15 @@ def native_available() -> bool:
             _problem = _load()
             _state = "missing" if _problem else "loaded"
     return _state == "loaded"
+
+
+def build_problem() -> str:
+    """Why the compiled kernel was wanted and could not be had, where that is worth telling a
+    user: a compiler is there (or CC is set) but the build or the load failed. '' when it
+    loaded, was never wanted, is turned off, or there is no compiler at all."""
+    if disabled() or _state != "missing" or _problem.startswith("no C compiler"):
+        return ""
+    return _problem
 
 
 def native_problem() -> str:
@@ -183,6 +252,8 @@ def native_fill(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndar
     if y.dtype != x.dtype or not (x.flags.c_contiguous and y.flags.c_contiguous):
         raise ValueError("the compiled kernel takes two C-contiguous arrays of one dtype")
     n = starts.size
+    if not (x.flags.aligned and y.flags.aligned):
+        raise ValueError("the compiled kernel takes aligned arrays")
     if not (starts.dtype == stops.dtype == np.int64 and stops.size == n
             and starts.flags.c_contiguous and stops.flags.c_contiguous
             and rows.dtype == np.float64 and rows.shape == (n, NCOL)
@@ -191,5 +262,15 @@ def native_fill(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndar
     if n and (int(starts.min()) < 0 or int(stops.max()) > min(x.size, y.size)
               or bool(np.any(stops < starts))):
         raise ValueError("a block outside the arrays")  # C reads no further than told
+    # An infinite threshold (the magnitude rule's first pass: atol=inf) is handed over as the
+    # largest double, so the kernel only ever meets finite values; what inf gives is set after:
+    # no element above it, and zero tolerance units (d / inf), as numpy's engine has them.
+    if not (math.isfinite(rtol) and math.isfinite(tiny) and atol >= 0):
+        raise ValueError("the compiled kernel takes a finite rtol and tiny and atol >= 0")
+    infinite = math.isinf(atol)
     _kernels[x.dtype](x.ctypes.data, y.ctypes.data, starts.ctypes.data, stops.ctypes.data, n,
-                      atol, rtol, tiny, int(want_tr), rows.ctypes.data)
+                      sys.float_info.max if infinite else atol, rtol, tiny, int(want_tr),
+                      rows.ctypes.data)
+    if infinite and n:
+        rows[:, _NV] = 0.0
+        rows[:, _MAXTR] = 0.0

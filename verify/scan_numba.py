@@ -241,7 +241,10 @@ def nb_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
 def native_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
                 atol: float, rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
     """nb_rows from the compiled C kernel (`scan_native`), split over the comparison threads
-    as nb_rows is."""
+    as nb_rows is. Arrays not aligned to their dtype (a buffer read at an odd offset) are
+    copied first: C may assume alignment where numba compiles a version of its own."""
+    if not (x.flags.aligned and y.flags.aligned):
+        x, y = np.array(x, copy=True), np.array(y, copy=True)
     starts = np.ascontiguousarray(starts, np.int64)
     stops = np.ascontiguousarray(stops, np.int64)
     rows = np.zeros((starts.size, _NCOL))

@@ -52,9 +52,11 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     an SQNR gate (--tol '*:sqnr>=30') the first layer below it is named. Captures of unrelated
     models (different model files sharing few tensor names) are exit 2.
 
-    Each pair is compared in one pass by a kernel compiled from C on the first diff (the
-    system's C compiler, $CC; cached in ~/.cache/verify/kernels); without a compiler, by
-    numpy, slower, with the same verdicts. VERIFY_NO_NATIVE=1 keeps the compiled kernel out.
+    Each pair is compared in one pass by a kernel compiled from C on the first comparison
+    (the system's C compiler, $CC; cached in $XDG_CACHE_HOME/verify/kernels, by default
+    ~/.cache/verify/kernels); without a compiler by numpy (or numba, for 2 GiB or more where
+    installed), slower, with the same verdicts. A build that fails is said on stderr and not
+    tried again. VERIFY_NO_NATIVE=1 keeps the compiled kernel out.
 
     \b
       verify diff phone/ cpu/                       every layer, first divergent node
@@ -79,6 +81,11 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
                          None if case_index is None else [case_index],
                          status=None if as_json else RunPrinter().status)
     passed = all(r.passed for r in reports)
+    from verify.scan_native import build_problem
+
+    if build_problem():  # a broken toolchain is said, not just slow
+        click.echo(f"note: compared without the compiled kernel: {build_problem()}; "
+                   "VERIFY_NO_NATIVE=1 skips it", err=True)
     if as_json:  # the shape follows the option, never the data: --case, one report
         if case_index is not None:
             emit_json(reports[0].to_dict(), "diff-case")

@@ -9,7 +9,9 @@
 #                             and the real third-party models the tests use
 #                             (scripts/fetch_models.py, cached outside the repository),
 #                             and the native runner's toolchain (g++, g++-aarch64-linux-gnu,
-#                             cmake, nlohmann-json3-dev, npm, ccache: apt) and its two Linux
+#                             cmake, nlohmann-json3-dev, npm, ccache: apt) and clang (the
+#                             compiled comparison kernel is tested with GCC and clang), and
+#                             the native runner's two Linux
 #                             bundles (scripts/build_native_runner.py --target all, cached);
 #                             the test extra includes onnx-verify[torch], the CPU-only torch
 #                             (no CUDA libraries: about 30 s and 0.8 GB to install)
@@ -39,7 +41,7 @@ esac
 if [ "$with_tests" = 1 ]; then
   need=()
   for pkg in openssh-server adb qemu-user-static chromium fonts-dejavu-core \
-             g++ g++-aarch64-linux-gnu cmake nlohmann-json3-dev ccache; do
+             g++ g++-aarch64-linux-gnu cmake nlohmann-json3-dev ccache clang; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
   done
   # npm may come with a nodejs that is not Debian's (NodeSource's bundles it, and Debian's npm

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -420,3 +421,33 @@ def test_verify_diff_says_when_a_compiler_is_there_but_the_kernel_cannot_be_buil
                            "build the kernel: broken-cc: cannot exec cc1 (remembered in ")
     assert note.endswith("; VERIFY_NO_NATIVE=1 skips it")
     assert "note:" not in runs["none"].stderr and "note:" not in runs["off"].stderr
+
+
+COMPILERS = [c for c in ("gcc", "clang") if shutil.which(c)]
+
+
+@pytest.mark.skipif(not scan_numba.numba_available(), reason="no numba")
+@pytest.mark.parametrize("compiler", COMPILERS or [pytest.param("cc", marks=pytest.mark.skip(
+    reason="no gcc or clang"))])
+def test_each_compiler_builds_a_kernel_with_numbas_maxima_counts_and_nan_blocks(
+        monkeypatch, tmp_path, compiler: str) -> None:
+    """The C code asks no compiler for fast-math beyond reassociating sums, so GCC and clang
+    (macOS's) give the same maxima and counts as numba, and a block holding NaN or Inf still
+    shows a non-finite sum (under clang's no-NaN assumption it need not have)."""
+    _fresh(monkeypatch, tmp_path)
+    monkeypatch.setenv("CC", compiler)
+    assert scan_native.native_available(), scan_native.native_problem()
+    maxima_and_counts = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL,
+                         scan_numba._MAXTR, scan_numba._NV, scan_numba._NCMP]
+    for a, r in _pairs(np.float32)[:4]:
+        a = a.copy()
+        a[[3, 2 * _NB_BLOCK + 5]] = [np.nan, np.inf]
+        starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
+        stops = np.minimum(starts + _NB_BLOCK, a.size)
+        for atol, rtol, want_tr in ((np.inf, 0.0, False), (1e-5, 1e-3, True)):
+            ours = scan_numba.native_rows(a, r, starts, stops, atol, rtol, 1.2e-38, want_tr)
+            theirs = scan_numba.nb_rows(a, r, starts, stops, atol, rtol, 1.2e-38, want_tr)
+            bad = ~np.isfinite(ours[:, scan_numba._SAA] + ours[:, scan_numba._SRR])
+            assert bad.tolist() == [j in (0, 2) for j in range(starts.size)]
+            assert np.array_equal(ours[~bad][:, maxima_and_counts],
+                                  theirs[~bad][:, maxima_and_counts])

@@ -187,8 +187,11 @@ class Batch:
 
 
 def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Matching 1-D C-contiguous `kd` pieces of a and r: views when possible, else bounded
-    buffers (casting and gathering strided data a chunk at a time)."""
+    """Matching 1-D C-contiguous `kd` pieces of a and r: views when possible, else two reused
+    buffers of _CHUNK elements (casting and gathering strided data a chunk at a time), valid
+    until the next piece. Gathered pieces are the elements in C order, cut every _CHUNK (a
+    whole number of blocks), so every block holds what a C-contiguous copy's would: the
+    figures, sums included, are that copy's to the last bit."""
     if a.dtype == kd and r.dtype == kd:
         if a.flags.c_contiguous and r.flags.c_contiguous:
             yield a.ravel("C"), r.ravel("C")
@@ -198,12 +201,27 @@ def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.nda
             return
     # 'contig' makes nditer gather strided data into its buffers: chunks of _CHUNK elements
     # instead of one call per innermost row (numpy's stubs misspell the flag, hence the ignore).
+    # nditer's pieces need not be whole blocks (one operand C-ordered, the other not: a piece
+    # per row), which moved block boundaries and with them the sums' last bits; so they are
+    # collected into whole chunks here.
     it = np.nditer([a, r], flags=["external_loop", "buffered", "zerosize_ok"],  # type: ignore[call-overload]
                    op_flags=[["readonly", "contig"], ["readonly", "contig"]], op_dtypes=[kd, kd],
-                   casting="unsafe", buffersize=_CHUNK, order="K")
+                   casting="unsafe", buffersize=_CHUNK, order="C")
+    bx, by = np.empty(min(_CHUNK, a.size), kd), np.empty(min(_CHUNK, a.size), kd)
+    fill = 0
     with it:
         for ca, cr in it:
-            yield np.ascontiguousarray(ca), np.ascontiguousarray(cr)
+            pos, n = 0, ca.size
+            while pos < n:
+                take = min(n - pos, bx.size - fill)
+                bx[fill:fill + take] = ca[pos:pos + take]
+                by[fill:fill + take] = cr[pos:pos + take]
+                fill, pos = fill + take, pos + take
+                if fill == bx.size:
+                    yield bx, by
+                    fill = 0
+    if fill:
+        yield bx[:fill], by[:fill]
 
 
 def count_unequal(a: np.ndarray, r: np.ndarray) -> int:

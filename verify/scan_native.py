@@ -42,14 +42,13 @@ from verify.cache import verify_cache_dir
 
 SOURCE = Path(__file__).with_name("scan_native.c")
 # -ffp-contract=off: atol + rtol*|r| rounds as numpy's does (element counts agree). The rest
-# let the float64 sums vectorize, as the numba kernel's reassoc/nsz do; the maxima's no-NaN
-# assumption is asked of GCC in the source (scan_native.c says why not of every compiler).
+# let the float64 sums vectorize, as the numba kernel's reassoc/nsz do (scan_native.c says how
+# the maxima vectorize with no fast-math).
 FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
          "-fassociative-math", "-fno-signed-zeros", "-shared", "-fPIC"]
 NATIVE_CPU = ["-march=native"]
 BUILD_TIMEOUT = 120  # seconds for one compiler run
 NCOL = 15  # a row's columns: scan_native.c's NCOL, scan_numba's _NCOL
-_MAXTR, _NV = 3, 8  # (and their places: scan_native.c's enum)
 
 _lock = threading.Lock()
 _state = "unloaded"  # unloaded | loaded | missing
@@ -262,15 +261,7 @@ def native_fill(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndar
     if n and (int(starts.min()) < 0 or int(stops.max()) > min(x.size, y.size)
               or bool(np.any(stops < starts))):
         raise ValueError("a block outside the arrays")  # C reads no further than told
-    # An infinite threshold (the magnitude rule's first pass: atol=inf) is handed over as the
-    # largest double, so the kernel only ever meets finite values; what inf gives is set after:
-    # no element above it, and zero tolerance units (d / inf), as numpy's engine has them.
     if not (math.isfinite(rtol) and math.isfinite(tiny) and atol >= 0):
         raise ValueError("the compiled kernel takes a finite rtol and tiny and atol >= 0")
-    infinite = math.isinf(atol)
     _kernels[x.dtype](x.ctypes.data, y.ctypes.data, starts.ctypes.data, stops.ctypes.data, n,
-                      sys.float_info.max if infinite else atol, rtol, tiny, int(want_tr),
-                      rows.ctypes.data)
-    if infinite and n:
-        rows[:, _NV] = 0.0
-        rows[:, _MAXTR] = 0.0
+                      atol, rtol, tiny, int(want_tr), rows.ctypes.data)

@@ -12,7 +12,6 @@ import time
 import numpy as np
 import pytest
 
-from verify.scan_native import native_available
 from verify.compare import (
     SATURATION_FLOOR,
     AllcloseRule,
@@ -29,6 +28,7 @@ from verify.compare import (
     topk_agreement,
 )
 from verify.errors import UsageError
+from verify.scan_native import native_available
 
 ENGINES = [
     "numpy",

@@ -14,9 +14,9 @@ import sys
 import numpy as np
 import pytest
 
-from verify.scan_native import native_available
 from verify.compare import compare, numba_available, parse_tolerance
 from verify.scan import _CHUNK
+from verify.scan_native import native_available
 
 ENGINES = [
     "numpy",

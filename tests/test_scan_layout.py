@@ -15,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from verify.scan_native import native_available
 from verify import scan_numba
 from verify.compare import AllcloseRule, compare, numba_available
+from verify.scan_native import native_available
 
 ENGINES = [
     "numpy",

@@ -41,6 +41,16 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     monkeypatch.setattr(scan_native, "_kernels", {})
 
 
+MAXIMA_AND_COUNTS = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL, scan_numba._MAXTR,
+                     scan_numba._NV, scan_numba._NCMP]  # the row's columns equal to the bit
+
+
+def _blocks(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's blocks over n elements: their starts and stops."""
+    starts = np.arange(0, n, _NB_BLOCK, dtype=np.int64)
+    return starts, np.minimum(starts + _NB_BLOCK, n)
+
+
 def _libraries(cache: Path) -> list[Path]:
     return sorted((cache / "verify" / "kernels").glob("scan-*.so"))
 
@@ -76,7 +86,7 @@ def _same(got, want) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rule", [MagnitudeRule(), AllcloseRule(1e-4, 1e-3)],
                          ids=["magnitude", "allclose"])
-def test_native_gives_numpys_verdicts_maxima_and_counts(dtype: type, rule) -> None:
+def test_native_gives_numpys_verdicts_MAXIMA_AND_COUNTS(dtype: type, rule) -> None:
     """Against the numpy engine, an independent implementation: maxima, counts and verdicts
     equal, the float64 sums within 1e-12 (summation order differs)."""
     for a, r in _pairs(dtype):
@@ -90,26 +100,23 @@ def test_native_gives_numpys_verdicts_maxima_and_counts(dtype: type, rule) -> No
 @pytest.mark.parametrize("atol, rtol, want_tr", [(np.inf, 0.0, False), (0.0, 0.0, False),
                                                  (1e-5, 1e-3, True), (0.0, 1e-3, True),
                                                  (2e-3, 0.0, True)])
-def test_native_rows_equal_numbas_maxima_and_counts_exactly(dtype: type, atol: float,
+def test_native_rows_equal_numbas_MAXIMA_AND_COUNTS_exactly(dtype: type, atol: float,
                                                             rtol: float, want_tr: bool) -> None:
     """Row by row against the numba kernel it copies: the magnitude rule's first pass (atol
     inf), exact, allclose and tolerance units; references with zeros and subnormals."""
-    maxima_and_counts = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL,
-                         scan_numba._MAXTR, scan_numba._NV, scan_numba._NCMP]
     tiny = float(np.finfo(dtype).tiny)
     for a, r in _pairs(dtype):
-        starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
-        stops = np.minimum(starts + _NB_BLOCK, a.size)
+        starts, stops = _blocks(a.size)
         ours = scan_numba.native_rows(a, r, starts, stops, atol, rtol, tiny, want_tr)
         theirs = scan_numba.nb_rows(a, r, starts, stops, atol, rtol, tiny, want_tr)
-        assert np.array_equal(ours[:, maxima_and_counts], theirs[:, maxima_and_counts])
+        assert np.array_equal(ours[:, MAXIMA_AND_COUNTS], theirs[:, MAXIMA_AND_COUNTS])
         np.testing.assert_allclose(ours, theirs, rtol=1e-12)
 
 
 @needs_native
 def test_blocks_with_nan_and_inf_are_redone_in_numpy() -> None:
-    """The kernel assumes finite values; a block holding NaN/Inf is found by its non-finite
-    sums and judged by numpy, so counts and position mismatches come out as numpy's."""
+    """A block holding NaN/Inf is found by its non-finite sums and judged by numpy, so counts
+    and position mismatches come out as numpy's."""
     rng = np.random.default_rng(3)
     r = rng.standard_normal(5 * _NB_BLOCK).astype(np.float32)
     a = r.copy()
@@ -126,8 +133,7 @@ def test_blocks_with_nan_and_inf_are_redone_in_numpy() -> None:
 def test_a_call_of_many_blocks_splits_over_the_threads_with_the_same_rows(monkeypatch) -> None:
     a, r = _pairs(np.float32)[1]
     a, r = np.tile(a, 20), np.tile(r, 20)  # 6 M elements: 92 blocks
-    starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
-    stops = np.minimum(starts + _NB_BLOCK, a.size)
+    starts, stops = _blocks(a.size)
     assert starts.size >= PARALLEL_MIN_BLOCKS
     calls: list[tuple[int, int]] = []
     real = scan_numba.spread
@@ -364,6 +370,18 @@ def test_a_damaged_cached_library_is_built_again(tmp_path) -> None:
     assert lib.read_bytes() != b"\x7fELF not really" and lib.stat().st_size > 1000
 
 
+def _verify_diff(cnn_dumps: dict[str, Path], cache: Path, env: dict[str, str],
+                 *options: str) -> subprocess.CompletedProcess[str]:
+    """`verify diff` of the cnn's dumps at opt all and disable as a process of its own, with
+    `cache` as verify's cache folder, without numba, and `env` on top of this environment
+    (CC and VERIFY_NO_NATIVE only from `env`)."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("CC", "VERIFY_NO_NATIVE")},
+           "XDG_CACHE_HOME": str(cache), "VERIFY_NO_NUMBA": "1", **env}
+    return subprocess.run([sys.executable, "-m", "verify", "diff", str(cnn_dumps["all"]),
+                           str(cnn_dumps["disable"]), *options], env=env, capture_output=True,
+                          text=True, cwd=REPO, timeout=300)
+
+
 @needs_native
 @pytest.mark.parametrize("tol", [[], ["--atol", "0", "--rtol", "0"]], ids=["default", "exact"])
 def test_verify_diff_gives_the_same_report_with_and_without_the_kernel(
@@ -373,11 +391,8 @@ def test_verify_diff_gives_the_same_report_with_and_without_the_kernel(
     the report is the numpy engine's, tensor for tensor (tolerance 0: many fail)."""
     reports = {}
     for label, no_native in (("native", "0"), ("numpy", "1")):
-        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "VERIFY_NO_NUMBA": "1",
-               "VERIFY_NO_NATIVE": no_native}
-        proc = subprocess.run([sys.executable, "-m", "verify", "diff", str(cnn_dumps["all"]),
-                               str(cnn_dumps["disable"]), "--json", *tol], env=env,
-                              capture_output=True, text=True, cwd=REPO, timeout=300)
+        proc = _verify_diff(cnn_dumps, tmp_path / "cache", {"VERIFY_NO_NATIVE": no_native},
+                            "--json", *tol)
         assert proc.returncode == (1 if tol else 0), proc.stderr
         reports[label] = json.loads(proc.stdout)
     assert len(_libraries(tmp_path / "cache")) == 1
@@ -406,13 +421,7 @@ def test_verify_diff_says_when_a_compiler_is_there_but_the_kernel_cannot_be_buil
     runs = {}
     for label, extra in (("broken", {"CC": broken}), ("none", {"PATH": str(bare)}),
                          ("off", {"CC": broken, "VERIFY_NO_NATIVE": "1"})):
-        env = {k: v for k, v in os.environ.items() if k not in ("CC", "VERIFY_NO_NATIVE")}
-        env.update({"XDG_CACHE_HOME": str(tmp_path / f"cache-{label}"),
-                    "VERIFY_NO_NUMBA": "1", **extra})
-        runs[label] = subprocess.run([sys.executable, "-m", "verify", "diff",
-                                      str(cnn_dumps["all"]), str(cnn_dumps["disable"])],
-                                     env=env, capture_output=True, text=True, cwd=REPO,
-                                     timeout=300)
+        runs[label] = _verify_diff(cnn_dumps, tmp_path / f"cache-{label}", extra)
     for proc in runs.values():
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout == runs["off"].stdout
@@ -437,17 +446,14 @@ def test_each_compiler_builds_a_kernel_with_numbas_maxima_counts_and_nan_blocks(
     _fresh(monkeypatch, tmp_path)
     monkeypatch.setenv("CC", compiler)
     assert scan_native.native_available(), scan_native.native_problem()
-    maxima_and_counts = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL,
-                         scan_numba._MAXTR, scan_numba._NV, scan_numba._NCMP]
     for a, r in _pairs(np.float32)[:4]:
         a = a.copy()
         a[[3, 2 * _NB_BLOCK + 5]] = [np.nan, np.inf]
-        starts = np.arange(0, a.size, _NB_BLOCK, dtype=np.int64)
-        stops = np.minimum(starts + _NB_BLOCK, a.size)
+        starts, stops = _blocks(a.size)
         for atol, rtol, want_tr in ((np.inf, 0.0, False), (1e-5, 1e-3, True)):
             ours = scan_numba.native_rows(a, r, starts, stops, atol, rtol, 1.2e-38, want_tr)
             theirs = scan_numba.nb_rows(a, r, starts, stops, atol, rtol, 1.2e-38, want_tr)
             bad = ~np.isfinite(ours[:, scan_numba._SAA] + ours[:, scan_numba._SRR])
             assert bad.tolist() == [j in (0, 2) for j in range(starts.size)]
-            assert np.array_equal(ours[~bad][:, maxima_and_counts],
-                                  theirs[~bad][:, maxima_and_counts])
+            assert np.array_equal(ours[~bad][:, MAXIMA_AND_COUNTS],
+                                  theirs[~bad][:, MAXIMA_AND_COUNTS])

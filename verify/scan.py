@@ -199,11 +199,11 @@ def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.nda
         if a.flags.f_contiguous and r.flags.f_contiguous:
             yield a.ravel("F"), r.ravel("F")
             return
-    # 'contig' makes nditer gather strided data into its buffers: chunks of _CHUNK elements
-    # instead of one call per innermost row (numpy's stubs misspell the flag, hence the ignore).
-    # nditer's pieces need not be whole blocks (one operand C-ordered, the other not: a piece
-    # per row), which moved block boundaries and with them the sums' last bits; so they are
-    # collected into whole chunks here.
+    # 'contig' makes nditer gather strided data into its buffers, mostly in pieces of _CHUNK
+    # elements (numpy's stubs misspell the flag, hence the ignore). Not always: with one
+    # operand C-ordered and the other not it gives a piece per row, which moved the block
+    # boundaries and with them the sums' last bits. Other pieces are collected into whole
+    # chunks; a whole chunk as nditer gives it is passed on as it is.
     it = np.nditer([a, r], flags=["external_loop", "buffered", "zerosize_ok"],  # type: ignore[call-overload]
                    op_flags=[["readonly", "contig"], ["readonly", "contig"]], op_dtypes=[kd, kd],
                    casting="unsafe", buffersize=_CHUNK, order="C")
@@ -211,6 +211,9 @@ def _chunks(a: np.ndarray, r: np.ndarray, kd: np.dtype) -> Iterator[tuple[np.nda
     fill = 0
     with it:
         for ca, cr in it:
+            if fill == 0 and ca.size == bx.size:
+                yield np.ascontiguousarray(ca), np.ascontiguousarray(cr)
+                continue
             pos, n = 0, ca.size
             while pos < n:
                 take = min(n - pos, bx.size - fill)

@@ -22,6 +22,7 @@ so later processes do not run the compiler again; deleting the file retries.
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import os
@@ -82,6 +83,7 @@ def _developer_tools() -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_features() -> str:
     """What -march=native compiles for, where the cache's names can tell CPUs apart: the CPU
     flags line on Linux; '' elsewhere (the library is then built for the baseline)."""
@@ -100,8 +102,13 @@ def _flag_sets() -> list[list[str]]:
     return [[*FLAGS, *NATIVE_CPU], FLAGS] if _cpu_features() else [FLAGS]
 
 
+@functools.lru_cache(maxsize=1)
+def _source() -> bytes:
+    return SOURCE.read_bytes()
+
+
 def library_path(flags: list[str]) -> Path:
-    key = hashlib.sha256(SOURCE.read_bytes())
+    key = hashlib.sha256(_source())
     key.update("\0".join([*flags, platform.machine(), _cpu_features()]).encode())
     return verify_cache_dir() / "kernels" / f"scan-{key.hexdigest()[:24]}.so"
 
@@ -218,6 +225,8 @@ def native_available() -> bool:
     global _state, _problem
     if disabled():
         return False
+    if _state != "unloaded":  # every comparison asks: no lock once it is settled
+        return _state == "loaded"
     with _lock:
         if _state == "unloaded":
             _problem = _load()

@@ -221,6 +221,15 @@ def choose_engine(engine: Engine, nbytes: int) -> str:
     return "numpy"
 
 
+def _split_rows(n: int, fill: Callable[[int, int, np.ndarray], None]) -> np.ndarray:
+    """Rows for n blocks: fill(lo, hi, rows[lo:hi]) over the comparison threads for a call of
+    PARALLEL_MIN_BLOCKS or more, on this thread below that. Both fused kernels run this way."""
+    rows = np.zeros((n, _NCOL))
+    threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
+    spread(n, threads, lambda lo, hi: fill(lo, hi, rows[lo:hi]))
+    return rows
+
+
 def nb_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray, atol: float,
             rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
     """The kernel's row per block x[starts[j]:stops[j]] (each at most _NB_BLOCK elements).
@@ -228,28 +237,20 @@ def nb_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
     kernel = _load_numba()
     if kernel is None:
         raise ImportError(f"{_nb_error}; use engine='numpy' or 'auto'")
-    rows = np.zeros((starts.size, _NCOL))
     xv, yv = x.view(), y.view()
     xv.flags.writeable = yv.flags.writeable = False  # one compiled signature, memmaps included
-    n = starts.size
-    threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
-    spread(n, threads, lambda lo, hi: kernel(xv, yv, starts[lo:hi], stops[lo:hi], atol, rtol,
-                                             tiny, want_tr, rows[lo:hi]))
-    return rows
+    return _split_rows(starts.size, lambda lo, hi, out: kernel(
+        xv, yv, starts[lo:hi], stops[lo:hi], atol, rtol, tiny, want_tr, out))
 
 
 def native_rows(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray,
                 atol: float, rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
-    """nb_rows from the compiled C kernel (`scan_native`), split over the comparison threads
-    as nb_rows is. Arrays not aligned to their dtype (a buffer read at an odd offset) are
-    copied first: C may assume alignment where numba compiles a version of its own."""
+    """nb_rows from the compiled C kernel (`scan_native`). Arrays not aligned to their dtype
+    (a buffer read at an odd offset) are copied first: C may assume alignment where numba
+    compiles a version of its own."""
     if not (x.flags.aligned and y.flags.aligned):
         x, y = np.array(x, copy=True), np.array(y, copy=True)
     starts = np.ascontiguousarray(starts, np.int64)
     stops = np.ascontiguousarray(stops, np.int64)
-    rows = np.zeros((starts.size, _NCOL))
-    n = starts.size
-    threads = min(THREADS, n // (PARALLEL_MIN_BLOCKS // 2)) if n >= PARALLEL_MIN_BLOCKS else 1
-    spread(n, threads, lambda lo, hi: native_fill(x, y, starts[lo:hi], stops[lo:hi], atol, rtol,
-                                                  tiny, want_tr, rows[lo:hi]))
-    return rows
+    return _split_rows(starts.size, lambda lo, hi, out: native_fill(
+        x, y, starts[lo:hi], stops[lo:hi], atol, rtol, tiny, want_tr, out))

@@ -83,8 +83,8 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     passed = all(r.passed for r in reports)
     from verify.scan_native import build_problem
 
-    if build_problem():  # a broken toolchain is said, not just slow
-        click.echo(f"note: compared without the compiled kernel: {build_problem()}; "
+    if problem := build_problem():  # a broken toolchain is said, not just slow
+        click.echo(f"note: compared without the compiled kernel: {problem}; "
                    "VERIFY_NO_NATIVE=1 skips it", err=True)
     if as_json:  # the shape follows the option, never the data: --case, one report
         if case_index is not None:

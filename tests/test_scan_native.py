@@ -187,6 +187,12 @@ def test_the_c_kernel_is_never_handed_what_it_would_read_or_write_past() -> None
                                                                  "hi": np.array([4])}):
         with pytest.raises(ValueError, match="outside"):
             fill(**bad)
+    with pytest.raises(ValueError, match="outside"):  # the shorter side bounds the blocks
+        fill(y=np.zeros(9, np.float32))
+    two = np.full((2, scan_native.NCOL), 7.0)  # one bad block: nothing is read or written
+    with pytest.raises(ValueError, match="outside"):
+        fill(lo=np.array([0, 5]), hi=np.array([5, 11]), out=two)
+    assert (two == 7.0).all()
     with pytest.raises(ValueError, match="one dtype"):
         fill(y=a.astype(np.float64))
     with pytest.raises(ValueError, match="C-contiguous"):

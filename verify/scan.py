@@ -118,10 +118,17 @@ def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, t
     """Per-block rows for one chunk (1-D, C-contiguous, float32 or float64); `select` limits
     the work to those block indices."""
     bs = _NP_BLOCK if engine == "numpy" else _NB_BLOCK
+    if select is None and 0 < x.size <= bs:  # one block (most tensors): no arithmetic on bounds
+        return _rows_at(x, y, engine, _ZERO, np.array([x.size], np.int64), atol, rtol, tiny,
+                        want_tr)
     blocks = np.arange(-(-x.size // bs), dtype=np.int64) if select is None else select
     starts = blocks * bs
     return _rows_at(x, y, engine, starts, np.minimum(starts + bs, x.size), atol, rtol, tiny,
                     want_tr)
+
+
+_ZERO = np.zeros(1, np.int64)
+_ZERO.flags.writeable = False
 
 
 def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stops: np.ndarray,
@@ -131,8 +138,11 @@ def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stop
         return _np_rows(x, y, starts, stops, atol, rtol, tiny, want_tr)
     fused = native_rows if engine == "native" else nb_rows
     rows = fused(x, y, starts, stops, atol, rtol, tiny, want_tr)
-    with np.errstate(over="ignore", invalid="ignore"):  # the overflow is what is looked for
-        bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
+    if len(rows) == 1:  # Python floats overflow to inf quietly; numpy's ufuncs cost 4 us here
+        bad = [] if math.isfinite(float(rows[0, _SAA]) + float(rows[0, _SRR])) else [0]
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):  # the overflow is looked for
+            bad = np.flatnonzero(~np.isfinite(rows[:, _SAA] + rows[:, _SRR])).tolist()
     if bad:  # NaN/Inf inside (or squares past float64's range): redo those blocks in numpy
         scratch = _np_scratch(min(_NB_BLOCK, x.size))
         for j in bad:
@@ -267,10 +277,14 @@ def scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, r
     block rows already computed (`Batch.rows`, for a C-contiguous pair of dtype `kd`)."""
     per_chunk = ([rows] if rows is not None else
                  [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)])
-    rows = np.concatenate(per_chunk) if per_chunk else np.zeros((0, _NCOL))
-    with np.errstate(over="ignore"):  # the maxima's columns are summed too, unused: a float64
-        col = rows.sum(axis=0)  # reference near 1e-308 makes relative errors near 1e308
-    top = rows.max(axis=0, initial=0.0)
+    rows = (per_chunk[0] if len(per_chunk) == 1 else np.concatenate(per_chunk) if per_chunk
+            else np.zeros((0, _NCOL)))
+    if len(rows) == 1:  # most tensors: one block, whose row is the whole (every column >= 0
+        col = top = rows[0]  # or NaN, as max(..., initial=0) and sum would leave it)
+    else:
+        with np.errstate(over="ignore"):  # the maxima's columns are summed too, unused: a
+            col = rows.sum(axis=0)  # float64 reference near 1e-308 makes relative errors 1e308
+        top = rows.max(axis=0, initial=0.0)
     n_out = int(col[_NV])
     if threshold_of is not None:
         n_out = 0

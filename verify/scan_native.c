@@ -50,13 +50,17 @@ static void NAME(const T *restrict av, const T *restrict rv, int64_t m, double a
 #define ROWS(NAME, T)                                                                      \
 BLOCK(NAME##_plain, T, 0)                                                                  \
 BLOCK(NAME##_tr, T, 1)                                                                     \
-void NAME(const T *a, const T *r, const int64_t *starts, const int64_t *stops, int64_t n, \
-          double atol, double rtol, double tiny, int want_tr, double *out) {              \
+int NAME(const T *a, const T *r, int64_t size, const int64_t *starts,                   \
+         const int64_t *stops, int64_t n, double atol, double rtol, double tiny,          \
+         int want_tr, double *out) {                                                       \
+    for (int64_t j = 0; j < n; j++)  /* every block inside [0, size), or nothing is read */ \
+        if (starts[j] < 0 || stops[j] < starts[j] || stops[j] > size) return -1;           \
     for (int64_t j = 0; j < n; j++) {                                                      \
         int64_t lo = starts[j], m = stops[j] - lo;                                         \
         if (want_tr) NAME##_tr(a + lo, r + lo, m, atol, rtol, tiny, out + j * NCOL);       \
         else NAME##_plain(a + lo, r + lo, m, atol, rtol, tiny, out + j * NCOL);            \
     }                                                                                      \
+    return 0;                                                                              \
 }
 
 ROWS(verify_rows_f32, float)

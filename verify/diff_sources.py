@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from verify.archive_reader import ArchiveReader, external_data
 from verify.dump import Dump, Scratch, open_dump
 from verify.errors import DumpError, UsageError
 from verify.graph import parse_model, saturation_floors
@@ -111,6 +110,7 @@ def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
 def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                     status: Callable[[str], None] | None) -> Source:
     from verify import schema
+    from verify.archive_reader import ArchiveReader, external_data  # h5py: archives only
 
     reader = stack.enter_context(ArchiveReader(path))
     tc = reader.testcase()

@@ -234,3 +234,37 @@ def test_lazy_commands_short_help_is_each_commands_own() -> None:
         command = cli.get_command(ctx, name)
         assert command is not None and f"verify.cli.{module}" in sys.modules
         assert command.get_short_help_str(10_000) == short, name
+
+
+_ENTRIES = {
+    "cli": "from verify.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n",
+    "runner": "from verify.runner import runner\nrunner.main(['runner.py', '--describe'])\n",
+}
+
+
+def _blas_threads(entry: str, asked: str | None) -> tuple[str, int]:
+    """OPENBLAS_NUM_THREADS as the process sees it once `entry` ran, and its thread count
+    after importing numpy; `asked`: the variable in its environment (None: unset)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if asked:
+        env["OPENBLAS_NUM_THREADS"] = asked
+    code = (_ENTRIES[entry] + "import os, numpy\n"
+            "print('threads', os.environ.get('OPENBLAS_NUM_THREADS'), "
+            "len(os.listdir('/proc/self/task')))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    _, value, threads = proc.stdout.strip().splitlines()[-1].split()
+    return value, int(threads)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc")
+@pytest.mark.parametrize("entry", sorted(_ENTRIES))
+def test_verify_processes_start_no_spinning_blas_threads(entry: str) -> None:
+    """numpy's OpenBLAS starts a thread per core at import, each spinning ~0.1 s of CPU: the
+    CLI and the runner (before numpy is imported) ask for none, unless the user set a number.
+    (onnxruntime starts a thread of its own: counted against a process told to start none.)"""
+    assert _blas_threads(entry, None) == _blas_threads(entry, "1")
+    assert _blas_threads(entry, "2")[0] == "2"

@@ -44,8 +44,17 @@ def _terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+# numpy's OpenBLAS starts a worker thread per core when numpy is imported, and each spins for
+# ~0.1 s of CPU before it sleeps (0.13 s per process on 2 cores; a plain `verify run` of PP-OCRv4
+# det paid it in both of its processes). verify never threads BLAS (its dot products are cut
+# into pieces below OpenBLAS's threading size), so its processes start none, unless the user
+# asked for a number. The local runner inherits it; other runners set it themselves.
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
+    os.environ.setdefault(*BLAS_THREADS)  # before anything imports numpy
     warnings.formatwarning = _format_warning  # one line, not Python's file:line form
     previous = None
     if threading.current_thread() is threading.main_thread():

@@ -1180,6 +1180,9 @@ def write_json_atomic(path, data):
 
 
 def main(argv):
+    # before numpy is imported: its OpenBLAS would start a thread per core that spins ~0.1 s of
+    # CPU each, and the runner never threads BLAS (the host's CLI does the same)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     if argv[1:2] == ["--describe"] and len(argv) in (2, 4) and argv[2:3] in ([], ["--probe"]):
         info = describe()
         if __name__ == "__main__":  # --serve is offered by this file run as the program, not

@@ -191,7 +191,9 @@ def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path
                              "missing ), unterminated subpattern at position 0"),
     (["--dump-filter", "^nothing-matches$"],
      "error: --dump-filter '^nothing-matches$' matches no tensor or node name"),
-    (["--dump-budget-mb", "0"], "error: --dump-budget-mb must be > 0, got 0"),
+    (["--dump-budget-mb", "0"], "error: --dump-budget-mb must be a number > 0, got 0"),
+    (["--dump-budget-mb", "inf"], "error: --dump-budget-mb must be a number > 0, got inf"),
+    (["--dump-budget-mb", "nan"], "error: --dump-budget-mb must be a number > 0, got nan"),
 ])
 def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                             args: list[str], message: str) -> None:
@@ -199,7 +201,7 @@ def test_dump_option_errors(cnn_vtc: Path, tmp_path: Path, capsys: pytest.Captur
                            tmp_path / "d", *args)
     assert code == 2
     assert err.strip().splitlines()[-1] == message
-    assert not (tmp_path / "d" / "manifest.json").exists()
+    assert not (tmp_path / "d").exists()  # nothing made is left behind, no staging either
 
 
 def test_io_dump_into_a_folder_is_refused(cnn_vtc: Path, tmp_path: Path,
@@ -224,6 +226,67 @@ def test_dump_refuses_a_folder_that_is_not_a_dump(cnn_vtc: Path, tmp_path: Path,
     assert err.strip() == (f"error: {tmp_path}: folder is not empty and not a verify dump "
                            "(holds notes.txt); give an empty or new folder")
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_dump_refuses_a_folder_holding_a_users_hidden_files(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    (out / ".env").write_text("SECRET=1")
+    code, _, err = verify(capsys, "run", cnn_vtc, "--bin-io-dump", out)
+    assert code == 2 and "(holds .env)" in err
+    assert (out / ".env").read_text() == "SECRET=1" and open_dump(out).n_cases == 1
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("args, exit_code", [
+    (["--dump-filter", "^nothing-matches$"], 2),  # found out once the model is read
+    (["--device", "ssh:nobody@127.0.0.1:1"], 3),  # refused: after the folder was prepared
+])
+def test_a_failed_rerun_leaves_the_previous_dump_whole(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        args: list[str], exit_code: int) -> None:
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    before = _files(out)
+    code, _, err = verify(capsys, "run", cnn_vtc, "--opt-level", "all", "--bin-io-dump", out,
+                          *args)
+    assert code == exit_code, err
+    assert _files(out) == before  # no staging folder left either
+    assert open_dump(out).n_cases == 1
+
+
+def test_a_killed_runs_staging_folder_goes_with_the_next_dump(
+        cnn_vtc: Path, tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from verify import dump as dump_module
+
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a process that no longer exists
+    host = dump_module._host()
+    killed = out / f".verify-staging-{host}-{gone.pid}-abc123"
+    elsewhere = out / ".verify-staging-otherhost-1-abc123"  # another host's: left alone
+    for staging in (killed, elsewhere):
+        staging.mkdir()
+        (staging / "c0_t00000.npy").write_bytes(b"partial")
+    make_dump(cnn_vtc, out, "disable")
+    assert not killed.exists() and elsewhere.exists()
+    assert socket.gethostname()  # (the host part is the sanitized host name)
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) \
+        == sorted(p.name for p in out.iterdir() if p.suffix in (".npy", ".json"))
+
+
+def test_a_budget_below_one_byte_is_one_tensor_a_segment(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "disable",
+                            "--dump-budget-mb", "1e-9", "--bin-io-dump", tmp_path / "d")
+    assert code == 0, err
+    assert "of at most 9.54e-07 MB of live tensors" in out + err
 
 
 def test_awkward_tensor_names_round_trip(tmp_path: Path,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
-from verify.dump import discard_dump, prepare_dir, write_manifest
+from verify.dump import commit_dump, discard_dump, prepare_dir
 from verify.errors import UsageError
 from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
@@ -174,13 +175,13 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
         if request.bin_out_dump is not None:
             written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
         if device_run.dump is not None:
-            written.update(write_layer_dumps(dump, tc, indices, device_run))
+            written.update(write_layer_dumps(dump, tc, indices, device_run, dump_spec.dest))
             notes.append(_dump_note(device_run.dump))
         return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
                           tolerances=tolerances, notes=tuple(notes), written=written)
     except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made)
-        if dump.bin_io_dump is not None:
-            discard_dump(dump.bin_io_dump, remove_dir=made_dump_dir)
+        if dump.bin_io_dump is not None and dump_spec is not None:
+            discard_dump(dump.bin_io_dump, dump_spec.dest, remove_dir=made_dump_dir)
         raise
 
 
@@ -222,31 +223,32 @@ def _dump_spec(request: DumpOptions) -> DumpSpec | None:
             raise UsageError("--dump-filter, --dump-budget-mb and --dump-stats-only need "
                              "--bin-io-dump DIR or --io-dump FILE")
         return None
-    if request.budget_mb is not None and not request.budget_mb > 0:
-        raise UsageError(f"--dump-budget-mb must be > 0, got {request.budget_mb:g}")
+    budget = None
+    if request.budget_mb is not None:
+        if not 0 < request.budget_mb < math.inf:
+            raise UsageError(f"--dump-budget-mb must be a number > 0, got {request.budget_mb:g}")
+        budget = max(1, int(request.budget_mb * (1 << 20)))  # below a byte: one tensor a segment
     compile_dump_filter(request.dump_filter)  # fail before anything runs
     if request.io_dump is not None and Path(request.io_dump).is_dir():
         raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "
                          "(the text dump), and --bin-io-dump DIR for a dump folder")
     dest = None
-    if request.bin_io_dump is not None:
-        dest = prepare_dir(request.bin_io_dump)
-        dest = None if request.stats_only else dest
-    budget = (int(request.budget_mb * (1 << 20)) if request.budget_mb is not None
-              else None)
+    if request.bin_io_dump is not None:  # last: the staging folder it makes is ours to remove
+        dest = prepare_dir(request.bin_io_dump, stage=not request.stats_only)
     return DumpSpec(dest=dest, budget_bytes=budget, dump_filter=request.dump_filter)
 
 
 def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int],
-                      device_run: DeviceRun) -> dict[str, str]:
-    """The dump's manifest (written last, completing the folder) and the text io-dump."""
+                      device_run: DeviceRun, staging: Path | None) -> dict[str, str]:
+    """The dump folder, completed: the staged tensor files (`staging`) replace any previous
+    dump, then the manifest is written last; and the text io-dump."""
     capture = device_run.dump
     assert capture is not None
     cases = layerdump.manifest_cases(capture, indices)
     written: dict[str, str] = {}
     opts = device_run.options.session
     if request.bin_io_dump is not None:
-        write_manifest(Path(request.bin_io_dump), layerdump.manifest(
+        commit_dump(Path(request.bin_io_dump), staging, layerdump.manifest(
             capture, cases, device=device_run.device, spec=device_run.spec,
             providers=device_run.providers, opt_level=opts.opt_level, threads=opts.threads,
             dump_filter=request.dump_filter, stats_only=request.stats_only,

@@ -33,7 +33,9 @@ dump_options = option_group("dump", _dump, (
     click.option("--bin-io-dump", type=click.Path(path_type=Path), default=None, metavar="DIR",
                  help="Capture every layer's output into DIR (manifest.json + one .npy per "
                       "tensor) after the timed run, each node run once, in segments whose live "
-                      "tensors fit the budget; compare two with `verify diff`."),
+                      "tensors fit the budget; compare two with `verify diff`. DIR: new, "
+                      "empty or an earlier dump, which is replaced only once the run has "
+                      "succeeded."),
     click.option("--io-dump", type=click.Path(path_type=Path), default=None, metavar="FILE",
                  help="Write every layer's summary as text (shape, first values, min, max, "
                       "mean, std, NaN/Inf), one block per tensor; diffable with diff/vimdiff."),

@@ -110,6 +110,18 @@ def _damage(kind: str, d: Path) -> str:
         (d / "manifest.json").write_text(json.dumps(m))
         return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds Python objects (a pickled "
                 ".npy); refusing to load it")
+    if kind == "mangled header":  # numpy's header tokenizer raises its own error on this
+        data = bytearray(f.read_bytes())
+        data[10:20] = b"xxxxxxxxxx"
+        f.write_bytes(bytes(data))
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy file "
+                "(('EOF in multi-line statement', (2, 0)))")
+    if kind == "huge header":  # numpy's three-line refusal, which advises allow_pickle=True
+        data = bytearray(f.read_bytes())
+        data[8:10] = (65535).to_bytes(2, "little")
+        f.write_bytes(bytes(data) + b" " * 70000)
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy file "
+                "(Header info length (65535) is large and may not be safe to load securely.)")
     if kind == "manifest not json":
         (d / "manifest.json").write_text("{not json")
         return (f"error: {d}: manifest.json is not valid JSON (Expecting property name "
@@ -135,7 +147,7 @@ def _damage(kind: str, d: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
-                                  "manifest not json", "incomplete", "empty", "no tensors",
+                                  "mangled header", "huge header", "manifest not json", "incomplete", "empty", "no tensors",
                                   "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
                                               cnn_dumps: dict[str, Path],

@@ -105,6 +105,24 @@ def test_truncated_and_empty_npy(tmp_path):
         "empty.npy: truncated or corrupt .npy file (No data left in file); save it again with np.save")
 
 
+def test_a_mangled_or_oversized_npy_header_is_one_line(tmp_path):
+    np.save(tmp_path / "full.npy", np.ones((3, 4), np.float32))
+    data = bytearray((tmp_path / "full.npy").read_bytes())
+    mangled = bytearray(data)
+    mangled[10:20] = b"xxxxxxxxxx"  # numpy's tokenizer raises its own error, not ValueError
+    (tmp_path / "mangled.npy").write_bytes(bytes(mangled))
+    huge = bytearray(data)
+    huge[8:10] = (65535).to_bytes(2, "little")  # refused in three lines naming allow_pickle
+    (tmp_path / "huge.npy").write_bytes(bytes(huge) + b" " * 70000)
+    ins = infos(("x", TensorProto.FLOAT, [3, 4]))
+    assert error(build_cases, ins, ["mangled.npy"], base_dir=tmp_path) == (
+        "mangled.npy: truncated or corrupt .npy file (('EOF in multi-line statement', (2, 0))); "
+        "save it again with np.save")
+    assert error(build_cases, ins, ["huge.npy"], base_dir=tmp_path) == (
+        "huge.npy: truncated or corrupt .npy file (Header info length (65535) is large and may "
+        "not be safe to load securely.); save it again with np.save")
+
+
 def test_missing_file_directory_and_unknown_type(tmp_path):
     ins = infos(("x", TensorProto.FLOAT, [2]))
     assert error(build_cases, ins, ["x:nope.npy"], base_dir=tmp_path) == (

@@ -19,6 +19,7 @@ import numpy as np
 
 from verify.devices import Profile
 from verify.errors import DeviceError
+from verify.files import NPY_READ_ERRORS, npy_reason
 from verify.layerdump import DumpSpec, dump_entry
 from verify.runner import contract as C
 from verify.runner.contract import CaseResult, Describe, DumpResult, Job, Record, Result
@@ -133,8 +134,8 @@ class _Session:
         self.session.pull(f"{workdir}/{rel}", local)
         try:
             return np.load(local, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise _Fail(f"{rel} is not a readable .npy: {exc}") from None
+        except NPY_READ_ERRORS as exc:
+            raise _Fail(f"{rel} is not a readable .npy: {npy_reason(exc)}") from None
 
 
 def _ok_result(status: int, result: dict[str, Any] | None) -> dict[str, Any]:

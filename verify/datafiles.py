@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError
-from verify.files import read_user_file
+from verify.files import NPY_READ_ERRORS, npy_pickled, npy_reason, read_user_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")  # named in messages
 ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
@@ -94,16 +94,14 @@ _PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save
 def load_npy(path: Path, label: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except ValueError as e:
-        if "pickle" in str(e):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        raise InputError(f"{label}: truncated or corrupt .npy file ({e}); save it again "
-                         "with np.save") from None
     except PermissionError as e:  # not a damaged file: say what it is
         raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
-    except (OSError, EOFError) as e:
-        raise InputError(f"{label}: truncated or corrupt .npy file ({e or 'empty'}); save it "
-                         "again with np.save") from None
+    except NPY_READ_ERRORS as e:
+        if npy_pickled(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npy file "
+                         f"({npy_reason(e) if str(e) else 'empty'}); save it again with "
+                         "np.save") from None
 
 
 def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
@@ -113,15 +111,14 @@ def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
                 raise InputError(f"{label}: holds a single .npy array, not an archive; "
                                  "rename it to .npy")
             return {k: z[k] for k in z.files}
-    except ValueError as e:
-        if "pickle" in str(e):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        raise InputError(f"{label}: truncated or corrupt .npz file ({e})") from None
     except PermissionError as e:  # not a damaged file: say what it is
         raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
-    except (OSError, EOFError, zipfile.BadZipFile) as e:
-        raise InputError(f"{label}: truncated or corrupt .npz file ({e or 'empty'}); save it "
-                         "again with np.savez") from None
+    except (*NPY_READ_ERRORS, zipfile.BadZipFile) as e:
+        if npy_pickled(e):
+            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        raise InputError(f"{label}: truncated or corrupt .npz file "
+                         f"({npy_reason(e) if str(e) else 'empty'}); save it again with "
+                         "np.savez") from None
 
 
 def load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:

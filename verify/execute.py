@@ -17,7 +17,7 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
-from verify.dump import commit_dump, discard_dump, prepare_dir
+from verify.dump_dir import commit_dump, discard_dump, prepare_dir
 from verify.errors import UsageError
 from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors

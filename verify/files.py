@@ -17,6 +17,7 @@ import json
 import os
 import re
 import tempfile
+import tokenize
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,6 +54,25 @@ def os_reason(exc: OSError) -> str:
     if match:
         return os.strerror(int(match.group(1)))
     return (exc.strerror or text or type(exc).__name__).splitlines()[0][:200]
+
+
+# What numpy's .npy reader raises on a damaged or hostile file besides ValueError: a version
+# 1.0 header is tokenized before it is evaluated, and a mangled one raises tokenize's error
+NPY_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError)
+
+
+def npy_reason(exc: BaseException) -> str:
+    """numpy's complaint about an .npy file in one line (some run to three, the last advising
+    allow_pickle=True, which verify never uses)."""
+    lines = str(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def npy_pickled(exc: BaseException) -> bool:
+    """Whether numpy refused object arrays ("... when allow_pickle=False"); its advice to pass
+    allow_pickle=True about an oversized header is not that."""
+    text = str(exc)
+    return isinstance(exc, ValueError) and ("allow_pickle=False" in text or "pickled" in text)
 
 
 @contextmanager

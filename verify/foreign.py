@@ -27,7 +27,7 @@ import numpy as np
 
 from verify.datafiles import load_pb
 from verify.errors import InputError
-from verify.files import read_user_file
+from verify.files import NPY_READ_ERRORS, npy_pickled, npy_reason, read_user_file
 
 _MARKER = "polygraphy_class"
 _LEGACY_MARKER = "__polygraphy_encoded_ndarray"
@@ -141,13 +141,12 @@ def _array(text: object, label: str) -> np.ndarray:
         arr = np.load(io.BytesIO(raw), allow_pickle=False)
     except (binascii.Error, UnicodeEncodeError):
         raise InputError(f"{label}: a Polygraphy array whose data is not base64") from None
-    except ValueError as e:
-        if "pickle" in str(e):
+    except NPY_READ_ERRORS as e:
+        if npy_pickled(e):
             raise InputError(f"{label}: holds pickled Python objects, which verify never "
                              "loads") from None
-        raise InputError(f"{label}: a Polygraphy array that is not a valid .npy ({e})") from None
-    except (OSError, EOFError) as e:
-        raise InputError(f"{label}: a Polygraphy array that is not a valid .npy ({e})") from None
+        raise InputError(f"{label}: a Polygraphy array that is not a valid .npy "
+                         f"({npy_reason(e)})") from None
     if not isinstance(arr, np.ndarray):  # an old .npz encoding: its only array
         with arr:
             arr = arr[arr.files[0]]

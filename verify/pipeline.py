@@ -21,6 +21,7 @@ import numpy as np
 from verify.devices import Profile
 from verify.errors import RunnerError, UsageError
 from verify.external import ExternalData
+from verify.files import NPY_READ_ERRORS, npy_reason
 from verify.graph import sha256_bytes
 from verify.reference import requested_ort_log
 from verify.layerdump import DumpCapture, DumpSpec, capture, prepare_job
@@ -238,5 +239,5 @@ def _case_run(session: DeviceSession, workdir: str, ci: int,
 def _load_npy(path: Path, what: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise RunnerError(f"{what}: unreadable .npy from the device: {exc}") from None
+    except NPY_READ_ERRORS as exc:
+        raise RunnerError(f"{what}: unreadable .npy from the device: {npy_reason(exc)}") from None

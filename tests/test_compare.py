@@ -293,6 +293,7 @@ def test_nan_and_inf_positions(engine: str) -> None:
     a[0] = np.nan
     moved = compare("t", a, r, engine=engine)
     assert not moved.passed and moved.nonfinite_mismatch == 1 and moved.n_outside == 1
+    assert moved.tol_units == math.inf and same.tol_units == 0.0  # ranked worst by --top
     assert moved.reason == "NaN/Inf positions differ at 1 element (NaN 2 vs 1, Inf 2 vs 2)"
     a = r.copy()
     a[3] = np.inf

@@ -221,3 +221,16 @@ def _stats_dump(tmp_path: Path) -> Path:
 
     archive = pack(CNN, tmp_path / "s.vtc")
     return make_dump(archive, tmp_path / "stats", "disable", "--dump-stats-only")
+
+
+def test_top_shows_a_tensor_failing_only_on_nan_positions(
+        dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    t = m["cases"][0]["tensors"][5]
+    value = np.load(dump_copy / t["file"])
+    value.flat[5] = np.nan  # its numbers all agree: a NaN where the reference has one is all
+    np.save(dump_copy / t["file"], value, allow_pickle=False)
+    code, out, _ = verify(capsys, "diff", dump_copy, cnn_dumps["disable"], "--top", "3")
+    assert code == 1
+    shown = [line for line in out.splitlines() if t["name"] in line]
+    assert shown and "FAIL" in shown[0], out

@@ -18,7 +18,8 @@ element of r near zero: 1e-7 over 1e-38 reads 1e+31) it is taken again against
 from float64 sums, as `1 - (sum d^2 - (|a|-|r|)^2) / (2|a||r|)`, which keeps full precision near
 1 (1.0 when both are all zero, 0.0 when only one is); SQNR `10*log10(sum r^2 / sum (a-r)^2)` dB
 (+inf when equal); `tol_units`, the error in tolerance units (`max|a-r| / threshold`; for
-allclose the largest elementwise `|a-r| / (atol + rtol*|r|)`); `n_outside`, the elements
+allclose the largest elementwise `|a-r| / (atol + rtol*|r|)`; +inf where NaN/Inf positions
+differ, so such a tensor ranks worst); `n_outside`, the elements
 outside the rule (for the magnitude rule, above its threshold; for exact rules, unequal) plus
 NaN/Inf mismatches; NaN and Inf counts on each side. Metrics that cannot be computed (shapes
 differ) are NaN. `to_dict()` renders non-finite floats as the strings "nan", "inf" and "-inf",
@@ -282,6 +283,7 @@ def _finish(p: _Prepared, topk: bool, rows: np.ndarray | None = None) -> TensorD
     if s.nonfinite_mismatch:
         reasons.append(f"NaN/Inf positions differ at {plural(s.nonfinite_mismatch, 'element')} "
                        f"(NaN {s.nan_a} vs {s.nan_r}, Inf {s.inf_a} vs {s.inf_r})")
+        tol_units = math.inf  # no tolerance covers a NaN where a number was (ranked worst)
     if not v.ok:
         reasons.append(v.reason)
     n_outside = (s.n_outside if v.n_outside is None else v.n_outside) + s.nonfinite_mismatch

@@ -111,6 +111,9 @@ def test_a_model_over_the_budget_is_bisected(cnn_vtc: Path, faulty_profile,
     doc = _found_in_1mb(cnn_vtc, faulty_profile("f", "scale", "block3/se/fc2", 1.01), capsys)
     assert doc["suspect"]["name"] == "block3/se/fc2"
     assert (doc["mode"], doc["reference_source"]) == ("bisect", "host")
+    # the note names the option as it is spelled
+    assert any(n.startswith("bisection, not a per-layer run") and n.endswith("over --budget 1")
+               for n in doc["notes"]), doc["notes"]
 
 
 def test_archive_layers_over_the_budget_serve_bisection(tmp_path: Path, faulty_profile,

@@ -187,7 +187,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
                          f"per-layer references need {need / 2**20:.0f} MB"
                          + (f" ({unknown} tensor size(s) not derivable from its input shapes, "
                             "each counted as its largest input)" if unknown else "")
-                         + f", over --budget-mb {req.budget_bytes / 2**20:g}")
+                         + f", over --budget {req.budget_bytes / 2**20:g}")
         search = _Search(ng, refs, device, judge, check, req)
         if mode == "dump":
             outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)

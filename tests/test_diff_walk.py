@@ -87,7 +87,18 @@ def test_two_model_files_sharing_under_half_are_refused(
     assert only_line(err) == (
         f"error: {actual} and {reference} are captures of different models (model sha256 "
         f"{_sha(retrained)[:12]}… vs {_sha(CNN.read_bytes())[:12]}…; 2 of 6 computed tensors "
-        "share a name)")
+        "have a namesake of the same shape)")
+
+
+def test_same_model_filtered_apart_says_so(dump_factory: Callable[..., Path],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    actual = dump_factory(CNN, "disable", "--dump-filter", ACTUAL)
+    reference = dump_factory(CNN, "disable", "--dump-filter", r"^block2/")
+    code, out, err = verify(capsys, "diff", actual, reference)
+    assert code == 2 and out == ""
+    assert only_line(err) == (f"error: {actual} and {reference} are captures of the same model "
+                              "but share no computed tensor (each dumped with another "
+                              "--dump-filter?)")
 
 
 _TABLE_ROW = re.compile(r"^\s*\d+  \S")

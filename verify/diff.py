@@ -29,7 +29,7 @@ import numpy as np
 
 from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
                             expect_bytes, json_safe, tol_rank)
-from verify.diff_sources import Side, Source, open_source
+from verify.diff_sources import Side, Source, Tensor, open_source
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
 from verify.origin import Attribution
@@ -185,17 +185,13 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     computed = {t.name for t in ref.tensors if t.op != INPUT_OP} & {
         t.name for t in act.tensors if t.op != INPUT_OP}
     if not computed:
+        if act.model_sha256 and act.model_sha256 == ref.model_sha256:
+            raise DumpError(f"{act.label} and {ref.label} are captures of the same model but "
+                            "share no computed tensor (each dumped with another --dump-filter?)")
         raise DumpError(f"{act.label} and {ref.label} share no computed tensor: captures of "
                         "different models?")
     if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
-        # different models may still share names by chance (onnxruntime's reorder_token_1,
-        # an exporter's conv2d_0.tmp_0): a few shared names do not make a comparison
-        smaller = min(sum(1 for t in side.tensors if t.op != INPUT_OP) for side in (act, ref))
-        if len(computed) < smaller / 2:
-            raise DumpError(
-                f"{act.label} and {ref.label} are captures of different models (model sha256 "
-                f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {len(computed)} of "
-                f"{smaller} computed tensors share a name)")
+        _same_model_or_refuse(act, ref)
     notes = [side.note for side in (act, ref) if side.note]
     if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
         notes.append("the two captures come from different model files (sha256 "
@@ -274,6 +270,33 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
+
+
+def _same_model_or_refuse(act: Side, ref: Side) -> None:
+    """Captures of two model files (an fp16 or quantized copy of a model, say) are compared
+    when at least half the smaller one's computed tensors have a namesake of the same shape on
+    the other side. Different models share names by chance: onnxruntime's reorder_token_1;
+    PaddleOCR's exporter names every model's weights and activations conv2d_0.w_0,
+    conv2d_0.tmp_0, ... (its det and rec models share 394 names, no activation alike in shape),
+    so Constant outputs do not count and shapes must agree where both are known."""
+    def counted(t: Tensor) -> bool:
+        return t.op not in (INPUT_OP, "Constant")
+
+    theirs = {t.name: t for t in act.tensors if counted(t)}
+
+    def namesake(t: Tensor) -> bool:
+        other = theirs.get(t.name)
+        if other is None:
+            return False
+        return t.shape is None or other.shape is None or t.shape == other.shape
+
+    alike = sum(1 for t in ref.tensors if counted(t) and namesake(t))
+    smaller = min(sum(1 for t in side.tensors if counted(t)) for side in (act, ref))
+    if alike < smaller / 2:
+        raise DumpError(
+            f"{act.label} and {ref.label} are captures of different models (model sha256 "
+            f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {alike} of {smaller} "
+            "computed tensors have a namesake of the same shape)")
 
 
 BATCH_BELOW = 1 << 18  # elements: float32 pairs smaller than this (1 MiB a side) are batched

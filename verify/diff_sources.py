@@ -35,6 +35,7 @@ class Tensor:
     op: str
     floor: float
     is_output: bool
+    shape: tuple[int, ...] | None = None  # as the capture stored it (None: not known up front)
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
     outputs = dump.outputs
-    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
+    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs, tuple(e.shape))
                for e in sorted(entries.values(), key=lambda e: e.index)]
     scratch = Scratch()
     inside = dump.subgraph_tensors
@@ -136,12 +137,14 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             return reader.read(entry, out)  # checked against its digest
 
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
+                                     tuple(int(d) for d in datasets[t.name][1].shape))
                               for t in order],
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
                      nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
 
     from verify.capture import HostCapture  # onnx and onnxruntime only where a side needs them
+    from verify.shapes import case_shapes
 
     hosts: list[HostCapture] = []  # set up once for all cases, on the first that needs it
 
@@ -158,9 +161,12 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             hosts.append(stack.enter_context(HostCapture(
                 tc.model_bytes, model=model,
                 external_dir=external.folder if external is not None else None)))
+        inputs = tc.cases[case].inputs
+        shapes = case_shapes(model, {k: v.shape for k, v in inputs.items()}) if model else {}
+        shapes.update((k, tuple(v.shape)) for k, v in inputs.items())
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
-                              for t in tc.tensor_order],
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
+                                     shapes.get(t.name)) for t in tc.tensor_order],
                      load=streamed(hosts[0], tc.cases[case].inputs),
                      model_sha256=str(tc.provenance.get("model_sha256", "")),
                      note=f"{path} holds no per-layer references (packed without --layers): "

@@ -39,6 +39,18 @@ def tensor_sizes(model: onnx.ModelProto, cases: Iterable[Mapping[str, Sequence[i
 def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                ) -> dict[str, int | None]:
     """`tensor_sizes` for one case."""
+    return {out: _nbytes(tp) for out, tp in _output_types(model, shapes).items()}
+
+
+def case_shapes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+                ) -> dict[str, Shape | None]:
+    """The shape of every node output of `model`'s top-level graph for one case's input
+    shapes, None where it cannot be derived."""
+    return {out: _shape(tp) for out, tp in _output_types(model, shapes).items()}
+
+
+def _output_types(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+                  ) -> dict[str, onnx.TypeProto | None]:
     types = _infer(model, shapes)
     inits = {i.name: i for i in model.graph.initializer if _held(i)}
     weights = {i.name: tuple(i.dims) for i in model.graph.initializer}
@@ -55,12 +67,7 @@ def case_sizes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
             for out, tp in got.items():
                 types.setdefault(out, tp)
         _propagate(node, types, values)
-    sizes: dict[str, int | None] = {}
-    for node in model.graph.node:
-        for out in node.output:
-            if out:
-                sizes[out] = _nbytes(types.get(out))
-    return sizes
+    return {out: types.get(out) for node in model.graph.node for out in node.output if out}
 
 
 _SMALL = 64  # elements: initializers up to this size keep their values (shape arithmetic)

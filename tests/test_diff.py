@@ -234,3 +234,19 @@ def test_top_shows_a_tensor_failing_only_on_nan_positions(
     assert code == 1
     shown = [line for line in out.splitlines() if t["name"] in line]
     assert shown and "FAIL" in shown[0], out
+
+
+def test_a_text_io_dump_or_outputs_folder_is_named_for_what_it_is(
+        cnn_vtc: Path, cnn_dumps: dict[str, Path], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--io-dump", tmp_path / "t.txt",
+                          "--bin-out-dump", tmp_path / "outs")
+    assert code == 0, err
+    code, out, err = verify(capsys, "diff", tmp_path / "t.txt", cnn_dumps["disable"])
+    assert (code, out, err.strip()) == (
+        2, "", f"error: {tmp_path / 't.txt'}: a text io-dump (--io-dump); verify diff compares "
+               "--bin-io-dump folders and archives (compare text dumps with diff)")
+    code, out, err = verify(capsys, "diff", cnn_dumps["disable"], tmp_path / "outs")
+    assert (code, out, err.strip()) == (
+        2, "", f"error: {tmp_path / 'outs'}: a --bin-out-dump folder (final outputs only), not "
+               "a verify dump; capture every layer with --bin-io-dump")

@@ -191,9 +191,12 @@ def test_tensors_on_one_side_only_say_where_they_sit_and_why(
     code, out, err = verify(capsys, "diff", actual, reference, "--json")
     assert code == 0, err
     report = json.loads(out)["cases"][0]
-    assert _one_side_rows(report) == _expected(_tensors(reference), _tensors(actual),
-                                               "not in the actual capture",
-                                               "only in the actual capture")
+    # each side's reason names the filter it was dumped with
+    assert _one_side_rows(report) == _expected(
+        _tensors(reference), _tensors(actual),
+        f"not in the actual capture (dumped with --dump-filter {ACTUAL!r})",
+        f"only in the actual capture; the reference was dumped with --dump-filter "
+        f"{UNDER_HALF!r}")
 
 
 def test_an_archive_side_computed_here_is_announced_whichever_side_it_is(

@@ -251,7 +251,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     for i, t in enumerate(ref.tensors):
         if t.name not in act_names:
             why = ("fused away by the actual side's optimizer" if t.name in act.fused_away
-                   else "not in the actual capture")
+                   else "not in the actual capture" + _filtered(act, " (dumped with {})"))
             rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual", why))
         else:
             rows.append(DiffRow(i, t.name, t.node, t.op, diffs[t.name],
@@ -261,7 +261,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     for k, t in enumerate(only_act):
         why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
                else "only in the actual capture" + (" (optimized graph)"
-                                                    if act.graph == "optimized" else ""))
+                                                    if act.graph == "optimized" else "")
+               + _filtered(ref, "; the reference was dumped with {}"))
         rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference", why))
     first = next((r for r in rows if r.passed is False), None)
     return DiffReport(
@@ -270,6 +271,11 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
+
+
+def _filtered(side: Side, text: str) -> str:
+    """`text` naming the --dump-filter `side` was taken with, where it left tensors out."""
+    return text.format(f"--dump-filter {side.dump_filter!r}") if side.dump_filter else ""
 
 
 def _same_model_or_refuse(act: Side, ref: Side) -> None:

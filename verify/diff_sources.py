@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from verify.dump import Dump, Scratch, open_dump
+from verify.iodump import TITLE as IO_TITLE
 from verify.errors import DumpError, UsageError
 from verify.graph import parse_model, saturation_floors
 from verify.origin import Attribution, attribute
@@ -52,6 +53,7 @@ class Side:
     nbytes: int = 0  # of the tensors, as the manifest or archive says (0: unknown)
     note: str = ""  # what the report should say about where this side's values came from
     sequential: bool = False  # values computed in its own order: load them in that order
+    dump_filter: str | None = None  # the --dump-filter that left some of its tensors out
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,18 @@ def open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
     if path.is_dir():
         dump = open_dump(path)
         return Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
+    if _starts_with(path, f"# {IO_TITLE}".encode()):
+        raise UsageError(f"{path}: a text io-dump (--io-dump); verify diff compares "
+                         "--bin-io-dump folders and archives (compare text dumps with diff)")
     return _archive_source(path, stack, floors, status)
+
+
+def _starts_with(path: Path, head: bytes) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(head)) == head
+    except OSError:  # unreadable: the archive reader says why
+        return False
 
 
 def _dump_side(dump: Dump, case: int) -> Side:
@@ -97,7 +110,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
         # than mapping each file (a fresh map faults every page in again; issue 14)
         load=lambda name: dump.load(entries[name], scratch),
         fused_away=set(dump.fused_away), fused_into=dump.fused_into,
-        model_sha256=dump.model_sha256, graph=dump.graph,
+        model_sha256=dump.model_sha256, graph=dump.graph, dump_filter=dump.dump_filter,
         nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
 
 

@@ -140,6 +140,13 @@ class Dump:
         return str(self.manifest.get(M.MODEL_SHA256) or "")
 
     @property
+    def dump_filter(self) -> str | None:
+        """The --dump-filter the dump was taken with, where it left tensors out."""
+        value = self.manifest.get(M.OPTIONS, {}).get(ManifestOptions.FILTER)
+        left_out = self.manifest.get(M.FILTERED_OUT) or 0
+        return value if isinstance(value, str) and is_int(left_out) and left_out > 0 else None
+
+    @property
     def graph(self) -> str:
         """Which graph was captured: "model" or "optimized"."""
         return str(self.manifest.get(M.GRAPH) or M.GRAPH.default)
@@ -303,6 +310,9 @@ def open_dump(path: Path) -> Dump:
         if any(_FILE_RE.fullmatch(p.name) for p in path.iterdir()):
             raise DumpError(f"{path}: incomplete dump (tensor files but no {MANIFEST}: the "
                             "dump was interrupted); re-run it")
+        if (path / "outputs.json").is_file():
+            raise DumpError(f"{path}: a --bin-out-dump folder (final outputs only), not a "
+                            "verify dump; capture every layer with --bin-io-dump")
         raise DumpError(f"{path}: empty folder, not a verify dump" if not any(path.iterdir())
                         else f"{path}: not a verify dump (no {MANIFEST})")
     try:

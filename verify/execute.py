@@ -22,6 +22,7 @@ from verify.errors import UsageError
 from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
+from verify.iodump import TITLE as IO_TITLE
 from verify.iodump import io_dump_cases, io_dump_text
 from verify.options import (
     ArchiveSelection,
@@ -255,7 +256,7 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
             model_sha256=device_run.model_sha256))
         written["bin_io_dump"] = str(request.bin_io_dump)
     if request.io_dump is not None:
-        lines = [f"verify io-dump of {tc.path.name if tc.path else 'model'} on {device_run.spec}"
+        lines = [f"{IO_TITLE} {tc.path.name if tc.path else 'model'} on {device_run.spec}"
                  f" (opt-level {opts.opt_level}, {capture.plan.graph} graph)"]
         text = io_dump_text(lines, io_dump_cases(cases))
         write_text_atomic(Path(request.io_dump), text)

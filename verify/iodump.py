@@ -10,6 +10,7 @@ from verify.dump import shape_text
 from verify.runner.contract import ManifestCase, ManifestTensor, Record
 
 MC, MT = ManifestCase, ManifestTensor
+TITLE = "verify io-dump of"  # the first header line's start: a file's first bytes "# " + TITLE
 
 
 def _num(value: Any) -> str:

@@ -75,6 +75,9 @@ def test_a_read_only_folder_is_one_line_and_exit_2(capsys: pytest.CaptureFixture
             assert code == 2, (args, err)
             assert line.startswith(f"error: {named}") and "Read-only file system" in line, line
             assert list(ro.iterdir()) == []
+        # an existing folder for the dump: named itself, not the staging folder made inside it
+        code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", ro)
+        assert (code, only_line(err)) == (2, f"error: {ro}: cannot write: Read-only file system")
 
 
 def test_a_full_disk_is_one_line_exit_2_and_leaves_nothing(capsys: pytest.CaptureFixture[str],

@@ -14,6 +14,7 @@ from typing import Any
 
 from verify.dump import MANIFEST, is_tensor_file, write_manifest
 from verify.errors import UsageError
+from verify.files import output_errors
 
 _STAGING = ".verify-staging-"  # + host, pid, random: a dump being written, inside its folder
 _PART_RE = re.compile(r"\.(?:c\d+_t\d+\.npy|manifest\.json)\..+\.part")  # atomic writes
@@ -47,7 +48,8 @@ def prepare_dir(path: Path, *, stage: bool = True) -> Path | None:
     if not stage:
         return None
     mine = f"{_STAGING}{_host()}-{os.getpid()}-"
-    return Path(tempfile.mkdtemp(prefix=mine, dir=path))
+    with output_errors(path):  # the folder named, not the staging folder inside it
+        return Path(tempfile.mkdtemp(prefix=mine, dir=path))
 
 
 def _host() -> str:

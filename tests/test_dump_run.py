@@ -4,6 +4,7 @@ what the device computed, and the dump options' errors."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -259,24 +260,62 @@ def test_a_failed_rerun_leaves_the_previous_dump_whole(
 
 def test_a_killed_runs_staging_folder_goes_with_the_next_dump(
         cnn_vtc: Path, tmp_path: Path) -> None:
-    import subprocess
-    import sys
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    killed = out / ".verify-staging-abc123"  # its run died: nothing holds the folder's lock
+    killed.mkdir()
+    (killed / "c0_t00000.npy").write_bytes(b"partial")
+    make_dump(cnn_vtc, out, "disable")
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+    assert open_dump(out).n_cases == 1  # the new dump, complete
 
+
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_folder_another_run_is_writing_into_is_refused(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import fcntl
+    import os
+
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    before = _files(out)
+    fd = os.open(out, os.O_RDONLY)  # as a run in progress holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", out)
+    finally:
+        os.close(fd)
+    assert (code, err.strip()) == (2, f"error: {out}: another verify run is writing a dump "
+                                      "into this folder; wait for it, or give another folder")
+    assert _files(out) == before
+    make_dump(cnn_vtc, out, "disable")  # once it is done
+
+
+def test_a_commit_that_fails_puts_the_earlier_dump_back(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     from verify import dump_dir
 
     out = make_dump(cnn_vtc, tmp_path / "d", "disable")
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a process that no longer exists
-    host = dump_dir._host()
-    killed = out / f".verify-staging-{host}-{gone.pid}-abc123"
-    elsewhere = out / ".verify-staging-otherhost-1-abc123"  # another host's: left alone
-    for staging in (killed, elsewhere):
-        staging.mkdir()
-        (staging / "c0_t00000.npy").write_bytes(b"partial")
-    make_dump(cnn_vtc, out, "disable")
-    assert not killed.exists() and elsewhere.exists()
-    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == [elsewhere.name]
-    assert open_dump(out).n_cases == 1  # the new dump, complete
+    before = _files(out)
+
+    def full(*_: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dump_dir, "write_manifest", full)  # the swap's very last step
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "all",
+                          "--bin-io-dump", out)
+    assert code == 2 and "No space left on device" in err
+    assert _files(out) == before
+
+
+def test_an_io_dump_that_cannot_be_written_leaves_the_earlier_dump(
+        cnn_vtc: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = make_dump(cnn_vtc, tmp_path / "d", "disable")
+    before = _files(out)
+    (tmp_path / "blocker").write_text("a file where a folder would be")
+    code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "all",
+                          "--bin-io-dump", out, "--io-dump", tmp_path / "blocker" / "io.txt")
+    assert code == 2, err
+    assert _files(out) == before  # the text dump is written before the swap
 
 
 def test_a_budget_below_one_byte_is_one_tensor_a_segment(

@@ -1,12 +1,18 @@
-"""The dump folder's life: made ready (a previous dump kept whole meanwhile), the tensor files
-staged inside it, then swapped in with the manifest last (`commit_dump`), or the staged files
-removed after a failure (`discard_dump`). The format itself is `dump`'s."""
+"""The dump folder's life: made ready and locked (a previous dump kept whole meanwhile), the
+tensor files staged inside it, then swapped in with the manifest last (`commit_dump`), or the
+staged files removed after a failure (`discard_dump`). The format itself is `dump`'s.
+
+One run at a time writes into a folder: it holds an advisory lock (flock) on the folder from
+`prepare_dir` to `commit_dump` or `discard_dump`, and the kernel lets go of it when a run dies.
+So a staging folder found while the lock is held is a killed run's, whoever ran it (another
+container, another user), and goes. Where locks are not to be had (Windows, a file system
+without them), nothing is locked and nothing left behind is removed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import socket
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,8 +22,9 @@ from verify.dump import MANIFEST, is_tensor_file, write_manifest
 from verify.errors import UsageError
 from verify.files import output_errors
 
-_STAGING = ".verify-staging-"  # + host, pid, random: a dump being written, inside its folder
+_STAGING = ".verify-staging-"  # + random: a dump being written (or one being replaced)
 _PART_RE = re.compile(r"\.(?:c\d+_t\d+\.npy|manifest\.json)\..+\.part")  # atomic writes
+_locks: dict[str, int] = {}  # folder -> the descriptor holding its lock
 
 
 def _ours(name: str) -> bool:
@@ -28,11 +35,12 @@ def _ours(name: str) -> bool:
 
 
 def prepare_dir(path: Path, *, stage: bool = True) -> Path | None:
-    """Make `path` ready to receive a dump and return the staging folder inside it that the
-    tensor files go to (None without `stage`: a dump of stats only has no files). A previous dump in `path` stays whole until `commit_dump` replaces it,
-    so a run that fails (a bad filter, an unreachable device, a full disk) loses nothing. A
-    folder holding anything that is not a dump's is refused rather than mixed into; staging
-    folders left by a killed run on this host are removed."""
+    """Make `path` ready to receive a dump, lock it, and return the staging folder inside it
+    that the tensor files go to (None without `stage`: a dump of stats only has no files). A
+    previous dump in `path` stays whole until `commit_dump` replaces it, so a run that fails
+    (a bad filter, an unreachable device, a full disk) loses nothing. A folder holding anything
+    that is not a dump's is refused rather than mixed into, as is a folder another run is
+    writing into."""
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{path}: exists and is not a folder; give a folder for the dump")
@@ -42,63 +50,111 @@ def prepare_dir(path: Path, *, stage: bool = True) -> Path | None:
     if foreign:
         raise UsageError(f"{path}: folder is not empty and not a verify dump (holds "
                          f"{', '.join(sorted(foreign)[:3])}); give an empty or new folder")
-    for p in entries:
-        if p.name.startswith(_STAGING) and p.is_dir() and _abandoned(p.name):
-            _remove_staging(p)
+    if _lock(path):
+        for p in entries:  # no live run holds the lock: what a run left staged is abandoned
+            if p.name.startswith(_STAGING):
+                _remove_staging(p)
     if not stage:
         return None
-    mine = f"{_STAGING}{_host()}-{os.getpid()}-"
-    with output_errors(path):  # the folder named, not the staging folder inside it
-        return Path(tempfile.mkdtemp(prefix=mine, dir=path))
+    try:
+        with output_errors(path):  # the folder named, not the staging folder inside it
+            return Path(tempfile.mkdtemp(prefix=_STAGING, dir=path))
+    except BaseException:
+        _unlock(path)
+        raise
 
 
-def _host() -> str:
-    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
-
-
-def _abandoned(name: str) -> bool:
-    """A staging folder of this host whose process is gone (another host's is left alone)."""
-    parts = name[len(_STAGING):].rsplit("-", 2)
-    if os.name == "nt" or len(parts) != 3 or parts[0] != _host() or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
-    if pid == os.getpid():
+def _lock(path: Path) -> bool:
+    """Take `path`'s lock for this run; False where locks are not to be had."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
         return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # alive, another user's
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         return False
-    return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise UsageError(f"{path}: another verify run is writing a dump into this folder; "
+                         "wait for it, or give another folder") from None
+    except OSError:  # no locks on this file system
+        os.close(fd)
+        return False
+    _unlock(path)
+    _locks[os.path.realpath(path)] = fd
+    return True
+
+
+def _unlock(path: Path) -> None:
+    fd = _locks.pop(os.path.realpath(path), None)
+    if fd is not None:
+        os.close(fd)
 
 
 def _remove_staging(staging: Path) -> None:
-    """A staging folder and the dump files in it (nothing else is ever put there)."""
-    for p in staging.iterdir() if staging.is_dir() else ():
-        if p.is_file() and (is_tensor_file(p.name) or _PART_RE.fullmatch(p.name)):
-            p.unlink(missing_ok=True)
-    try:
+    """A staging folder and the dump files in it (nothing else is ever put there), as far as
+    it can be removed: what cannot (another user's files) is left, never an error."""
+    with contextlib.suppress(OSError):
+        for p in staging.iterdir():
+            if p.is_file() and (p.name == MANIFEST or is_tensor_file(p.name)
+                                or _PART_RE.fullmatch(p.name)):
+                p.unlink(missing_ok=True)
         staging.rmdir()
-    except OSError:  # something else is in it: leave it
-        pass
+
+
+def _dump_files(folder: Path) -> list[Path]:
+    """A dump's files in `folder`, its manifest first."""
+    files = [p for p in folder.iterdir() if p.is_file() and (p.name == MANIFEST
+                                                             or is_tensor_file(p.name))]
+    return sorted(files, key=lambda p: p.name != MANIFEST)
 
 
 def commit_dump(path: Path, staging: Path | None, manifest: Mapping[str, Any]) -> Path:
-    """After a run that succeeded: the previous dump in `path` goes (its manifest first, so an
-    interrupted swap reads as incomplete), the staged tensor files move in, and the manifest
-    is written last, completing the folder."""
+    """After a run that succeeded: the previous dump in `path` is moved aside (its manifest
+    first, so an interrupted swap reads as incomplete), the staged tensor files move in, and
+    the manifest is written last, completing the folder. Should any of it fail (or be
+    interrupted), the previous dump is put back as it was and the error raised."""
     path = Path(path)
-    (path / MANIFEST).unlink(missing_ok=True)
-    for p in path.iterdir():
-        if p.is_file() and (is_tensor_file(p.name) or _PART_RE.fullmatch(p.name)):
-            p.unlink()
+    with output_errors(path):
+        aside = Path(tempfile.mkdtemp(prefix=_STAGING, dir=path))
+    moved: list[str] = []
+    try:
+        for p in _dump_files(path):
+            os.replace(p, aside / p.name)
+        for p in path.iterdir():
+            if p.is_file() and _PART_RE.fullmatch(p.name):  # an interrupted write's leftover
+                p.unlink(missing_ok=True)
+        if staging is not None:
+            for p in staging.iterdir():
+                if is_tensor_file(p.name):
+                    os.replace(p, path / p.name)
+                    moved.append(p.name)
+        written = write_manifest(path, manifest)
+    except BaseException:
+        _put_back(path, aside, staging, moved)
+        raise
+    _remove_staging(aside)
     if staging is not None:
-        for p in staging.iterdir():
-            if is_tensor_file(p.name):
-                os.replace(p, path / p.name)
         _remove_staging(staging)
-    return write_manifest(path, manifest)
+    _unlock(path)
+    return written
+
+
+def _put_back(path: Path, aside: Path, staging: Path | None, moved: list[str]) -> None:
+    """Undo a commit that failed: the new files back to staging, the previous dump back in
+    place (its manifest last), each step as far as it goes."""
+    with contextlib.suppress(OSError):
+        (path / MANIFEST).unlink(missing_ok=True)
+    for name in moved:
+        with contextlib.suppress(OSError):
+            os.replace(path / name, (staging or aside) / name)
+    for p in reversed(_dump_files(aside)):
+        with contextlib.suppress(OSError):
+            os.replace(p, path / p.name)
+    _remove_staging(aside)
 
 
 def discard_dump(path: Path, staging: Path | None, *, remove_dir: bool) -> None:
@@ -106,6 +162,7 @@ def discard_dump(path: Path, staging: Path | None, *, remove_dir: bool) -> None:
     nothing else is in it; a previous dump in it is left as it was."""
     if staging is not None:
         _remove_staging(staging)
+    _unlock(path)
     if remove_dir:
         try:
             Path(path).rmdir()

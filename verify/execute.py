@@ -241,13 +241,19 @@ def _dump_spec(request: DumpOptions) -> DumpSpec | None:
 
 def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int],
                       device_run: DeviceRun, staging: Path | None) -> dict[str, str]:
-    """The dump folder, completed: the staged tensor files (`staging`) replace any previous
-    dump, then the manifest is written last; and the text io-dump."""
+    """The text io-dump, then the dump folder completed: the staged tensor files (`staging`)
+    replace any previous dump, the manifest written last."""
     capture = device_run.dump
     assert capture is not None
     cases = layerdump.manifest_cases(capture, indices)
     written: dict[str, str] = {}
     opts = device_run.options.session
+    if request.io_dump is not None:  # first: the dump's commit is the last step that can fail
+        lines = [f"{IO_TITLE} {tc.path.name if tc.path else 'model'} on {device_run.spec}"
+                 f" (opt-level {opts.opt_level}, {capture.plan.graph} graph)"]
+        text = io_dump_text(lines, io_dump_cases(cases))
+        write_text_atomic(Path(request.io_dump), text)
+        written["io_dump"] = str(request.io_dump)
     if request.bin_io_dump is not None:
         commit_dump(Path(request.bin_io_dump), staging, layerdump.manifest(
             capture, cases, device=device_run.device, spec=device_run.spec,
@@ -255,12 +261,6 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
             dump_filter=request.dump_filter, stats_only=request.stats_only,
             model_sha256=device_run.model_sha256))
         written["bin_io_dump"] = str(request.bin_io_dump)
-    if request.io_dump is not None:
-        lines = [f"{IO_TITLE} {tc.path.name if tc.path else 'model'} on {device_run.spec}"
-                 f" (opt-level {opts.opt_level}, {capture.plan.graph} graph)"]
-        text = io_dump_text(lines, io_dump_cases(cases))
-        write_text_atomic(Path(request.io_dump), text)
-        written["io_dump"] = str(request.io_dump)
     return written
 
 

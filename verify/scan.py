@@ -119,16 +119,13 @@ def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, t
     the work to those block indices."""
     bs = _NP_BLOCK if engine == "numpy" else _NB_BLOCK
     if select is None and 0 < x.size <= bs:  # one block (most tensors): no arithmetic on bounds
-        return _rows_at(x, y, engine, _ZERO, np.array([x.size], np.int64), atol, rtol, tiny,
-                        want_tr)
+        return _rows_at(x, y, engine, np.zeros(1, np.int64), np.array([x.size], np.int64),
+                        atol, rtol, tiny, want_tr)  # (writeable, as numba's one signature has)
     blocks = np.arange(-(-x.size // bs), dtype=np.int64) if select is None else select
     starts = blocks * bs
     return _rows_at(x, y, engine, starts, np.minimum(starts + bs, x.size), atol, rtol, tiny,
                     want_tr)
 
-
-_ZERO = np.zeros(1, np.int64)
-_ZERO.flags.writeable = False
 
 
 def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stops: np.ndarray,

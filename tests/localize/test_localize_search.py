@@ -151,6 +151,21 @@ def test_candidates_rank_own_errors_first_then_by_the_jump() -> None:
         ["n006", "n002", "n003", "n004"]
 
 
+def test_a_nan_passed_on_is_no_jump_and_where_it_starts_ranks_first() -> None:
+    """n002 turns finite values into NaN (+inf tolerance units) and n003, n004 pass it on: inf
+    from inf is no jump (1x), not inf/inf = NaN, which no sort can place (it left them ahead of
+    n007, which grows an inherited 1.2 units to 6, 5x). Own errors first, larger jump first."""
+    ng = node_graph(chain_model(10))
+    a = np.ones(4, np.float32)
+    template = compare("t", a, a, AllcloseRule(atol=1e-3, rtol=0.0))
+    inf = float("inf")
+    units = {"n000:0": 0.0, "n001:0": 0.5, "n002:0": inf, "n003:0": inf, "n004:0": inf,
+             "n005:0": 0.0005, "n006:0": 1.2, "n007:0": 6.0}
+    cumulative = {t: _diff(template, t, u) for t, u in units.items()}
+    assert [ng.labels[i] for i in search.rank_candidates(ng, cumulative)] == \
+        ["n002", "n006", "n007", "n003", "n004"]
+
+
 @pytest.fixture(scope="module")
 def cnn_layers_vtc(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from verify.cli import main

@@ -8,6 +8,7 @@ comparison; `bisect` needs none.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,7 +285,10 @@ def rank_candidates(ng: NodeGraph, cumulative: Mapping[str, TensorDiff]) -> list
             continue
         ins = [cumulative[t] for t in ng.reads(i) if t in cumulative]
         inherited_ok = all(d.passed for d in ins)
-        jump = worst(outs) / max(worst(ins), 1e-3)
+        before, after = max(worst(ins), 1e-3), worst(outs)
+        # NaN in, NaN out (both +inf tolerance units) is no jump: inf/inf would be NaN, which
+        # no sort can place
+        jump = 1.0 if math.isinf(before) and math.isinf(after) else after / before
         scored.append((not inherited_ok, -jump, i))
     return [i for *_, i in sorted(scored)]
 

@@ -123,6 +123,63 @@ def test_a_mangled_or_oversized_npy_header_is_one_line(tmp_path):
         "not be safe to load securely.); save it again with np.save")
 
 
+def _npy_with_header(header: str) -> bytes:
+    """An .npy 1.0 file of just `header` (padded as numpy pads it) and no data."""
+    text = header.encode("latin1")
+    text += b" " * (64 - (10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text
+
+
+def test_hostile_npy_and_npz_files_are_one_line(tmp_path):
+    """Headers that overflow, that would allocate terabytes before reading, a text file named
+    .npy (numpy calls it "pickled"), and a compressed .npz whose deflate stream is damaged."""
+    (tmp_path / "bigint.npy").write_bytes(_npy_with_header(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (9999999999999999999999,), }"))
+    (tmp_path / "tib.npy").write_bytes(_npy_with_header(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776,), }"))
+    (tmp_path / "text.npy").write_text("1 2 3\n")
+    np.savez_compressed(tmp_path / "c.npz", x=np.arange(10000, dtype=np.float32))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    data[200:250] = bytes(50)
+    (tmp_path / "bad.npz").write_bytes(bytes(data))
+    ins = infos(("x", TensorProto.FLOAT, [2]))
+    assert error(build_cases, ins, ["bigint.npy"], base_dir=tmp_path).startswith(
+        "bigint.npy: truncated or corrupt .npy file (")
+    assert error(build_cases, ins, ["tib.npy"], base_dir=tmp_path) == (
+        "tib.npy: truncated or corrupt .npy file (Unable to allocate 4.00 TiB for an array with "
+        "shape (1099511627776,) and data type float32); save it again with np.save")
+    assert error(build_cases, ins, ["text.npy"], base_dir=tmp_path) == (
+        "text.npy: not an .npy file (it does not start with numpy's magic); save it with np.save")
+    assert error(build_cases, ins, ["bad.npz"], base_dir=tmp_path).startswith(
+        "bad.npz: truncated or corrupt .npz file (")
+
+
+def test_a_polygraphy_array_that_is_a_damaged_or_empty_npz_is_one_line(tmp_path):
+    import base64
+    import io
+    import json
+
+    from verify.errors import InputError
+    from verify.foreign import read_polygraphy
+
+    def feed(raw: bytes) -> Path:
+        path = tmp_path / "feed.json"
+        path.write_text(json.dumps([{"x": {"array": base64.b64encode(raw).decode(),
+                                           "polygraphy_class": "ndarray"}}]))
+        return path
+
+    empty = io.BytesIO()
+    np.savez(empty)
+    mangled = io.BytesIO()
+    np.savez(mangled, x=np.ones(3, np.float32))
+    raw = bytearray(mangled.getvalue())
+    at = raw.index(b"{'descr'")
+    raw[at:at + 10] = b"xxxxxxxxxx"
+    for data in (empty.getvalue(), bytes(raw)):
+        with pytest.raises(InputError, match="a Polygraphy array that is not a valid .npy"):
+            read_polygraphy(feed(data), "feed.json")
+
+
 def test_missing_file_directory_and_unknown_type(tmp_path):
     ins = infos(("x", TensorProto.FLOAT, [2]))
     assert error(build_cases, ins, ["x:nope.npy"], base_dir=tmp_path) == (

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -91,14 +90,25 @@ _PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save
                    "array instead: np.save(path, arr.astype(np.float32))")
 
 
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2)
+    except OSError:
+        return b""
+
+
 def load_npy(path: Path, label: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
     except PermissionError as e:  # not a damaged file: say what it is
         raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except NPY_READ_ERRORS as e:
-        if npy_pickled(e):
+        if npy_pickled(e, _head(path)):
             raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
+        if isinstance(e, ValueError) and "pickled" in str(e):  # no .npy magic at all
+            raise InputError(f"{label}: not an .npy file (it does not start with numpy's "
+                             "magic); save it with np.save") from None
         raise InputError(f"{label}: truncated or corrupt .npy file "
                          f"({npy_reason(e) if str(e) else 'empty'}); save it again with "
                          "np.save") from None
@@ -113,8 +123,8 @@ def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
             return {k: z[k] for k in z.files}
     except PermissionError as e:  # not a damaged file: say what it is
         raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
-    except (*NPY_READ_ERRORS, zipfile.BadZipFile) as e:
-        if npy_pickled(e):
+    except NPY_READ_ERRORS as e:
+        if npy_pickled(e, _head(path)):
             raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
         raise InputError(f"{label}: truncated or corrupt .npz file "
                          f"({npy_reason(e) if str(e) else 'empty'}); save it again with "

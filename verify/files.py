@@ -18,6 +18,8 @@ import os
 import re
 import tempfile
 import tokenize
+import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,9 +58,12 @@ def os_reason(exc: OSError) -> str:
     return (exc.strerror or text or type(exc).__name__).splitlines()[0][:200]
 
 
-# What numpy's .npy reader raises on a damaged or hostile file besides ValueError: a version
-# 1.0 header is tokenized before it is evaluated, and a mangled one raises tokenize's error
-NPY_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError)
+# What numpy's .npy/.npz reader raises on a damaged or hostile file besides ValueError: a
+# version 1.0 header is tokenized before it is evaluated (tokenize's error), a shape past
+# int64 overflows, one of terabytes fails to allocate before any data is read, and an .npz
+# member is inflated by zlib from a zip archive
+NPY_READ_ERRORS = (ValueError, OSError, EOFError, SyntaxError, tokenize.TokenError,
+                   OverflowError, MemoryError, zlib.error, zipfile.BadZipFile)
 
 
 def npy_reason(exc: BaseException) -> str:
@@ -68,11 +73,15 @@ def npy_reason(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:200]
 
 
-def npy_pickled(exc: BaseException) -> bool:
-    """Whether numpy refused object arrays ("... when allow_pickle=False"); its advice to pass
-    allow_pickle=True about an oversized header is not that."""
+def npy_pickled(exc: BaseException, head: bytes) -> bool:
+    """Whether numpy refused pickled data: object arrays in an .npy ("... when
+    allow_pickle=False"), or a file that is a pickle (`head`, its first bytes, a pickle
+    protocol's opcode). numpy says "pickled" of any file without the .npy or zip magic, a text
+    file or a cut-off header included, and advises allow_pickle=True about an oversized
+    header: neither is a pickle."""
     text = str(exc)
-    return isinstance(exc, ValueError) and ("allow_pickle=False" in text or "pickled" in text)
+    return isinstance(exc, ValueError) and (
+        "allow_pickle=False" in text or ("pickled" in text and head[:1] == b"\x80"))
 
 
 @contextmanager

@@ -138,18 +138,21 @@ def _array(text: object, label: str) -> np.ndarray:
         raise InputError(f"{label}: a Polygraphy array without its 'array' data")
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
-        arr = np.load(io.BytesIO(raw), allow_pickle=False)
     except (binascii.Error, UnicodeEncodeError):
         raise InputError(f"{label}: a Polygraphy array whose data is not base64") from None
+    try:
+        arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        if not isinstance(arr, np.ndarray):  # an old .npz encoding: its only array
+            with arr:
+                if not arr.files:
+                    raise ValueError("an empty .npz")
+                arr = arr[arr.files[0]]
     except NPY_READ_ERRORS as e:
-        if npy_pickled(e):
+        if npy_pickled(e, raw[:2]):
             raise InputError(f"{label}: holds pickled Python objects, which verify never "
                              "loads") from None
         raise InputError(f"{label}: a Polygraphy array that is not a valid .npy "
                          f"({npy_reason(e)})") from None
-    if not isinstance(arr, np.ndarray):  # an old .npz encoding: its only array
-        with arr:
-            arr = arr[arr.files[0]]
     return arr
 
 

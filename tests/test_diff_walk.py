@@ -90,6 +90,23 @@ def test_two_model_files_sharing_under_half_are_refused(
         "have a namesake of the same shape)")
 
 
+def test_a_copy_fed_inputs_of_another_shape_is_told_apart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dynamic-batch model and a byte-different copy of it, run on batches of 1 and 3:
+    every name is shared and no shape; the refusal says both ways it can come about."""
+    copy = onnx.load(DYNAMIC)
+    copy.doc_string = "re-exported"
+    dumps = []
+    for name, model, feed in (("a", DYNAMIC, "x:[[1,2,3,4]]"),
+                              ("b", copy.SerializeToString(), "x:[[1,2,3,4],[5,6,7,8],[0,0,0,1]]")):
+        vtc = pack(model, tmp_path / f"{name}.vtc", "-d", feed)
+        dumps.append(make_dump(vtc, tmp_path / name, "disable"))
+    code, out, err = verify(capsys, "diff", *dumps)
+    assert code == 2 and out == ""
+    assert re.search(r"; (\d+) of \1 computed tensors share a name, 0 of them its shape: another "
+                     r"model, or inputs of another shape\)$", only_line(err)), err
+
+
 def test_same_model_filtered_apart_says_so(dump_factory: Callable[..., Path],
                                            capsys: pytest.CaptureFixture[str]) -> None:
     actual = dump_factory(CNN, "disable", "--dump-filter", ACTUAL)

@@ -297,12 +297,15 @@ def _same_model_or_refuse(act: Side, ref: Side) -> None:
         return t.shape is None or other.shape is None or t.shape == other.shape
 
     alike = sum(1 for t in ref.tensors if counted(t) and namesake(t))
+    named = sum(1 for t in ref.tensors if counted(t) and t.name in theirs)
     smaller = min(sum(1 for t in side.tensors if counted(t)) for side in (act, ref))
     if alike < smaller / 2:
+        why = (f"{named} of {smaller} computed tensors share a name, {alike} of them its "
+               "shape: another model, or inputs of another shape" if named >= smaller / 2 else
+               f"{alike} of {smaller} computed tensors have a namesake of the same shape")
         raise DumpError(
             f"{act.label} and {ref.label} are captures of different models (model sha256 "
-            f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {alike} of {smaller} "
-            "computed tensors have a namesake of the same shape)")
+            f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {why})")
 
 
 BATCH_BELOW = 1 << 18  # elements: float32 pairs smaller than this (1 MiB a side) are batched

@@ -48,13 +48,16 @@ def _terminated(signum: int, frame: Any) -> None:
 # ~0.1 s of CPU before it sleeps (0.13 s per process on 2 cores; a plain `verify run` of PP-OCRv4
 # det paid it in both of its processes). verify never threads BLAS (its dot products are cut
 # into pieces below OpenBLAS's threading size), so its processes start none, unless the user
-# asked for a number. The local runner inherits it; other runners set it themselves.
+# asked for a number. Processes the command starts meanwhile inherit it (the bundled runner
+# sets it itself); a caller of main() in its own process gets its environment back after.
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "1")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: run the command, map errors to exit codes (see verify/errors.py)."""
-    os.environ.setdefault(*BLAS_THREADS)  # before anything imports numpy
+    added = BLAS_THREADS[0] not in os.environ
+    if added:  # before anything imports numpy
+        os.environ[BLAS_THREADS[0]] = BLAS_THREADS[1]
     warnings.formatwarning = _format_warning  # one line, not Python's file:line form
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -64,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if added:
+            os.environ.pop(BLAS_THREADS[0], None)
 
 
 def _main(argv: Sequence[str] | None) -> int:

@@ -209,8 +209,8 @@ def test_diff_of_ppocr_det_and_rec_is_refused_though_they_share_hundreds_of_name
                               "--bin-io-dump", tmp_path / name)
         assert code == 0, err
         dumps.append(tmp_path / name)
-    names = [{t["name"] for t in json.loads((d / "manifest.json").read_text())["cases"][0]["tensors"]}
-             for d in dumps]
+    names = [{t["name"] for t in json.loads((d / "manifest.json").read_text())["cases"][0][
+        "tensors"]} for d in dumps]
     assert len(names[0] & names[1]) > 300  # the trap
     # two dumps, and a dump against an archive without layers (its shapes are inferred)
     for actual, reference in ((dumps[0], dumps[1]), (dumps[0], tmp_path / "ppocr_rec.vtc")):

@@ -147,8 +147,8 @@ def _damage(kind: str, d: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
-                                  "mangled header", "huge header", "manifest not json", "incomplete", "empty", "no tensors",
-                                  "newer"])
+                                  "mangled header", "huge header", "manifest not json",
+                                  "incomplete", "empty", "no tensors", "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
                                               cnn_dumps: dict[str, Path],
                                               capsys: pytest.CaptureFixture[str]) -> None:

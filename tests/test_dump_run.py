@@ -323,7 +323,10 @@ def test_a_budget_below_one_byte_is_one_tensor_a_segment(
     code, out, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--opt-level", "disable",
                             "--dump-budget-mb", "1e-9", "--bin-io-dump", tmp_path / "d")
     assert code == 0, err
-    assert "of at most 9.54e-07 MB of live tensors" in out + err
+    manifest = json.loads((tmp_path / "d" / "manifest.json").read_text())
+    assert manifest["options"]["budget_bytes"] == 1  # not the default's 16 MB
+    nodes = len(onnx.load(CNN).graph.node)
+    assert manifest["segments"] == nodes  # every node a segment of its own
 
 
 def test_awkward_tensor_names_round_trip(tmp_path: Path,

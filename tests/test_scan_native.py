@@ -41,8 +41,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     monkeypatch.setattr(scan_native, "_kernels", {})
 
 
+# a row's columns that two engines must agree on to the bit (the sums may differ in order)
 MAXIMA_AND_COUNTS = [scan_numba._MAXD, scan_numba._PEAK, scan_numba._MAXREL, scan_numba._MAXTR,
-                     scan_numba._NV, scan_numba._NCMP]  # the row's columns equal to the bit
+                     scan_numba._NV, scan_numba._NCMP]
 
 
 def _blocks(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +87,7 @@ def _same(got, want) -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rule", [MagnitudeRule(), AllcloseRule(1e-4, 1e-3)],
                          ids=["magnitude", "allclose"])
-def test_native_gives_numpys_verdicts_MAXIMA_AND_COUNTS(dtype: type, rule) -> None:
+def test_native_gives_numpys_verdicts_maxima_and_counts(dtype: type, rule) -> None:
     """Against the numpy engine, an independent implementation: maxima, counts and verdicts
     equal, the float64 sums within 1e-12 (summation order differs)."""
     for a, r in _pairs(dtype):
@@ -100,7 +101,7 @@ def test_native_gives_numpys_verdicts_MAXIMA_AND_COUNTS(dtype: type, rule) -> No
 @pytest.mark.parametrize("atol, rtol, want_tr", [(np.inf, 0.0, False), (0.0, 0.0, False),
                                                  (1e-5, 1e-3, True), (0.0, 1e-3, True),
                                                  (2e-3, 0.0, True)])
-def test_native_rows_equal_numbas_MAXIMA_AND_COUNTS_exactly(dtype: type, atol: float,
+def test_native_rows_equal_numbas_maxima_and_counts_exactly(dtype: type, atol: float,
                                                             rtol: float, want_tr: bool) -> None:
     """Row by row against the numba kernel it copies: the magnitude rule's first pass (atol
     inf), exact, allclose and tolerance units; references with zeros and subnormals."""

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError
-from verify.files import NPY_READ_ERRORS, npy_pickled, npy_reason, read_user_file
+from verify.files import NPY_READ_ERRORS, npy_reason, npy_refusal, read_user_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")  # named in messages
 ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
@@ -98,20 +98,25 @@ def _head(path: Path) -> bytes:
         return b""
 
 
+def _unreadable(e: Exception, path: Path, label: str, suffix: str, saver: str) -> InputError:
+    """One line for an .npy or .npz that numpy could not read."""
+    if isinstance(e, PermissionError):  # not a damaged file: say what it is
+        return InputError(f"{label}: cannot read: {e.strerror or e}")
+    refusal = npy_refusal(e, _head(path))
+    if refusal == "pickled":
+        return InputError(f"{label}: {_PICKLE_REFUSED}")
+    if refusal == "no magic" and suffix == ".npy":
+        return InputError(f"{label}: not an .npy file (it does not start with numpy's magic); "
+                          "save it with np.save")
+    return InputError(f"{label}: truncated or corrupt {suffix} file "
+                      f"({npy_reason(e) if str(e) else 'empty'}); save it again with {saver}")
+
+
 def load_npy(path: Path, label: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except PermissionError as e:  # not a damaged file: say what it is
-        raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except NPY_READ_ERRORS as e:
-        if npy_pickled(e, _head(path)):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        if isinstance(e, ValueError) and "pickled" in str(e):  # no .npy magic at all
-            raise InputError(f"{label}: not an .npy file (it does not start with numpy's "
-                             "magic); save it with np.save") from None
-        raise InputError(f"{label}: truncated or corrupt .npy file "
-                         f"({npy_reason(e) if str(e) else 'empty'}); save it again with "
-                         "np.save") from None
+        raise _unreadable(e, path, label, ".npy", "np.save") from None
 
 
 def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
@@ -121,14 +126,8 @@ def load_npz(path: Path, label: str) -> dict[str, np.ndarray]:
                 raise InputError(f"{label}: holds a single .npy array, not an archive; "
                                  "rename it to .npy")
             return {k: z[k] for k in z.files}
-    except PermissionError as e:  # not a damaged file: say what it is
-        raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except NPY_READ_ERRORS as e:
-        if npy_pickled(e, _head(path)):
-            raise InputError(f"{label}: {_PICKLE_REFUSED}") from None
-        raise InputError(f"{label}: truncated or corrupt .npz file "
-                         f"({npy_reason(e) if str(e) else 'empty'}); save it again with "
-                         "np.savez") from None
+        raise _unreadable(e, path, label, ".npz", "np.savez") from None
 
 
 def load_pb(path: Path, label: str) -> np.ndarray | dict[str, np.ndarray]:

@@ -190,10 +190,12 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                             "share no computed tensor (each dumped with another --dump-filter?)")
         raise DumpError(f"{act.label} and {ref.label} share no computed tensor: captures of "
                         "different models?")
-    if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
+    two_files = bool(act.model_sha256 and ref.model_sha256
+                     and act.model_sha256 != ref.model_sha256)
+    if two_files:
         _same_model_or_refuse(act, ref)
     notes = [side.note for side in (act, ref) if side.note]
-    if act.model_sha256 and ref.model_sha256 and act.model_sha256 != ref.model_sha256:
+    if two_files:
         notes.append("the two captures come from different model files (sha256 "
                      f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
     if engine == "auto":
@@ -288,21 +290,18 @@ def _same_model_or_refuse(act: Side, ref: Side) -> None:
     def counted(t: Tensor) -> bool:
         return t.op not in (INPUT_OP, "Constant")
 
-    theirs = {t.name: t for t in act.tensors if counted(t)}
-
-    def namesake(t: Tensor) -> bool:
-        other = theirs.get(t.name)
-        if other is None:
-            return False
-        return t.shape is None or other.shape is None or t.shape == other.shape
-
-    alike = sum(1 for t in ref.tensors if counted(t) and namesake(t))
-    named = sum(1 for t in ref.tensors if counted(t) and t.name in theirs)
+    theirs = {t.name for t in act.tensors if counted(t)}
+    named = [t.name for t in ref.tensors if counted(t) and t.name in theirs]
+    act_shapes, ref_shapes = act.shapes(), ref.shapes()
+    alike = sum(1 for n in named if None in (act_shapes.get(n), ref_shapes.get(n))
+                or act_shapes[n] == ref_shapes[n])
     smaller = min(sum(1 for t in side.tensors if counted(t)) for side in (act, ref))
     if alike < smaller / 2:
-        why = (f"{named} of {smaller} computed tensors share a name, {alike} of them its "
-               "shape: another model, or inputs of another shape" if named >= smaller / 2 else
-               f"{alike} of {smaller} computed tensors have a namesake of the same shape")
+        if len(named) >= smaller / 2:
+            why = (f"{len(named)} of {smaller} computed tensors share a name, {alike} of them "
+                   "its shape: another model, or inputs of another shape")
+        else:
+            why = f"{alike} of {smaller} computed tensors have a namesake of the same shape"
         raise DumpError(
             f"{act.label} and {ref.label} are captures of different models (model sha256 "
             f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {why})")

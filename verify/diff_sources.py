@@ -36,7 +36,6 @@ class Tensor:
     op: str
     floor: float
     is_output: bool
-    shape: tuple[int, ...] | None = None  # as the capture stored it (None: not known up front)
 
 
 @dataclass
@@ -54,6 +53,9 @@ class Side:
     note: str = ""  # what the report should say about where this side's values came from
     sequential: bool = False  # values computed in its own order: load them in that order
     dump_filter: str | None = None  # the --dump-filter that left some of its tensors out
+    # name -> shape (None: not derivable), asked only when two model files are compared: a
+    # side computed on this host infers them, which the usual diff never needs
+    shapes: Callable[[], Mapping[str, tuple[int, ...] | None]] = lambda: {}
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
     outputs = dump.outputs
-    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs, tuple(e.shape))
+    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     scratch = Scratch()
     inside = dump.subgraph_tensors
@@ -111,6 +113,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
         load=lambda name: dump.load(entries[name], scratch),
         fused_away=set(dump.fused_away), fused_into=dump.fused_into,
         model_sha256=dump.model_sha256, graph=dump.graph, dump_filter=dump.dump_filter,
+        shapes=lambda: {e.name: tuple(e.shape) for e in entries.values()},
         nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
 
 
@@ -150,10 +153,11 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             return reader.read(entry, out)  # checked against its digest
 
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
-                                     tuple(int(d) for d in datasets[t.name][1].shape))
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
                               for t in order],
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
+                     shapes=lambda: {n: tuple(int(d) for d in ds.shape)
+                                     for n, (_, ds) in datasets.items()},
                      nbytes=sum(int(datasets[t.name][1].nbytes) for t in order))
 
     from verify.capture import HostCapture  # onnx and onnxruntime only where a side needs them
@@ -175,12 +179,15 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
                 tc.model_bytes, model=model,
                 external_dir=external.folder if external is not None else None)))
         inputs = tc.cases[case].inputs
-        shapes = case_shapes(model, {k: v.shape for k, v in inputs.items()}) if model else {}
-        shapes.update((k, tuple(v.shape)) for k, v in inputs.items())
+
+        def shapes() -> dict[str, tuple[int, ...] | None]:
+            found = case_shapes(model, {k: v.shape for k, v in inputs.items()}) if model else {}
+            return {**found, **{k: tuple(v.shape) for k, v in inputs.items()}}
+
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
-                                     shapes.get(t.name)) for t in tc.tensor_order],
-                     load=streamed(hosts[0], tc.cases[case].inputs),
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                              for t in tc.tensor_order],
+                     load=streamed(hosts[0], inputs), shapes=shapes,
                      model_sha256=str(tc.provenance.get("model_sha256", "")),
                      note=f"{path} holds no per-layer references (packed without --layers): "
                           "computed on this host (onnxruntime CPU, optimizations off) from its "

@@ -27,11 +27,15 @@ _PART_RE = re.compile(r"\.(?:c\d+_t\d+\.npy|manifest\.json)\..+\.part")  # atomi
 _locks: dict[str, int] = {}  # folder -> the descriptor holding its lock
 
 
+def _dump_file(name: str) -> bool:
+    """A dump's manifest, a tensor file, or an atomic write's temporary file."""
+    return name == MANIFEST or is_tensor_file(name) or _PART_RE.fullmatch(name) is not None
+
+
 def _ours(name: str) -> bool:
-    """A dump's own entry: its manifest, a tensor file, an atomic write's temporary file or a
-    staging folder. Anything else (a user's .env or .gitignore included) is not ours."""
-    return (name == MANIFEST or is_tensor_file(name)
-            or _PART_RE.fullmatch(name) is not None or name.startswith(_STAGING))
+    """A dump's own entry: one of its files or a staging folder. Anything else (a user's .env
+    or .gitignore included) is not ours."""
+    return _dump_file(name) or name.startswith(_STAGING)
 
 
 def prepare_dir(path: Path, *, stage: bool = True) -> Path | None:
@@ -99,8 +103,7 @@ def _remove_staging(staging: Path) -> None:
     it can be removed: what cannot (another user's files) is left, never an error."""
     with contextlib.suppress(OSError):
         for p in staging.iterdir():
-            if p.is_file() and (p.name == MANIFEST or is_tensor_file(p.name)
-                                or _PART_RE.fullmatch(p.name)):
+            if p.is_file() and _dump_file(p.name):
                 p.unlink(missing_ok=True)
         staging.rmdir()
 

@@ -73,15 +73,19 @@ def npy_reason(exc: BaseException) -> str:
     return (lines[0] if lines else type(exc).__name__)[:200]
 
 
-def npy_pickled(exc: BaseException, head: bytes) -> bool:
-    """Whether numpy refused pickled data: object arrays in an .npy ("... when
-    allow_pickle=False"), or a file that is a pickle (`head`, its first bytes, a pickle
-    protocol's opcode). numpy says "pickled" of any file without the .npy or zip magic, a text
-    file or a cut-off header included, and advises allow_pickle=True about an oversized
-    header: neither is a pickle."""
+def npy_refusal(exc: BaseException, head: bytes) -> str:
+    """What numpy's refusal of an .npy/.npz means, given the file's first bytes (`head`):
+    "pickled" for object arrays ("... when allow_pickle=False") or a file that is a pickle (a
+    pickle protocol's opcode first); "no magic" for any other file without the .npy or zip
+    magic, which numpy calls pickled too (a text file, a cut-off header); "" for the rest, a
+    damaged file (numpy's advice to pass allow_pickle=True about an oversized header
+    included)."""
     text = str(exc)
-    return isinstance(exc, ValueError) and (
-        "allow_pickle=False" in text or ("pickled" in text and head[:1] == b"\x80"))
+    if not isinstance(exc, ValueError):
+        return ""
+    if "allow_pickle=False" in text or ("pickled" in text and head[:1] == b"\x80"):
+        return "pickled"
+    return "no magic" if "pickled" in text else ""
 
 
 @contextmanager

@@ -27,7 +27,7 @@ import numpy as np
 
 from verify.datafiles import load_pb
 from verify.errors import InputError
-from verify.files import NPY_READ_ERRORS, npy_pickled, npy_reason, read_user_file
+from verify.files import NPY_READ_ERRORS, npy_reason, npy_refusal, read_user_file
 
 _MARKER = "polygraphy_class"
 _LEGACY_MARKER = "__polygraphy_encoded_ndarray"
@@ -148,7 +148,7 @@ def _array(text: object, label: str) -> np.ndarray:
                     raise ValueError("an empty .npz")
                 arr = arr[arr.files[0]]
     except NPY_READ_ERRORS as e:
-        if npy_pickled(e, raw[:2]):
+        if npy_refusal(e, raw[:2]) == "pickled":
             raise InputError(f"{label}: holds pickled Python objects, which verify never "
                              "loads") from None
         raise InputError(f"{label}: a Polygraphy array that is not a valid .npy "

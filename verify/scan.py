@@ -127,7 +127,6 @@ def _rows(x: np.ndarray, y: np.ndarray, engine: str, atol: float, rtol: float, t
                     want_tr)
 
 
-
 def _rows_at(x: np.ndarray, y: np.ndarray, engine: str, starts: np.ndarray, stops: np.ndarray,
              atol: float, rtol: float, tiny: float, want_tr: bool) -> np.ndarray:
     """One row per block x[starts[j]:stops[j]], each at most one engine block long."""
@@ -276,8 +275,8 @@ def scan(a: np.ndarray, r: np.ndarray, kd: np.dtype, engine: str, atol: float, r
                  [_rows(x, y, engine, atol, rtol, tiny, want_tr) for x, y in _chunks(a, r, kd)])
     rows = (per_chunk[0] if len(per_chunk) == 1 else np.concatenate(per_chunk) if per_chunk
             else np.zeros((0, _NCOL)))
-    if len(rows) == 1:  # most tensors: one block, whose row is the whole (every column >= 0
-        col = top = rows[0]  # or NaN, as max(..., initial=0) and sum would leave it)
+    if len(rows) == 1:  # most tensors: one block, whose row is the whole (the maxima read from
+        col = top = rows[0]  # `top` are >= 0 or NaN, as max(..., initial=0) would leave them)
     else:
         with np.errstate(over="ignore"):  # the maxima's columns are summed too, unused: a
             col = rows.sum(axis=0)  # float64 reference near 1e-308 makes relative errors 1e308

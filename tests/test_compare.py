@@ -157,6 +157,27 @@ def test_allclose_rule_counts_and_tolerance_units(engine: str) -> None:
     assert ok.passed and ok.n_outside == 0 and ok.reason == ""
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_error_where_the_tolerance_is_zero_is_infinitely_many_tolerance_units(
+        engine: str) -> None:
+    """atol 0: an element whose tolerance is 0 (rtol 0, or a zero reference) and differs is
+    inf tolerance units, not its error over the smallest double (2e+303 was shown); equal
+    elements there are 0 units, and elsewhere the ratio is the plain one."""
+    r = np.zeros(70000, np.float32)
+    r[1::2] = 1.0
+    a = r.copy()
+    exact = compare("t", a, r, AllcloseRule(atol=0.0, rtol=0.0), engine=engine)
+    assert exact.passed and exact.tol_units == 0.0
+    a[3] = 1.5  # a nonzero reference: 0.5 / (1e-3 * 1.0) = 500 units with rtol 1e-3
+    relative = compare("t", a, r, AllcloseRule(atol=0.0, rtol=1e-3), engine=engine)
+    assert relative.tol_units == pytest.approx(500.0) and relative.n_outside == 1
+    a[4] = 1e-7  # against a zero reference, whose tolerance is 0
+    for rule in (AllcloseRule(atol=0.0, rtol=1e-3), AllcloseRule(atol=0.0, rtol=0.0)):
+        d = compare("t", a, r, rule, engine=engine)
+        assert d.tol_units == math.inf and not d.passed, rule
+        assert d.reason.endswith("inf tolerance units)"), d.reason
+
+
 def sprinkle(x: np.ndarray, rng: np.random.Generator, nan: int, inf: int) -> np.ndarray:
     x = x.copy()
     flat = x.reshape(-1)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verify.scan_numba import (_DEN_MIN, _INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
+from verify.scan_numba import (_INFA, _INFR, _MAXD, _MAXREL, _MAXTR, _NANA, _NANR,
                                _NB_BLOCK, _NCMP, _NCOL, _NFMIS, _NV, _PEAK, _SAA, _SD, _SDD, _SRR,
                                THREADS, native_rows, nb_rows, spread)
 
@@ -87,9 +87,9 @@ def _np_block(x: np.ndarray, y: np.ndarray, atol: float, rtol: float, tiny: floa
         np.greater(d, t, out=gt)
         row[_NV] = np.count_nonzero(gt)
     if want_tr:
-        np.fmax(t, _DEN_MIN, out=t)
-        np.divide(d, t, out=t)
-        row[_MAXTR] = t.max(initial=0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):  # no tolerance: d/0 is inf,
+            np.divide(d, t, out=t)                            # 0/0 NaN (fmax skips it)
+        row[_MAXTR] = np.fmax.reduce(t, initial=0.0)
     row[_SD] = d.sum()
     row[_SDD] = _dot(d, d)
     row[_SAA], row[_SRR] = saa, srr

@@ -17,7 +17,6 @@
 #include <string.h>
 
 enum { MAXD, PEAK, MAXREL, MAXTR, SD, SDD, SAA, SRR, NV, NCMP, NCOL = 15 };
-#define DEN_MIN 2.2250738585072014e-308
 
 static inline int64_t bits(double v) { int64_t i; memcpy(&i, &v, sizeof i); return i; }
 static inline double value(int64_t i) { double v; memcpy(&v, &i, sizeof v); return v; }
@@ -38,7 +37,7 @@ static void NAME(const T *restrict av, const T *restrict rv, int64_t m, double a
         double den = atol + rtol * ay;                                                     \
         nv += d > den ? 1.0 : 0.0;                                                         \
         if (WANT_TR)                                                                       \
-            KEEP_MAX(mtr, d / (den > DEN_MIN ? den : DEN_MIN));                            \
+            KEEP_MAX(mtr, den > 0 ? d / den : d > 0 ? __builtin_inf() : 0.0);             \
         sd += d; sdd += d * d; saa += x * x; srr += y * y;                                 \
     }                                                                                      \
     row[MAXD] = value(maxd); row[PEAK] = value(peak); row[MAXREL] = value(mrel);           \

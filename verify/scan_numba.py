@@ -29,7 +29,6 @@ from verify.scan_native import NCOL, native_available, native_fill
 _MAXD, _PEAK, _MAXREL, _MAXTR, _SD, _SDD, _SAA, _SRR, _NV, _NCMP = range(10)
 _NANA, _NANR, _INFA, _INFR, _NFMIS = range(10, 15)
 _NCOL = NCOL
-_DEN_MIN = float(np.finfo(np.float64).tiny)  # keeps 0/0 out of tolerance-unit ratios
 _NB_BLOCK = 1 << 16  # elements per numba block (per-thread unit of work)
 NUMBA_AFTER_BYTES = 1 << 31  # auto engine: numpy until this many bytes were compared
 NUMBA_UPFRONT_BYTES = 1 << 31  # auto engine: load numba at once for a job this big
@@ -73,7 +72,7 @@ def _nb_rows_py(a, r, starts, stops, atol, rtol, tiny, want_tr, out):  # pragma:
             den = atol + rtol * ay
             nv += d > den
             if want_tr:
-                mtr = _fmax(mtr, d / _fmax(den, _DEN_MIN))
+                mtr = _fmax(mtr, d / den if den > 0.0 else (np.inf if d > 0.0 else 0.0))
             sd += d
             sdd += d * d
             saa += x * x

@@ -214,6 +214,15 @@ def test_tensors_on_one_side_only_say_where_they_sit_and_why(
         f"not in the actual capture (dumped with --dump-filter {ACTUAL!r})",
         f"only in the actual capture; the reference was dumped with --dump-filter "
         f"{UNDER_HALF!r}")
+    # and the text report's summary lines give the same reasons, counted
+    code, out, _ = verify(capsys, "diff", actual, reference)
+    ref_only = sum(1 for r in _one_side_rows(report) if r[4] == "actual")
+    act_only = sum(1 for r in _one_side_rows(report) if r[4] == "reference")
+    assert ref_only and act_only
+    assert (f"only in reference: {ref_only} tensor(s): {ref_only} not in the actual capture "
+            f"(dumped with --dump-filter {ACTUAL!r})") in out.splitlines()
+    assert (f"only in actual: {act_only} tensor(s): {act_only} only in the actual capture; the "
+            f"reference was dumped with --dump-filter {UNDER_HALF!r}") in out.splitlines()
 
 
 def test_an_archive_side_computed_here_is_announced_whichever_side_it_is(

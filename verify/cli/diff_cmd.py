@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from verify.compare import ToleranceSet
-    from verify.diff import DiffReport
+    from verify.diff import DiffReport, DiffRow
     from verify.options import Tolerances
 
 
@@ -152,13 +153,15 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
     missing_ref = [r for r in report.rows if r.missing == "actual"]
     missing_act = [r for r in report.rows if r.missing == "reference"]
     if missing_ref:
-        fused = sum(1 for r in missing_ref if "fused" in r.why)
-        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s) ({fused} fused away "
-                     "by the actual side's optimizer)")
+        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s): "
+                     f"{_reasons(missing_ref)}")
         if show_missing:
             lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_ref]
     if missing_act:
-        lines.append(f"only in actual: {len(missing_act)} tensor(s)")
+        plain = {r.why for r in missing_act} <= {  # a reason would repeat the line's words
+            "only in the actual capture", "only in the actual capture (optimized graph)"}
+        lines.append(f"only in actual: {len(missing_act)} tensor(s)"
+                     + ("" if plain else f": {_reasons(missing_act)}"))
         if show_missing:
             lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_act]
     fd = report.first_divergent
@@ -172,6 +175,12 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
                          f"fused-away {', '.join(fd.fused)}: the fault may be in any of them")
     lines.append("=== " + report.verdict())
     return "\n".join(lines)
+
+
+def _reasons(rows: list[DiffRow]) -> str:
+    """How many tensors each reason left out, the most frequent first."""
+    return "; ".join(f"{n} {why}" for why, n in collections.Counter(r.why for r in rows)
+                     .most_common())
 
 
 def _clip(text: str, width: int) -> str:

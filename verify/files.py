@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from verify.errors import OutputError, VerifyError
+from verify.errors import OutputError, UsageError, VerifyError
 
 
 def read_user_file(path: Path, error: type[VerifyError], expected: str,
@@ -143,6 +143,19 @@ def ensure_space(path: Path, nbytes: int) -> None:
         raise OutputError(f"{path}: cannot write: No space left on device (needs about "
                           f"{(nbytes + SPACE_MARGIN) / 2**20:.1f} MB, {free / 2**20:.1f} MB "
                           "free)")
+
+
+def check_output_file(path: Path | str, option: str) -> None:
+    """UsageError, before any work, where the output file `option` names cannot be one: a
+    folder, or a path through a file (a missing folder is made when the file is written)."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give a file name")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} {path}: {parent} is a file, not a folder")
+            return
 
 
 def umask() -> int:

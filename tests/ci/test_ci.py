@@ -400,6 +400,26 @@ def test_cli_exit_codes_and_listing(device_env, tmp_path: Path, capsys) -> None:
     assert capsys.readouterr().err == f"error: {tmp_path / 'nope.toml'}: no such file\n"
 
 
+@pytest.mark.parametrize("option", ["--junit", "--markdown", "--report-json", "--html"])
+def test_a_report_path_that_cannot_be_a_file_stops_ci_before_any_job_runs(
+        option: str, device_env, tmp_path: Path, capsys) -> None:
+    from verify.cli import main
+
+    suite = local_suite(tmp_path)
+    folder, blocker = tmp_path / "a-folder", tmp_path / "a-file"
+    folder.mkdir()
+    blocker.write_text("not a folder")
+    assert main(["ci", str(suite), "--baselines", str(tmp_path / "bl"), option, str(folder)]) == 2
+    out, err = capsys.readouterr()
+    assert err == f"error: {option} {folder}: is a folder; give a file name\n"
+    assert out == ""  # no job ran: none printed its line
+    inside = blocker / "r.out"
+    assert main(["ci", str(suite), option, str(inside)]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", f"error: {option} {inside}: {blocker} is a file, not a folder\n")
+    assert not (tmp_path / "bl").exists()
+
+
 def test_help_has_an_example(capsys) -> None:
     from verify.cli import main
 

@@ -83,6 +83,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     named) or a bad testcase; 3 only device errors; 4 an internal error.
     """
     import verify.ci as ci_lib
+    from verify.files import check_output_file
 
     request = ci_lib.CiRequest(suite=suite, only=only,
                                shard=ci_lib.parse_shard(shard) if shard else None,
@@ -98,6 +99,11 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
             shard = f" in shard {shard}" if shard else ""
             click.echo(f"{len(jobs)} of {total} job(s){shard}", err=True)
         return EXIT_OK
+    reports = (("--junit", junit), ("--markdown", markdown_path), ("--report-json", json_path),
+               ("--html", html_path))
+    for option, path in reports:  # before any job runs: a bad path costs no device time
+        if path is not None:
+            check_output_file(path, option)
     ci_lib.check_report_dependencies([option for option, path in
                                       (("--junit", junit), ("--html", html_path)) if path])
     show = None if as_json else (lambda r: click.echo(_line(r)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,9 +18,9 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
-from verify.dump_dir import commit_dump, discard_dump, prepare_dir
+from verify.dump_dir import OUTPUTS, commit_dump, discard_dump, prepare_dir
 from verify.errors import UsageError
-from verify.files import made_dirs, save_npy_atomic, write_json_atomic, write_text_atomic
+from verify.files import save_npy_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
 from verify.iodump import TITLE as IO_TITLE
@@ -146,8 +147,17 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
                          timeout=request.device.timeout, control_probe=request.control_probe)
     dump = request.dump
     made_dump_dir = dump.bin_io_dump is not None and not Path(dump.bin_io_dump).exists()
+    out_dir = request.bin_out_dump
+    made_out_dir = out_dir is not None and not Path(out_dir).exists()
+    if out_dir is not None and dump.bin_io_dump is not None and \
+            os.path.realpath(out_dir) == os.path.realpath(dump.bin_io_dump):
+        raise UsageError(f"--bin-out-dump and --bin-io-dump are both {out_dir}: give each a "
+                         "folder of its own")
     dump_spec = _dump_spec(dump)
+    out_staging = None
     try:
+        if out_dir is not None:  # checked and locked before the run, like the dump's folder
+            out_staging = prepare_dir(out_dir, layout=OUTPUTS)
         with external_data(tc) as external:  # extracted for the push, gone after it
             opened = (sessions.use(profile) if sessions is not None
                       else DeviceSession(profile, status=status, progress=progress,
@@ -173,8 +183,9 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
                 profile.spec))) for pos, ci in enumerate(indices)]
             notes.extend(_unmatched_specs(request.selection.tolerances.specs,
                                           [n for i in indices for n in tc.cases[i].outputs]))
-        if request.bin_out_dump is not None:
-            written["bin_out_dump"] = str(write_out_dump(request.bin_out_dump, indices, device_run))
+        if out_dir is not None:
+            written["bin_out_dump"] = str(write_out_dump(out_dir, out_staging, indices,
+                                                         device_run))
         if device_run.dump is not None:
             written.update(write_layer_dumps(dump, tc, indices, device_run, dump_spec.dest))
             notes.append(_dump_note(device_run.dump))
@@ -183,6 +194,8 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made)
         if dump.bin_io_dump is not None and dump_spec is not None:
             discard_dump(dump.bin_io_dump, dump_spec.dest, remove_dir=made_dump_dir)
+        if out_dir is not None and out_staging is not None:
+            discard_dump(out_dir, out_staging, remove_dir=made_out_dir, layout=OUTPUTS)
         raise
 
 
@@ -264,28 +277,22 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
     return written
 
 
-def write_out_dump(folder: Path, indices: Sequence[int], device_run: DeviceRun) -> Path:
-    """Final outputs as .npy, one file per case and output (load_and_run's run0-var… files).
+def write_out_dump(folder: Path, staging: Path | None, indices: Sequence[int],
+                   device_run: DeviceRun) -> Path:
+    """Final outputs as .npy, one file per case and output (load_and_run's run0-var… files),
+    staged in `staging` (`prepare_dir` with `OUTPUTS`), then swapped in for the previous run's
+    files as a dump is (`commit_dump`): `outputs.json`, which maps them back to names, last.
 
-    Files are named by index (`case0-out0.npy`), never by tensor name; `outputs.json` maps
-    them back to names and is written last.
+    Files are named by index (`case0-out0.npy`), never by tensor name.
     """
+    assert staging is not None
     index: list[dict[str, Any]] = []
-    written: list[Path] = []
-    with made_dirs(folder):  # on failure: the files written here go, then the folder if made
-        try:
-            for pos, ci in enumerate(indices):
-                for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
-                    file = f"case{ci}-out{k}.npy"
-                    written.append(folder / file)
-                    save_npy_atomic(folder / file, value)
-                    index.append({"case": ci, "output": name, "file": file,
-                                  "dtype": str(value.dtype), "shape": list(value.shape)})
-            written.append(folder / "outputs.json")
-            write_json_atomic(folder / "outputs.json",
-                              {"device": device_run.device, "outputs": index})
-        except BaseException:
-            for path in written:
-                path.unlink(missing_ok=True)
-            raise
+    for pos, ci in enumerate(indices):
+        for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
+            file = f"case{ci}-out{k}.npy"
+            save_npy_atomic(staging / file, value)
+            index.append({"case": ci, "output": name, "file": file,
+                          "dtype": str(value.dtype), "shape": list(value.shape)})
+    commit_dump(folder, staging, {"device": device_run.device, "outputs": index},
+                layout=OUTPUTS)
     return folder

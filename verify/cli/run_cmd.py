@@ -57,8 +57,10 @@ dump_options = option_group("dump", _dump, (
 @session_settings()
 @click.option("--input", "input_overrides", multiple=True, metavar="NAME:FILE",
               help="Override a case input with a file; there is then no ground truth to check.")
-@click.option("--bin-out-dump", type=click.Path(path_type=Path), default=None,
-              help="Write the final outputs as .npy files into this folder.")
+@click.option("--bin-out-dump", type=click.Path(path_type=Path), default=None, metavar="DIR",
+              help="Write the final outputs as .npy files (one per case and output) and "
+                   "outputs.json into DIR: new, empty or an earlier run's, whose files are "
+                   "replaced as a whole once the run has succeeded.")
 @dump_options
 @click.option("--profile", "profile_path", type=click.Path(path_type=Path), default=None,
               help="Write ONNX Runtime's per-node profile (Chrome trace JSON) here.")

@@ -16,14 +16,14 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from verify.dump import MANIFEST, is_tensor_file, write_manifest
 from verify.errors import UsageError
-from verify.files import output_errors, write_json_atomic
+from verify.files import output_errors, remove_empty_dirs, write_json_atomic
 
 _STAGING = ".verify-staging-"  # + random: a dump being written (or one being replaced)
 _locks: dict[str, int] = {}  # folder -> the descriptor holding its lock
@@ -35,6 +35,7 @@ class Layout:
     incomplete), the names of its data files, and how its index is written."""
 
     what: str                                               # "a verify dump"
+    holds: str                                              # "the dump"
     index: str                                              # the index file's name
     data: Callable[[str], bool]                             # a data file's name?
     write_index: Callable[[Path, Mapping[str, Any]], Path]  # (folder, document) -> the file
@@ -53,9 +54,9 @@ def _write_outputs_index(folder: Path, doc: Mapping[str, Any]) -> Path:
 
 
 _OUTPUT_FILE = re.compile(r"case\d+-out\d+\.npy")
-DUMP = Layout("a verify dump", MANIFEST, is_tensor_file,
+DUMP = Layout("a verify dump", "the dump", MANIFEST, is_tensor_file,
               lambda folder, doc: write_manifest(folder, doc))  # (the name looked up at a call)
-OUTPUTS = Layout("a --bin-out-dump folder", "outputs.json",
+OUTPUTS = Layout("a --bin-out-dump folder", "the outputs", "outputs.json",
                  lambda name: _OUTPUT_FILE.fullmatch(name) is not None, _write_outputs_index)
 
 
@@ -74,7 +75,8 @@ def prepare_dir(path: Path, *, stage: bool = True, layout: Layout = DUMP) -> Pat
     writing into."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{path}: exists and is not a folder; give a folder for the dump")
+        raise UsageError(f"{path}: exists and is not a folder; give a folder for "
+                         f"{layout.holds}")
     path.mkdir(parents=True, exist_ok=True)
     entries = list(path.iterdir())
     foreign = [p.name for p in entries if not _ours(p.name, layout)]
@@ -189,15 +191,12 @@ def _put_back(path: Path, aside: Path, staging: Path | None, moved: list[str],
     _remove_staging(aside, layout)
 
 
-def discard_dump(path: Path, staging: Path | None, *, remove_dir: bool,
+def discard_dump(path: Path, staging: Path | None, *, made: Sequence[Path] = (),
                  layout: Layout = DUMP) -> None:
-    """After a failed run: the staged files go, and the folder too when the run made it and
-    nothing else is in it; a previous dump in it is left as it was."""
+    """After a failed run: the staged files go, and the folders the run made (`made`, deepest
+    first: files.missing_dirs before the run) where nothing else is in them; a previous dump
+    is left as it was. Harmless where nothing was prepared, or once committed."""
     if staging is not None:
         _remove_staging(staging, layout)
     _unlock(path)
-    if remove_dir:
-        try:
-            Path(path).rmdir()
-        except OSError:  # something else is in it now: leave it
-            pass
+    remove_empty_dirs(list(made))

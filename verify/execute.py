@@ -20,7 +20,7 @@ from verify.devices import Profile
 from verify import layerdump
 from verify.dump_dir import OUTPUTS, commit_dump, discard_dump, prepare_dir
 from verify.errors import UsageError
-from verify.files import save_npy_atomic, write_text_atomic
+from verify.files import check_output_file, missing_dirs, save_npy_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
 from verify.iodump import TITLE as IO_TITLE
@@ -145,17 +145,13 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
     options = RunOptions(session=request.session, timed=request.timed,
                          profile=request.profile_path is not None, keep=request.keep,
                          timeout=request.device.timeout, control_probe=request.control_probe)
-    dump = request.dump
-    made_dump_dir = dump.bin_io_dump is not None and not Path(dump.bin_io_dump).exists()
-    out_dir = request.bin_out_dump
-    made_out_dir = out_dir is not None and not Path(out_dir).exists()
-    if out_dir is not None and dump.bin_io_dump is not None and \
-            os.path.realpath(out_dir) == os.path.realpath(dump.bin_io_dump):
-        raise UsageError(f"--bin-out-dump and --bin-io-dump are both {out_dir}: give each a "
-                         "folder of its own")
-    dump_spec = _dump_spec(dump)
-    out_staging = None
+    dump, out_dir = request.dump, request.bin_out_dump
+    _refuse_nested(out_dir, dump.bin_io_dump)
+    made_dump = missing_dirs(dump.bin_io_dump) if dump.bin_io_dump is not None else []
+    made_out = missing_dirs(out_dir) if out_dir is not None else []
+    dump_spec = out_staging = None
     try:
+        dump_spec = _dump_spec(dump)
         if out_dir is not None:  # checked and locked before the run, like the dump's folder
             out_staging = prepare_dir(out_dir, layout=OUTPUTS)
         with external_data(tc) as external:  # extracted for the push, gone after it
@@ -183,20 +179,33 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
                 profile.spec))) for pos, ci in enumerate(indices)]
             notes.extend(_unmatched_specs(request.selection.tolerances.specs,
                                           [n for i in indices for n in tc.cases[i].outputs]))
-        if out_dir is not None:
-            written["bin_out_dump"] = str(write_out_dump(out_dir, out_staging, indices,
-                                                         device_run))
+        out_index = stage_outputs(out_staging, indices, device_run) if out_staging else None
         if device_run.dump is not None:
             written.update(write_layer_dumps(dump, tc, indices, device_run, dump_spec.dest))
             notes.append(_dump_note(device_run.dump))
+        if out_dir is not None and out_index is not None:  # last: all else has succeeded
+            commit_dump(out_dir, out_staging, out_index, layout=OUTPUTS)
+            written["bin_out_dump"] = str(out_dir)
         return RunOutcome(testcase=tc, run=device_run, case_indices=indices, checks=tuple(checks),
                           tolerances=tolerances, notes=tuple(notes), written=written)
-    except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made)
-        if dump.bin_io_dump is not None and dump_spec is not None:
-            discard_dump(dump.bin_io_dump, dump_spec.dest, remove_dir=made_dump_dir)
-        if out_dir is not None and out_staging is not None:
-            discard_dump(out_dir, out_staging, remove_dir=made_out_dir, layout=OUTPUTS)
+    except BaseException:  # a failed run leaves no partial dump behind (nor a folder it made),
+        if out_dir is not None:  # undone in the reverse of the order they were made ready
+            discard_dump(out_dir, out_staging, made=made_out, layout=OUTPUTS)
+        if dump.bin_io_dump is not None:
+            discard_dump(dump.bin_io_dump, dump_spec.dest if dump_spec else None,
+                         made=made_dump)
         raise
+
+
+def _refuse_nested(out_dir: Path | None, dump_dir: Path | None) -> None:
+    """The final outputs and the layer dump each need a folder of their own: one inside the
+    other would be a foreign entry to it."""
+    if out_dir is None or dump_dir is None:
+        return
+    a, b = os.path.realpath(out_dir), os.path.realpath(dump_dir)
+    if os.path.commonpath([a, b]) in (a, b):
+        raise UsageError(f"--bin-out-dump {out_dir} and --bin-io-dump {dump_dir}: the same "
+                         "folder, or one inside the other; give each a folder of its own")
 
 
 def output_floors(tc: Testcase, capture: DumpCapture | None = None) -> Mapping[str, float]:
@@ -246,6 +255,8 @@ def _dump_spec(request: DumpOptions) -> DumpSpec | None:
     if request.io_dump is not None and Path(request.io_dump).is_dir():
         raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "
                          "(the text dump), and --bin-io-dump DIR for a dump folder")
+    if request.io_dump is not None:
+        check_output_file(request.io_dump, "--io-dump")
     dest = None
     if request.bin_io_dump is not None:  # last: the staging folder it makes is ours to remove
         dest = prepare_dir(request.bin_io_dump, stage=not request.stats_only)
@@ -277,15 +288,14 @@ def write_layer_dumps(request: DumpOptions, tc: Testcase, indices: Sequence[int]
     return written
 
 
-def write_out_dump(folder: Path, staging: Path | None, indices: Sequence[int],
-                   device_run: DeviceRun) -> Path:
+def stage_outputs(staging: Path, indices: Sequence[int],
+                  device_run: DeviceRun) -> dict[str, Any]:
     """Final outputs as .npy, one file per case and output (load_and_run's run0-var… files),
-    staged in `staging` (`prepare_dir` with `OUTPUTS`), then swapped in for the previous run's
-    files as a dump is (`commit_dump`): `outputs.json`, which maps them back to names, last.
+    written into `staging` (`prepare_dir` with `OUTPUTS`); returned: the outputs.json that
+    maps them back to names, for `commit_dump` to swap them in with, as a dump's files are.
 
     Files are named by index (`case0-out0.npy`), never by tensor name.
     """
-    assert staging is not None
     index: list[dict[str, Any]] = []
     for pos, ci in enumerate(indices):
         for k, (name, value) in enumerate(device_run.cases[pos].outputs.items()):
@@ -293,6 +303,4 @@ def write_out_dump(folder: Path, staging: Path | None, indices: Sequence[int],
             save_npy_atomic(staging / file, value)
             index.append({"case": ci, "output": name, "file": file,
                           "dtype": str(value.dtype), "shape": list(value.shape)})
-    commit_dump(folder, staging, {"device": device_run.device, "outputs": index},
-                layout=OUTPUTS)
-    return folder
+    return {"device": device_run.device, "outputs": index}

@@ -102,11 +102,7 @@ def made_dirs(path: Path | str) -> Iterator[Path]:
     """Create folder `path` (and missing parents) for an output; when the block fails, remove
     the folders made here that are empty again. OSErrors are one OutputError line."""
     path = Path(path)
-    made = []
-    probe = path
-    while not probe.exists() and probe != probe.parent:
-        made.append(probe)
-        probe = probe.parent
+    made = missing_dirs(path)
     try:
         with output_errors(path):
             if path.exists() and not path.is_dir():
@@ -116,6 +112,15 @@ def made_dirs(path: Path | str) -> Iterator[Path]:
     except BaseException:
         remove_empty_dirs(made)
         raise
+
+
+def missing_dirs(path: Path | str) -> list[Path]:
+    """`path` and its ancestors that do not exist yet, deepest first: what making it makes."""
+    made, probe = [], Path(path)
+    while not probe.exists() and probe != probe.parent:
+        made.append(probe)
+        probe = probe.parent
+    return made
 
 
 def remove_empty_dirs(dirs: list[Path]) -> None:

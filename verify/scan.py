@@ -87,8 +87,8 @@ def _np_block(x: np.ndarray, y: np.ndarray, atol: float, rtol: float, tiny: floa
         np.greater(d, t, out=gt)
         row[_NV] = np.count_nonzero(gt)
     if want_tr:
-        with np.errstate(divide="ignore", invalid="ignore"):  # no tolerance: d/0 is inf,
-            np.divide(d, t, out=t)                            # 0/0 NaN (fmax skips it)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # no tolerance:
+            np.divide(d, t, out=t)            # d/0 is inf, 0/0 NaN (fmax skips it)
         row[_MAXTR] = np.fmax.reduce(t, initial=0.0)
     row[_SD] = d.sum()
     row[_SDD] = _dot(d, d)

@@ -152,6 +152,16 @@ def _t(max_abs: float, name: str = "y", passed: bool = True, index: int = 0) -> 
                        tol_units=max_abs / 1e-4)
 
 
+def test_a_failure_beyond_any_tolerance_says_so_not_infx() -> None:
+    finite = _t(3e-4, passed=False)
+    assert finite.numbers() == ("max_abs=0.0003 threshold=0.0001 (3x tolerance), 0 element(s) "
+                                "outside [magnitude]")
+    zero = TensorError(case=0, index=0, name="y", op="Conv", passed=False, rule="allclose atol=0",
+                       max_abs=1e-7, threshold=0.0, tol_units=float("inf"), n_outside=2)
+    assert zero.numbers() == ("max_abs=1e-07 threshold=0 (beyond any tolerance), 2 element(s) "
+                              "outside [allclose atol=0]")
+
+
 def test_regression_gate_factor_and_noise_floor() -> None:
     s = GateSettings(regression_factor=2.0, regression_min_units=0.01)
     base = {"case0/y": 1e-6}

@@ -76,9 +76,10 @@ class TensorError:
 
     def numbers(self) -> str:
         """The figures a failure message carries, after the tensor's name."""
+        units = ("beyond any" if math.isinf(self.tol_units)  # (a zero tolerance, a NaN)
+                 else f"{self.tol_units:.3g}x")
         return (f"max_abs={self.max_abs:.3g} threshold={self.threshold:.3g} "
-                f"({self.tol_units:.3g}x tolerance), {self.n_outside} element(s) outside "
-                f"[{self.rule}]")
+                f"({units} tolerance), {self.n_outside} element(s) outside [{self.rule}]")
 
     def describe(self) -> str:
         """Name, place and figures: `conv3:0 (Conv, #17, case 0): max_abs=…`."""

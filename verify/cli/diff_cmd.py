@@ -153,8 +153,9 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
     missing_ref = [r for r in report.rows if r.missing == "actual"]
     missing_act = [r for r in report.rows if r.missing == "reference"]
     if missing_ref:
-        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s): "
-                     f"{_reasons(missing_ref)}")
+        plain = {r.why for r in missing_ref} == {"not in the actual capture"}
+        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s)"
+                     + ("" if plain else f": {_reasons(missing_ref)}"))
         if show_missing:
             lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_ref]
     if missing_act:

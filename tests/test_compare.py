@@ -222,6 +222,7 @@ def test_a_large_call_is_split_over_the_threads_with_the_same_rows(monkeypatch) 
     stops = np.minimum(starts + bs, r.size)
     assert starts.size == n_min
     whole = np.zeros((n_min, scan_numba._NCOL))
+    a.flags.writeable = r.flags.writeable = False  # the one signature nb_rows calls it with
     scan_numba._load_numba()(a, r, starts, stops, 1e-5, 1e-3, 1e-38, True, whole)
     runs: list[tuple[int, int]] = []
     real = scan_numba.thread_pool()

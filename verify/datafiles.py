@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError
-from verify.files import NPY_READ_ERRORS, npy_reason, npy_refusal, read_user_file
+from verify.files import NPY_READ_ERRORS, npy_reason, npy_refusal, read_head, read_user_file
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".pgm")  # named in messages
 ARRAY_SUFFIXES = (".npy", ".npz", ".json", ".pb")
@@ -90,19 +90,11 @@ _PICKLE_REFUSED = ("holds pickled Python objects, which verify never loads; save
                    "array instead: np.save(path, arr.astype(np.float32))")
 
 
-def _head(path: Path) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(2)
-    except OSError:
-        return b""
-
-
 def _unreadable(e: Exception, path: Path, label: str, suffix: str, saver: str) -> InputError:
     """One line for an .npy or .npz that numpy could not read."""
     if isinstance(e, PermissionError):  # not a damaged file: say what it is
         return InputError(f"{label}: cannot read: {e.strerror or e}")
-    refusal = npy_refusal(e, _head(path))
+    refusal = npy_refusal(e, read_head(path, 2))
     if refusal == "pickled":
         return InputError(f"{label}: {_PICKLE_REFUSED}")
     if refusal == "no magic" and suffix == ".npy":

@@ -22,6 +22,7 @@ import numpy as np
 from verify.dump import Dump, Scratch, open_dump
 from verify.iodump import TITLE as IO_TITLE
 from verify.errors import DumpError, UsageError
+from verify.files import read_head
 from verify.graph import parse_model, saturation_floors
 from verify.origin import Attribution, attribute
 from verify.rules import plural
@@ -79,18 +80,11 @@ def open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
     if path.is_dir():
         dump = open_dump(path)
         return Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
-    if _starts_with(path, f"# {IO_TITLE}".encode()):
+    title = f"# {IO_TITLE}".encode()
+    if read_head(path, len(title)) == title:
         raise UsageError(f"{path}: a text io-dump (--io-dump); verify diff compares "
                          "--bin-io-dump folders and archives (compare text dumps with diff)")
     return _archive_source(path, stack, floors, status)
-
-
-def _starts_with(path: Path, head: bytes) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(head)) == head
-    except OSError:  # unreadable: the archive reader says why
-        return False
 
 
 def _dump_side(dump: Dump, case: int) -> Side:

@@ -49,8 +49,9 @@ class Layout:
 
 
 def _write_outputs_index(folder: Path, doc: Mapping[str, Any]) -> Path:
-    write_json_atomic(folder / "outputs.json", doc)
-    return folder / "outputs.json"
+    path = folder / "outputs.json"
+    write_json_atomic(path, doc)
+    return path
 
 
 _OUTPUT_FILE = re.compile(r"case\d+-out\d+\.npy")

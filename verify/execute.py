@@ -23,8 +23,7 @@ from verify.errors import UsageError
 from verify.files import check_output_file, missing_dirs, save_npy_atomic, write_text_atomic
 from verify.graph import parse_model, saturation_floors
 from verify.inputs import model_inputs, override_input
-from verify.iodump import TITLE as IO_TITLE
-from verify.iodump import io_dump_cases, io_dump_text
+from verify.iodump import TITLE as IO_TITLE, io_dump_cases, io_dump_text
 from verify.options import (
     ArchiveSelection,
     DeviceTarget,

@@ -46,6 +46,15 @@ def read_user_file(path: Path, error: type[VerifyError], expected: str,
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
 
 
+def read_head(path: Path | str, n: int) -> bytes:
+    """A file's first `n` bytes; b"" where it cannot be read (its reader says why later)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def os_reason(exc: OSError) -> str:
     """The reason of an OSError in a few words ('No space left on device'), also for h5py's
     multi-line messages that carry the errno only in their text."""

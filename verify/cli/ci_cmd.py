@@ -104,8 +104,8 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     for option, path in reports:  # before any job runs: a bad path costs no device time
         if path is not None:
             check_output_file(path, option)
-    ci_lib.check_report_dependencies([option for option, path in
-                                      (("--junit", junit), ("--html", html_path)) if path])
+    ci_lib.check_report_dependencies([option for option, path in reports
+                                      if path and option in ci_lib.REPORT_LIBRARIES])
     show = None if as_json else (lambda r: click.echo(_line(r)))
     outcome = ci_lib.run_suite(request, on_result=show)
     written = ci_lib.write_reports(outcome, junit=junit, markdown_path=markdown_path,

@@ -152,19 +152,11 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
                          f"over {d.topk.rows} row(s)")
     missing_ref = [r for r in report.rows if r.missing == "actual"]
     missing_act = [r for r in report.rows if r.missing == "reference"]
-    if missing_ref:
-        plain = {r.why for r in missing_ref} == {"not in the actual capture"}
-        lines.append(f"\nonly in reference: {len(missing_ref)} tensor(s)"
-                     + ("" if plain else f": {_reasons(missing_ref)}"))
-        if show_missing:
-            lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_ref]
-    if missing_act:
-        plain = {r.why for r in missing_act} <= {  # a reason would repeat the line's words
-            "only in the actual capture", "only in the actual capture (optimized graph)"}
-        lines.append(f"only in actual: {len(missing_act)} tensor(s)"
-                     + ("" if plain else f": {_reasons(missing_act)}"))
-        if show_missing:
-            lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing_act]
+    for title, missing in (("\nonly in reference", missing_ref), ("only in actual", missing_act)):
+        if missing:
+            lines.append(f"{title}: {len(missing)} tensor(s){_reasons(missing)}")
+            if show_missing:
+                lines += [f"  {r.name} ({r.op}): {r.why}" for r in missing]
     fd = report.first_divergent
     if fd is not None:
         lines.append(f"\nfirst divergent tensor: {fd.name!r}  node {fd.node or '-'}  op "
@@ -179,9 +171,14 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
 
 
 def _reasons(rows: list[DiffRow]) -> str:
-    """How many tensors each reason left out, the most frequent first."""
-    return "; ".join(f"{n} {why}" for why, n in collections.Counter(r.why for r in rows)
-                     .most_common())
+    """": " and how many tensors each reason left out, the most frequent first; nothing where
+    every reason would only repeat the summary line's own words."""
+    from verify.diff import PLAIN_REASONS
+
+    counts = collections.Counter(r.why for r in rows)
+    if set(counts) <= PLAIN_REASONS:
+        return ""
+    return ": " + "; ".join(f"{n} {why}" for why, n in counts.most_common())
 
 
 def _clip(text: str, width: int) -> str:

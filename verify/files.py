@@ -20,7 +20,7 @@ import tempfile
 import tokenize
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -159,17 +159,39 @@ def ensure_space(path: Path, nbytes: int) -> None:
                           "free)")
 
 
-def check_output_file(path: Path | str, option: str) -> None:
+def check_output_file(path: Path | str, option: str,
+                      inputs: Iterable[tuple[str, Path | str | None]] = ()) -> None:
     """UsageError, before any work, where the output file `option` names cannot be one: a
-    folder, or a path through a file (a missing folder is made when the file is written)."""
+    folder, a path through a file (a missing folder is made when the file is written), a
+    folder no file can be made in, or the same file as one of `inputs` ((what, path): the
+    command's model, archive, suite, or another output), which writing it would destroy."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
+    for what, other in inputs:
+        if other is not None and same_file(path, other):
+            raise UsageError(f"{option} {path}: is {what}; writing there would destroy it, "
+                             "give another file name")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise UsageError(f"{option} {path}: {parent} is a file, not a folder")
+            try:  # made and removed at once: a read-only or pseudo file system fails here
+                with tempfile.NamedTemporaryFile(dir=parent, prefix=".verify-check-"):
+                    pass
+            except OSError as exc:
+                raise OutputError(f"{path}: cannot write: {exc.strerror or exc} ({option}, "
+                                  f"in {parent})") from None
             return
+
+
+def same_file(a: Path | str, b: Path | str) -> bool:
+    """Whether two paths name one file: the same inode where both exist (links, `./x`),
+    else the same absolute path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def umask() -> int:

@@ -101,9 +101,14 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
         return EXIT_OK
     reports = (("--junit", junit), ("--markdown", markdown_path), ("--report-json", json_path),
                ("--html", html_path))
+    taken: list[tuple[str, Path | str | None]] = [("the suite file", suite)]
+    if any(path is not None for _, path in reports):
+        taken += [(f"testcase {job.testcase!r} of the suite", job.archive)
+                  for job in ci_lib.plan(request)[1]]
     for option, path in reports:  # before any job runs: a bad path costs no device time
         if path is not None:
-            check_output_file(path, option)
+            check_output_file(path, option, taken)
+            taken.append((f"the {option} report", path))
     ci_lib.check_report_dependencies([option for option, path in reports
                                       if path and option in ci_lib.REPORT_LIBRARIES])
     show = None if as_json else (lambda r: click.echo(_line(r)))

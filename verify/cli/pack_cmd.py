@@ -76,9 +76,14 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     """
     from verify import pack as packing
     from verify.inputs import Preprocess, parse_shape_option
+    from verify.files import check_output_file
     from verify.tolerance import tolerance_record
 
     out = output or model.with_suffix(".vtc")
+    if not out.is_dir():  # a folder: pack's own message names what to give
+        check_output_file(out, "-o", [("the model", model)]
+                          + [("a -d file", d.split(":", 1)[-1]) for d in data if ":" in d]
+                          + [("a -d file", d) for d in data])
     pre = Preprocess(mean=_floats(mean, "--mean"), std=_floats(std, "--std"), scale=scale,
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(

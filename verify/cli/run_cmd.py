@@ -82,7 +82,13 @@ def run(selection: ArchiveSelection, device: DeviceTarget, timed: TimedRuns,
       verify run cnn.vtc --device arm64 --bin-io-dump arm64-layers/ --io-dump arm64.txt
     """
     from verify import execute
+    from verify.files import check_output_file
 
+    taken: list[tuple[str, Path | str | None]] = [("the archive", selection.archive)]
+    for option, path in (("--io-dump", dump.io_dump), ("--profile", profile_path)):
+        if path is not None and not Path(path).is_dir():  # a folder: execute's own message
+            check_output_file(path, option, taken)
+            taken.append((f"the {option} file", path))
     request = execute.RunRequest(selection, device, session, timed, dump,
                                  input_overrides=input_overrides, bin_out_dump=bin_out_dump,
                                  profile_path=profile_path, keep=keep)

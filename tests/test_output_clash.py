@@ -1,0 +1,101 @@
+"""An output path that names one of the command's own inputs (the model, the archive, the
+suite, a testcase, another output) or a folder no file can be made in is exit 2 before any
+work, and the input is left as it was."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixtures_ci import TESTCASES, local_suite
+from helpers_cli import only_line, verify
+from verify.files import same_file
+
+REPO = Path(__file__).resolve().parent.parent
+CNN = REPO / "goldens" / "models" / "cnn.onnx"
+DESTROY = "writing there would destroy it, give another file name"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "devices"))
+    (tmp_path / "devices").mkdir()
+
+
+def test_same_file_sees_links_and_spellings(tmp_path: Path) -> None:
+    a = tmp_path / "a.txt"
+    a.write_text("x")
+    os.link(a, tmp_path / "hard.txt")
+    assert same_file(a, tmp_path / "hard.txt")
+    assert same_file(a, tmp_path / "sub" / ".." / "a.txt")
+    assert same_file(tmp_path / "new.md", tmp_path / "." / "new.md")  # neither exists yet
+    assert not same_file(a, tmp_path / "b.txt")
+
+
+def test_pack_never_writes_over_its_model_or_data(tmp_path: Path, home: None,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "m.onnx"
+    model.write_bytes(CNN.read_bytes())
+    code, out, err = verify(capsys, "pack", model, "-o", model)
+    assert (code, out) == (2, "")
+    assert only_line(err) == f"error: -o {model}: is the model; {DESTROY}"
+    assert model.read_bytes() == CNN.read_bytes()
+
+    data = tmp_path / "x.npy"
+    np.save(data, np.zeros((1, 3, 32, 32), np.float32))
+    before = data.read_bytes()
+    code, _, err = verify(capsys, "pack", model, "-d", f"x:{data}", "-o", data)
+    assert code == 2
+    assert only_line(err) == f"error: -o {data}: is a -d file; {DESTROY}"
+    assert data.read_bytes() == before
+
+
+def test_run_never_writes_over_its_archive_or_another_output(
+        tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", CNN, "-o", archive)[0] == 0
+    before = archive.read_bytes()
+    for option in ("--io-dump", "--profile"):
+        code, out, err = verify(capsys, "run", archive, "--iter", "1", option, archive)
+        assert (code, out) == (2, "")
+        assert only_line(err) == f"error: {option} {archive}: is the archive; {DESTROY}"
+    text = tmp_path / "same.txt"
+    code, out, err = verify(capsys, "run", archive, "--iter", "1", "--io-dump", text,
+                            "--profile", text)
+    assert (code, out) == (2, "")
+    assert only_line(err) == f"error: --profile {text}: is the --io-dump file; {DESTROY}"
+    assert not text.exists()
+    assert archive.read_bytes() == before
+    # a folder no file can be made in: said before the run, as the write would say it
+    code, out, err = verify(capsys, "run", archive, "--iter", "1", "--profile", "/proc/p.json")
+    assert (code, out) == (2, "")
+    assert only_line(err).startswith("error: /proc/p.json: cannot write: ")
+
+
+def test_ci_reports_never_land_on_the_suite_a_testcase_or_each_other(
+        device_env, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from verify.cli import main
+
+    suite = local_suite(tmp_path)
+    text = suite.read_text()
+    cnn = TESTCASES / "cnn.vtc"
+    cnn_bytes = cnn.read_bytes()
+    report = tmp_path / "r.xml"
+    cases = [(["--markdown", str(suite)], f"--markdown {suite}: is the suite file"),
+             (["--report-json", str(cnn)],
+              f"--report-json {cnn}: is testcase 'cnn' of the suite"),
+             (["--junit", str(report), "--html", str(report)],
+              f"--html {report}: is the --junit report")]
+    for args, said in cases:
+        assert main(["ci", str(suite), "--baselines", str(tmp_path / "bl"), *args]) == 2
+        out, err = capsys.readouterr()
+        assert (out, err) == ("", f"error: {said}; {DESTROY}\n")  # no job ran
+    assert main(["ci", str(suite), "--markdown", "/proc/ci.md"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and only_line(err).startswith("error: /proc/ci.md: cannot write: ")
+    assert suite.read_text() == text and cnn.read_bytes() == cnn_bytes
+    assert not report.exists() and not (tmp_path / "bl").exists()

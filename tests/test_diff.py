@@ -139,6 +139,11 @@ def _damage(kind: str, d: Path) -> str:
         m["cases"][0]["tensors"] = []
         (d / "manifest.json").write_text(json.dumps(m))
         return f"error: {d}: empty dump (no tensors; was --dump-filter too narrow?)"
+    if kind == "listed twice":  # a second entry of one name, pointing at other values
+        m["cases"][0]["tensors"].append(dict(t, file=m["cases"][0]["tensors"][6]["file"]))
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: corrupt manifest.json (tensor 'block1/conv1:0' is listed twice "
+                "in case 0)")
     if kind == "newer":
         m["format_version"] = 99
         (d / "manifest.json").write_text(json.dumps(m))
@@ -149,7 +154,8 @@ def _damage(kind: str, d: Path) -> str:
 
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
                                   "mangled header", "huge header", "manifest not json",
-                                  "incomplete", "empty", "no tensors", "newer"])
+                                  "incomplete", "empty", "no tensors", "listed twice",
+                                  "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
                                               cnn_dumps: dict[str, Path],
                                               capsys: pytest.CaptureFixture[str]) -> None:

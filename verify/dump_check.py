@@ -46,6 +46,7 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
         if not is_int(number) or number in seen:
             return f"case number {number!r} is not a new integer >= 0"
         seen.add(number)
+        names: set[str] = set()
         for t in case[MC.TENSORS]:
             if not isinstance(t, dict):
                 return "a tensor entry is not a record"
@@ -60,4 +61,7 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
                   and not isinstance(t.get(MT.FLOOR, 0.0), bool))
             if not ok:
                 return f"tensor entry {str(t.get(MT.NAME))[:60]!r} is malformed"
+            if t[MT.NAME] in names:  # a reader keeps one: the other could hide a divergence
+                return f"tensor {t[MT.NAME][:60]!r} is listed twice in case {number}"
+            names.add(t[MT.NAME])
     return None

@@ -13,7 +13,7 @@ import pytest
 
 from fixtures_dump import CNN, REPO
 from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 (fixtures)
-from helpers_cli import verify
+from helpers_cli import only_line, verify
 from verify.compare import ToleranceSet
 from verify.diff import diff_captures
 
@@ -257,3 +257,12 @@ def test_a_text_io_dump_or_outputs_folder_is_named_for_what_it_is(
     assert (code, out, err.strip()) == (
         2, "", f"error: {tmp_path / 'outs'}: a --bin-out-dump folder (final outputs only), not "
                "a verify dump; capture every layer with --bin-io-dump")
+
+
+def test_a_tol_glob_that_matches_no_compared_tensor_is_said(
+        cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                            "--tol", "stem/relu:atol=1", "--tol", "stem/relu:0:atol=1")
+    assert code == 0 and out.splitlines()[-1].startswith("=== PASS")
+    assert only_line(err) == ("note: --tol 'stem/relu:atol=1' matches no tensor compared; the "
+                              "glob must match a whole tensor name (diff --json lists them)")

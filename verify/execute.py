@@ -45,7 +45,7 @@ from verify.sessions import Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
 from verify.tolerance import tolerance_set
-from verify.tolerance_specs import parse_tolerance
+from verify.tolerance_specs import unmatched_specs
 
 
 @dataclass(frozen=True)
@@ -126,14 +126,9 @@ def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str]) -> list[str]:
     """A note for each --tol whose glob names no output run judges: a typo ('prob:' for
     'probs') otherwise left the default rule judging without a word."""
     names = list(dict.fromkeys(outputs))
-    notes = []
-    for spec in specs:
-        override = parse_tolerance(spec)
-        if not any(override.matches(n) for n in names):
-            shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
-            notes.append(f"--tol {spec!r} matches no output ({shown}); the glob must match a "
-                         "whole name, and run judges the outputs only")
-    return notes
+    shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
+    return [f"--tol {spec!r} matches no output ({shown}); the glob must match a whole name, "
+            "and run judges the outputs only" for spec in unmatched_specs(specs, names)]
 
 
 def _run(request: RunRequest, prepared: Prepared, status: Status | None,

@@ -159,3 +159,10 @@ class ToleranceSet:
         """The rule judging `name`; `floor` (`saturating_floor`) fills an unset magnitude floor."""
         rule = next((o.rule for o in self.overrides if o.matches(name)), self.default)
         return rule.with_floor(floor)
+
+
+def unmatched_specs(specs: Iterable[str], names: Iterable[str]) -> list[str]:
+    """The --tol specs whose glob matches none of `names`: a typo ('prob:' for 'probs')
+    otherwise leaves the default rule judging without a word."""
+    names = list(dict.fromkeys(names))
+    return [spec for spec in specs if not any(parse_tolerance(spec).matches(n) for n in names)]

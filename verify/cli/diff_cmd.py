@@ -84,6 +84,12 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     passed = all(r.passed for r in reports)
     from verify.scan_native import build_problem
 
+    from verify.tolerance_specs import unmatched_specs
+
+    for spec in unmatched_specs(t.specs, (row.name for r in reports for row in r.rows
+                                          if row.diff is not None)):
+        click.echo(f"note: --tol {spec!r} matches no tensor compared; the glob must match a "
+                   "whole tensor name (diff --json lists them)", err=True)
     if problem := build_problem():  # a broken toolchain is said, not just slow
         click.echo(f"note: compared without the compiled kernel: {problem}; "
                    "VERIFY_NO_NATIVE=1 skips it", err=True)

@@ -50,7 +50,7 @@ from verify.drivers.adb_wire import (
     server_port,
     why,
 )
-from verify.drivers.channel import LineChannel
+from verify.drivers.channel import LineChannel, command_text
 from verify.drivers.base import (
     CommandResult,
     Driver,
@@ -160,7 +160,7 @@ class AdbDriver(Driver):
                 else:
                     status, out, err = self._run_shell_v1(command, deadline)
         except Expired:
-            raise DeviceTimeout(f"{self.describe_address()}: {shlex.join(argv)[:120]} did not "
+            raise DeviceTimeout(f"{self.describe_address()}: {command_text(argv)} did not "
                                 f"finish within {timeout:g} s") from None
         return CommandResult(tuple(argv), status, out.decode(errors="replace"),
                              err.decode(errors="replace"))

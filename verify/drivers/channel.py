@@ -13,6 +13,17 @@ from collections.abc import Sequence
 from verify.errors import DeviceError, DeviceTimeout
 
 
+def command_text(argv: Sequence[str], width: int = 120) -> str:
+    """A command as one line of an error message: quoted as a shell would take it, newlines
+    shown as \\n, and a long one cut in the middle with an ellipsis, so that its end (the
+    arguments, the work folder) stays and the cut shows."""
+    text = shlex.join(argv).replace("\n", "\\n")
+    if len(text) <= width:
+        return text
+    tail = width // 3
+    return text[:width - tail - 3] + " … " + text[-tail:]
+
+
 class LineChannel(ABC):
     """A command left running on the device, spoken to in lines: lines in on its stdin, lines
     out of its stdout, the end of its stderr kept for messages. A transport that can hold a
@@ -70,7 +81,7 @@ class LineChannel(ABC):
                 return None
             if time.monotonic() >= deadline:
                 self.kill()
-                shown = what or shlex.join(self.argv)[:120].replace("\n", "\\n")
+                shown = what or command_text(self.argv)
                 raise DeviceTimeout(f"{self.where}: {shown} did not finish within {limit:g} s")
             data = self._read(deadline)
             if data is None:

@@ -44,7 +44,7 @@ from pathlib import Path
 import paramiko
 
 from verify.drivers import ssh_exec, ssh_files
-from verify.drivers.channel import LineChannel
+from verify.drivers.channel import LineChannel, command_text
 from verify.drivers.base import (
     CommandResult,
     Driver,
@@ -186,7 +186,7 @@ class SshDriver(Driver):
             self._kill_group(stdout.pid)
             unknown = "" if stdout.pid is not None or marker is None else \
                 "; its pid was unknown, so it may still be running"
-            shown = shlex.join(argv)[:120].replace("\n", "\\n")  # keep the message one line
+            shown = command_text(argv)  # one line, cut in the middle
             raise DeviceTimeout(f"{where}: {shown} did not finish within {timeout:g} s{unknown}")
         except (DeviceTimeout, ConnectError):
             raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -133,6 +134,25 @@ def test_devices_list(device_env: DeviceEnv, capsys: pytest.CaptureFixture[str])
     assert code == 0 and err == ""
     names = [line.split()[0] for line in out.splitlines()[2:]]
     assert SHIPPED | {"mine"} <= set(names)
+    assert doc["problems"] == []
+
+
+def test_devices_list_shows_the_rest_and_names_a_broken_profile(
+        device_env: DeviceEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    device_env.write_profile("mine", {"transport": "ssh", "address": "me@box"})
+    bad = device_env.profiles / "zz.toml"
+    bad.write_text('transport = "ssh"\nbogus = 1\n')
+    (device_env.profiles / "local.toml").write_text("not toml [")  # shadows the shipped local
+    code, out, err = run_cli(["devices", "list"], capsys)
+    assert code == 2
+    names = [line.split()[0] for line in out.splitlines()[2:]]
+    assert "mine" in names and "phone" in names and "zz" not in names and "local" not in names
+    lines = err.splitlines()
+    assert len(lines) == 2 and all(line.startswith("error: ") for line in lines)
+    assert any(f"{bad}: line 2: bogus: unknown key" in line for line in lines)
+    code, out, _ = run_cli(["devices", "list", "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 2 and len(doc["problems"]) == 2 and "mine" in {r["name"] for r in doc["profiles"]}
 
 
 def test_devices_check_local(device_env: DeviceEnv, capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,13 +107,24 @@ def find_profile(name: str) -> Path | None:
     return None
 
 
-def list_profiles() -> list[Profile]:
-    found: dict[str, Profile] = {}
+def list_profiles(problems: list[str] | None = None) -> list[Profile]:
+    """The profiles on the search path, the first of each name. A profile that does not
+    load raises its ProfileError, or with `problems` is left out and its message added there
+    (`devices list` shows the rest: the command that helps find a bad profile must not be
+    the one it stops)."""
+    found: dict[str, Profile | None] = {}
     for d in profile_dirs():
         for path in sorted(d.glob("*.toml")):
-            if path.stem not in found:
+            if path.stem in found:
+                continue
+            try:
                 found[path.stem] = load_profile(path)
-    return list(found.values())
+            except ProfileError as exc:
+                if problems is None:
+                    raise
+                problems.append(str(exc))
+                found[path.stem] = None  # it still shadows its namesakes further down
+    return [p for p in found.values() if p is not None]
 
 
 def resolve(spec: str) -> Profile:

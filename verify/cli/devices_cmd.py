@@ -9,7 +9,7 @@ import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option, render, render_device
 from verify.cli.groups import device_argument
-from verify.errors import EXIT_OK
+from verify.errors import EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
     from verify.options import DeviceTarget
@@ -32,18 +32,24 @@ def devices() -> None:
 def devices_list(as_json: bool) -> int:
     """List the device profiles found in $VERIFY_DEVICES, ./devices and the shipped devices/.
 
+    A profile that does not load is left out of the list and named on stderr after it, with
+    its line and key; the exit code is then 2.
+
     \b
       verify devices list
     """
     from verify.devices import list_profiles, profile_dirs
 
-    rows = [render.profile_row(p) for p in list_profiles()]
+    problems: list[str] = []
+    rows = [render.profile_row(p) for p in list_profiles(problems)]
     if as_json:
-        emit_json({"search_path": [str(d) for d in profile_dirs()], "profiles": rows},
-                  "devices-list")
+        emit_json({"search_path": [str(d) for d in profile_dirs()], "profiles": rows,
+                   "problems": problems}, "devices-list")
     else:
         render.print_profiles(rows)
-    return EXIT_OK
+    for problem in problems:  # after the listing: each bad profile named, exit 2
+        click.echo(f"error: {problem}", err=True)
+    return EXIT_USAGE if problems else EXIT_OK
 
 
 @devices.command("check", context_settings=CONTEXT)

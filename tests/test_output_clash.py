@@ -99,3 +99,37 @@ def test_ci_reports_never_land_on_the_suite_a_testcase_or_each_other(
     assert out == "" and only_line(err).startswith("error: /proc/ci.md: cannot write: ")
     assert suite.read_text() == text and cnn.read_bytes() == cnn_bytes
     assert not report.exists() and not (tmp_path / "bl").exists()
+
+
+def test_a_link_device_or_fifo_is_never_replaced_by_an_output(
+        tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "kept.txt"
+    target.write_text("kept")
+    link, fifo = tmp_path / "link.txt", tmp_path / "fifo"
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    for path, kind in ((link, "a symbolic link"), (fifo, "not a regular file"),
+                       (Path("/dev/null"), "not a regular file")):
+        code, out, err = verify(capsys, "pack", CNN, "-o", path)
+        assert (code, out) == (2, "")
+        assert only_line(err) == (f"error: -o {path}: is {kind}, which the written file would "
+                                  "replace; give a file name")
+    assert link.is_symlink() and target.read_text() == "kept"
+    assert fifo.exists() and not fifo.is_file()
+    assert Path("/dev/null").is_char_device()
+
+
+def test_run_files_never_land_inside_its_dump_folders(
+        tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
+    archive = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", CNN, "-o", archive)[0] == 0
+    for folder_option, option in (("--bin-io-dump", "--io-dump"),
+                                  ("--bin-out-dump", "--profile")):
+        inside = tmp_path / "d" / "sub" / "x.txt"
+        code, out, err = verify(capsys, "run", archive, "--iter", "1", folder_option,
+                                tmp_path / "d", option, inside)
+        assert (code, out) == (2, "")
+        assert only_line(err) == (f"error: {option} {inside}: is inside the {folder_option} "
+                                  "folder, which holds the dump's own files only; give a path "
+                                  "outside it")
+        assert not (tmp_path / "d").exists()

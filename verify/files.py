@@ -168,6 +168,12 @@ def check_output_file(path: Path | str, option: str,
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # the finished file is renamed onto the path: a link, a device (/dev/null, as root)
+        # or a FIFO would be replaced by it, not written through
+        kind = "a symbolic link" if path.is_symlink() else "not a regular file"
+        raise UsageError(f"{option} {path}: is {kind}, which the written file would replace; "
+                         "give a file name")
     for what, other in inputs:
         if other is not None and same_file(path, other):
             raise UsageError(f"{option} {path}: is {what}; writing there would destroy it, "

@@ -21,7 +21,7 @@ from verify.options import (
     SessionSettings,
     TimedRuns,
 )
-from verify.errors import EXIT_MISMATCH, EXIT_OK
+from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 
 def _dump(bin_io_dump: Path | None, io_dump: Path | None, dump_budget_mb: float | None,
@@ -85,10 +85,17 @@ def run(selection: ArchiveSelection, device: DeviceTarget, timed: TimedRuns,
     from verify.files import check_output_file
 
     taken: list[tuple[str, Path | str | None]] = [("the archive", selection.archive)]
+    folders = [(o, Path(f).resolve()) for o, f in (("--bin-io-dump", dump.bin_io_dump),
+                                                   ("--bin-out-dump", bin_out_dump)) if f]
     for option, path in (("--io-dump", dump.io_dump), ("--profile", profile_path)):
         if path is not None and not Path(path).is_dir():  # a folder: execute's own message
             check_output_file(path, option, taken)
             taken.append((f"the {option} file", path))
+            for folder_option, folder in folders:  # a dump folder holds its own files only
+                if folder in Path(path).resolve().parents:
+                    raise UsageError(f"{option} {path}: is inside the {folder_option} folder, "
+                                     "which holds the dump's own files only; give a path "
+                                     "outside it")
     request = execute.RunRequest(selection, device, session, timed, dump,
                                  input_overrides=input_overrides, bin_out_dump=bin_out_dump,
                                  profile_path=profile_path, keep=keep)

@@ -33,6 +33,7 @@ from verify.diff_sources import Side, Source, Tensor, open_source
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
 from verify.origin import Attribution
+from verify.rules import plural
 from verify.scan import Batch
 from verify.tolerance import describe_record
 
@@ -208,6 +209,12 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         notes.append(f"{len(alias)} tensor(s) paired with the actual model's dequantized values "
                      f"(X with X{DQ_SUFFIX})")
         act_names = act_names | set(alias)
+    unpaired, why_unpaired = _unpaired_namesakes(act, ref, act_names & ref_names)
+    if unpaired:
+        notes.append(f"{plural(len(unpaired), 'tensor')} named alike on both sides not paired: "
+                     "onnxruntime's optimizer made them, and names them per build "
+                     f"(reorder_token_<n>), so a name can stand for another tensor ({why_unpaired})")
+        act_names, ref_names = act_names - unpaired, ref_names - unpaired
     cross = act.model_sha256 != ref.model_sha256
     common = {t.name: t for t in ref.tensors if t.name in act_names}
     order = ([t.name for t in act.tensors if t.name in common]
@@ -251,7 +258,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                      "the reference's dtype")
     rows: list[DiffRow] = []
     for i, t in enumerate(ref.tensors):
-        if t.name not in act_names:
+        if t.name in unpaired:
+            rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual",
+                                _unpaired_why(t.name, ref, act, "reference", "actual")))
+        elif t.name not in act_names:
             why = ("fused away by the actual side's optimizer" if t.name in act.fused_away
                    else (MADE_BY_OPTIMIZER.format("reference") if ref.graph == "optimized"
                          else NOT_IN_ACTUAL) + _filtered(act, " (dumped with {})"))
@@ -262,6 +272,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     paired = set(alias.values())
     only_act = [t for t in act.tensors if t.name not in ref_names and t.name not in paired]
     for k, t in enumerate(only_act):
+        if t.name in unpaired:
+            rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference",
+                                _unpaired_why(t.name, act, ref, "actual", "reference")))
+            continue
         why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
                else (MADE_BY_OPTIMIZER.format("actual") if act.graph == "optimized"
                      else ONLY_IN_ACTUAL) + _filtered(ref, "; the reference was dumped with {}"))
@@ -273,6 +287,38 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
+
+
+def _unpaired_namesakes(act: Side, ref: Side, shared: set[str]) -> tuple[frozenset[str], str]:
+    """The names both sides hold that must not be paired, and why: a tensor onnxruntime's
+    optimizer made on either side is paired only when both captures ran the same build
+    (Dump.optimizer_build) and made it at the same node with the same op. Its names are
+    numbered per build: across onnxruntime versions reorder_token_202 is another node's
+    output, and across CPUs the same name holds another NCHWc block layout."""
+    suspect = shared & (act.optimizer_made | ref.optimizer_made)
+    if not suspect:
+        return frozenset(), ""
+    a_build, r_build = act.optimizer_build, ref.optimizer_build
+    if not (a_build and a_build == r_build):
+        differs = [k for k in r_build if a_build.get(k) != r_build[k]] if a_build and r_build else []
+        key = differs[0] if differs else ""
+        why = ("the captures do not both say which onnxruntime build made them" if not key
+               else "captured on two machines" if key == "machine"
+               else f"{key} {a_build[key]} vs {r_build[key]}")
+        return frozenset(suspect), why
+    a_made = {t.name: (t.node, t.op) for t in act.tensors}
+    r_made = {t.name: (t.node, t.op) for t in ref.tensors}
+    bad = frozenset(n for n in suspect if n not in act.optimizer_made
+                    or n not in ref.optimizer_made or a_made[n] != r_made[n])
+    return bad, "made by other nodes on the two sides"
+
+
+def _unpaired_why(name: str, side: Side, other: Side, side_word: str, other_word: str) -> str:
+    """Why `side`'s tensor `name` was not paired with `other`'s namesake."""
+    if name in side.optimizer_made:
+        return (f"made by the {side_word} side's optimizer (not paired with the {other_word}'s "
+                "namesake, which may be another tensor)")
+    return f"not paired with the {other_word}'s namesake, which its optimizer made"
 
 
 def _filtered(side: Side, text: str) -> str:

@@ -54,6 +54,10 @@ class Side:
     note: str = ""  # what the report should say about where this side's values came from
     sequential: bool = False  # values computed in its own order: load them in that order
     dump_filter: str | None = None  # the --dump-filter that left some of its tensors out
+    # tensors onnxruntime's optimizer made (a dump of the optimized graph), and what decides
+    # their names (Dump.optimizer_build; empty: not known)
+    optimizer_made: frozenset[str] = frozenset()
+    optimizer_build: Mapping[str, str] = field(default_factory=dict)
     # name -> shape (None: not derivable), asked only when two model files are compared: a
     # side computed on this host infers them, which the usual diff never needs
     shapes: Callable[[], Mapping[str, tuple[int, ...] | None]] = lambda: {}
@@ -107,6 +111,8 @@ def _dump_side(dump: Dump, case: int) -> Side:
         load=lambda name: dump.load(entries[name], scratch),
         fused_away=set(dump.fused_away), fused_into=dump.fused_into,
         model_sha256=dump.model_sha256, graph=dump.graph, dump_filter=dump.dump_filter,
+        optimizer_made=frozenset(e.name for e in entries.values() if e.origin == "optimized"),
+        optimizer_build=dump.optimizer_build,
         shapes=lambda: {e.name: tuple(e.shape) for e in entries.values()},
         nbytes=sum(_nbytes(e.dtype, e.shape) for e in entries.values()), note=note)
 

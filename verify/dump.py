@@ -152,6 +152,23 @@ class Dump:
         return str(self.manifest.get(M.GRAPH) or M.GRAPH.default)
 
     @property
+    def optimizer_build(self) -> dict[str, str]:
+        """What decides the optimized graph a capture ran and the names onnxruntime gave the
+        tensors it made there (reorder_token_<n>, numbered per build): onnxruntime's version,
+        the providers, the opt level and the machine (its NCHWc block size follows the CPU).
+        Empty where the manifest does not say them all."""
+        device = self.manifest.get(M.DEVICE)
+        device = device if isinstance(device, dict) else {}
+        versions = self.manifest.get(M.VERSIONS)
+        options = self.manifest.get(M.OPTIONS)
+        found = {"onnxruntime": versions.get(V.ONNXRUNTIME) if isinstance(versions, dict) else None,
+                 "providers": ",".join(map(str, self.manifest.get(M.PROVIDERS) or ())),
+                 "opt level": (options.get(ManifestOptions.OPT_LEVEL)
+                               if isinstance(options, dict) else None),
+                 "arch": device.get(D.ARCH), "machine": device.get(D.MACHINE_ID)}
+        return {k: str(v) for k, v in found.items()} if all(found.values()) else {}
+
+    @property
     def case_numbers(self) -> list[int]:
         """The archive's case numbers the dump holds (a run with --case 2 holds just 2)."""
         return [int(c.get(MC.CASE, i)) for i, c in enumerate(self.manifest[M.CASES])]

@@ -232,6 +232,38 @@ def test_profile_trace_and_optimized_model(kind: str, tmp_path: Path) -> None:
     onnx.checker.check_model(onnx.load(str(work / "opt.onnx")))
 
 
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_every_listed_provider_is_asked_for_by_its_full_name(kind: str, tmp_path: Path) -> None:
+    """Each provider --describe lists, asked for first: the session is made with it, or it
+    fails as that provider's own error (no adapter, no driver), never as a name onnxruntime
+    does not know. The native runner once cut the 'ExecutionProvider' suffix and passed
+    'WebGpu' (onnxruntime wants 'WebGPU' or the full name), and appended it before its
+    environment existed ('Attempt to use DefaultLogger'), so onnxruntime-node's WebGPU
+    provider, listed on this machine, could never be used."""
+    proc = subprocess.run([*runner_argv(kind), "--describe"], cwd=tmp_path, text=True,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    listed = [p for p in json.loads(proc.stdout)["providers"]
+              if p not in ("CPUExecutionProvider", "CUDAExecutionProvider",
+                           "TensorrtExecutionProvider")]  # CUDA: tests/test_cuda.py
+    if kind == "native":
+        assert "WebGpuExecutionProvider" in listed  # onnxruntime-node 1.30's Linux build
+    if not listed:
+        pytest.skip(f"{kind}: no provider but the CPU's to ask for")
+    for provider in listed:
+        (tmp_path / provider).mkdir()
+        work = job_dir(tmp_path / provider, MODELS / "two_io.onnx", two_io_feeds(),
+                       providers=[provider, "CPUExecutionProvider"], iterations=1)
+        proc, result = run_job(kind, work)
+        assert proc.returncode == 0 and result is not None, proc.stderr
+        if result["status"] == "ok":
+            continue
+        error = result["error"]
+        assert error["kind"] == "provider" and error["message"].startswith(f"{provider}: ")
+        for wrong in ("Unknown provider name", "DefaultLogger", "not available on this device",
+                      " was false."):
+            assert wrong not in error["message"], error["message"]
+
+
 def error_of(kind: str, work: Path) -> dict[str, Any]:
     proc, result = run_job(kind, work)
     assert proc.returncode == 0, proc.stderr  # a result file was written: exit 0

@@ -273,15 +273,17 @@ Ort::SessionOptions session_options(const json& job) {
             Ort::GetApi().UpdateCUDAProviderOptions(cuda, keys.data(), values.data(), keys.size()));
         so.AppendExecutionProvider_CUDA_V2(*cuda);
       } else {
-        std::string shortname = p;
-        const std::string suffix = "ExecutionProvider";
-        if (shortname.size() > suffix.size() &&
-            shortname.compare(shortname.size() - suffix.size(), suffix.size(), suffix) == 0)
-          shortname.resize(shortname.size() - suffix.size());
-        so.AppendExecutionProvider(shortname, opts);
+        // the full name, as GetAvailableProviders gives it: onnxruntime's short names differ
+        // in case from it ("WebGPU", "XNNPACK"), so cutting the suffix made "WebGpu"
+        so.AppendExecutionProvider(p, opts);
       }
     } catch (const Ort::Exception& e) {
-      throw JobError("provider", p + ": " + first_line(e.what()));
+      // ORT_ENFORCE's "<file>:<line> <function> <condition> was false. <why>": the why
+      std::string text = first_line(e.what());
+      const std::string enforce = " was false. ";
+      size_t at = text.find(enforce);
+      if (at != std::string::npos) text = text.substr(at + enforce.size());
+      throw JobError("provider", p + ": " + text);
     }
   }
   return so;
@@ -302,18 +304,22 @@ JobError session_error(const Ort::Exception& e) {
 }  // namespace
 
 Ort::Session make_session(const json& job, const void* data, size_t size) {
+  // the environment first: a provider's factory logs through it while it is appended
+  Ort::Env& e = env(log_severity(job));
   Ort::SessionOptions so = session_options(job);
   try {
-    return Ort::Session(env(log_severity(job)), data, size, so);
+    return Ort::Session(e, data, size, so);
   } catch (const Ort::Exception& e) {
     throw session_error(e);
   }
 }
 
 Ort::Session make_session_file(const json& job, const std::string& path) {
+  // the environment first: a provider's factory logs through it while it is appended
+  Ort::Env& e = env(log_severity(job));
   Ort::SessionOptions so = session_options(job);
   try {
-    return Ort::Session(env(log_severity(job)), path.c_str(), so);
+    return Ort::Session(e, path.c_str(), so);
   } catch (const Ort::Exception& e) {
     throw session_error(e);
   }

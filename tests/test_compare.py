@@ -326,6 +326,30 @@ def test_nan_and_inf_positions(engine: str) -> None:
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_an_all_nan_output_shows_no_metric_and_no_agreement(engine: str) -> None:
+    """A classifier's output all NaN against a reference whose top class is 0: the verdict
+    was FAIL, but its figures read max_abs 0, cosine 1, SQNR inf, 'reference is all zero' and
+    top-1 1.0 (argmax of a NaN row is 0), all taken over no element at all."""
+    r = np.array([[0.9, 0.05, 0.03, 0.01, 0.005, 0.005]], np.float32)
+    blank = np.full_like(r, np.nan)
+    d = compare("prob", blank, r, topk=True, engine=engine)
+    assert not d.passed and d.nonfinite_mismatch == r.size and d.tol_units == math.inf
+    for figure in (d.max_abs, d.max_rel, d.mean_abs, d.cosine, d.sqnr_db):
+        assert math.isnan(figure)
+    assert d.note == "no element is finite on both sides: no metric can be computed"
+    assert d.topk == TopKAgreement(1, 0.0, 0.0)
+    # NaN where the reference has NaN too is no disagreement: equal rows still agree
+    twice = compare("prob", blank, blank.copy(), topk=True, engine=engine)
+    assert twice.passed and twice.topk == TopKAgreement(1, 1.0, 1.0) and math.isnan(twice.cosine)
+    # half NaN against a reference that is not zero: no "all zero" from the half compared
+    half = r.copy()
+    half[0, :3] = np.nan
+    zeros_where_compared = np.array([[0.9, 0.05, 0.03, 0.0, 0.0, 0.0]], np.float32)
+    assert compare("prob", half, zeros_where_compared, engine=engine).note == ""
+    assert compare("prob", half, np.zeros_like(r), engine=engine).note == "reference is all zero"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_integers_are_exact(engine: str) -> None:
     r = np.array([2 ** 62, 5, -7], dtype=np.int64)
     a = r.copy()

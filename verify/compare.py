@@ -22,7 +22,7 @@ allclose the largest elementwise `|a-r| / (atol + rtol*|r|)`; +inf where NaN/Inf
 differ, so such a tensor ranks worst); `n_outside`, the elements
 outside the rule (for the magnitude rule, above its threshold; for exact rules, unequal) plus
 NaN/Inf mismatches; NaN and Inf counts on each side. Metrics that cannot be computed (shapes
-differ) are NaN. `to_dict()` renders non-finite floats as the strings "nan", "inf" and "-inf",
+differ, or no element is finite on both sides: then `note` says so) are NaN. `to_dict()` renders non-finite floats as the strings "nan", "inf" and "-inf",
 so the JSON stays strict. `note` flags a float reference that is all zero or one constant:
 cosine and relative error mean nothing there, and a constant wrong output may pass.
 
@@ -171,11 +171,17 @@ def topk_agreement(actual: np.ndarray, reference: np.ndarray) -> TopKAgreement |
     rows = a2.shape[0]
     if rows == 0:
         return TopKAgreement(0, 1.0, 1.0)
-    top1 = float(np.mean(a2.argmax(axis=1) == r2.argmax(axis=1)))
+    # NaN has no rank: a row whose NaN positions differ from the reference's never agrees
+    # (argmax of an all-NaN row is 0, which matched a reference whose top class was 0); NaN at
+    # the same places on both sides ranks lowest on both
+    na, nr = np.isnan(a2), np.isnan(r2)
+    ranked = ~(na != nr).any(axis=1)
+    a2[na], r2[nr] = -np.inf, -np.inf
+    top1 = float(np.mean((a2.argmax(axis=1) == r2.argmax(axis=1)) & ranked))
     k = min(5, a2.shape[1])
     sa = np.sort(np.argpartition(-a2, k - 1, axis=1)[:, :k], axis=1)
     sr = np.sort(np.argpartition(-r2, k - 1, axis=1)[:, :k], axis=1)
-    return TopKAgreement(rows, top1, float(np.mean((sa == sr).all(axis=1))))
+    return TopKAgreement(rows, top1, float(np.mean((sa == sr).all(axis=1) & ranked)))
 
 
 def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
@@ -287,17 +293,22 @@ def _finish(p: _Prepared, topk: bool, rows: np.ndarray | None = None) -> TensorD
     if not v.ok:
         reasons.append(v.reason)
     n_outside = (s.n_outside if v.n_outside is None else v.n_outside) + s.nonfinite_mismatch
+    # no element finite on both sides (an all-NaN output): every metric would read perfect
+    blind = size > 0 and s.n_compared == 0
+    nan = math.nan
     return TensorDiff(
         **p.base, passed=not reasons, reason="; ".join(reasons), size=size,
-        max_abs=s.max_abs, max_rel=s.max_rel,
-        mean_abs=s.sum_abs / s.n_compared if s.n_compared else 0.0,
-        cosine=cosine(s.sum_aa, s.sum_rr, s.sum_dd), sqnr_db=sqnr_db(s.sum_rr, s.sum_dd),
+        max_abs=nan if blind else s.max_abs, max_rel=nan if blind else s.max_rel,
+        mean_abs=s.sum_abs / s.n_compared if s.n_compared else (nan if blind else 0.0),
+        cosine=nan if blind else cosine(s.sum_aa, s.sum_rr, s.sum_dd),
+        sqnr_db=nan if blind else sqnr_db(s.sum_rr, s.sum_dd),
         ref_peak=s.ref_peak, threshold=threshold, tol_units=tol_units, n_outside=n_outside,
         frac_outside=n_outside / size if size else 0.0, nan_actual=s.nan_a,
         nan_reference=s.nan_r, inf_actual=s.inf_a, inf_reference=s.inf_r,
         nonfinite_mismatch=s.nonfinite_mismatch,
         topk=topk_agreement(a, r) if topk else None,
-        note=_constant_note(r, s) if kr == "float" else "")
+        note=(NOTHING_FINITE if blind and kr == "float"
+              else _constant_note(r, s) if kr == "float" else ""))
 
 
 def _max_rel_floored(a: np.ndarray, r: np.ndarray, ref_peak: float) -> float:
@@ -315,12 +326,17 @@ def _max_rel_floored(a: np.ndarray, r: np.ndarray, ref_peak: float) -> float:
     return worst
 
 
+NOTHING_FINITE = "no element is finite on both sides: no metric can be computed"
+
+
 def _constant_note(r: np.ndarray, s: Scan) -> str:
     """A reference that is all zero or one constant tells little: cosine and relative errors
     mean nothing there, and any output that is constant too may pass. Say so."""
     if r.size < 2 or s.nan_r or s.inf_r:
         return ""
-    if s.ref_peak == 0.0:
+    # the scan's peak is over the elements finite on both sides: where the actual has NaN or
+    # Inf, it may have left out every element of the reference that is not zero
+    if s.ref_peak == 0.0 and (not (s.nan_a or s.inf_a) or not np.any(r)):
         return "reference is all zero"
     flat = r.reshape(-1)
     first = flat[0]

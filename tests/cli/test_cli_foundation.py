@@ -341,6 +341,20 @@ def test_nan_in_an_output_is_a_mismatch_with_the_count(capsys: pytest.CaptureFix
     check = json.loads(out)["cases"][0]["check"][0]
     assert (check["nan_actual"], check["nan_reference"], check["passed"]) == (3, 0, False)
 
+    # every element NaN: no figure is computable, and none reads as perfect
+    write_profile(device_dir, "blank", [sys.executable, str(TESTS / "nan_runner.py"),
+                                        "--count", "1000000"])
+    code, out, err = verify(capsys, "run", cnn_vtc, "--device", "blank", "--iter", "1")
+    assert code == 1, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("check #0: prob"))
+    assert line.startswith("check #0: prob: max_abs=- max_rel=- cos=- NaN 10/0") and \
+        line.endswith("FAIL")
+    assert "    note: no element is finite on both sides: no metric can be computed" in \
+        out.splitlines()
+    code, out, _ = verify(capsys, "run", cnn_vtc, "--device", "blank", "--iter", "1", "--json")
+    check = json.loads(out)["cases"][0]["check"][0]
+    assert (check["cosine"], check["max_abs"], check["topk"]["top1"]) == ("nan", "nan", 0.0)
+
 
 def test_inspect_shows_stored_tolerances(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     out = tmp_path / "tol.vtc"

@@ -140,7 +140,10 @@ class RunPrinter:
             if not d.passed and d.reason:
                 click.echo(f"    {d.reason}")
             if getattr(d, "note", ""):
-                click.echo(f"    note: {d.note}: this check can tell little")
+                from verify.compare import NOTHING_FINITE
+
+                tail = "" if d.note == NOTHING_FINITE else ": this check can tell little"
+                click.echo(f"    note: {d.note}{tail}")
 
 
 def describe_diff(d: Any) -> str:
@@ -157,7 +160,7 @@ def describe_diff(d: Any) -> str:
 
 
 def _g(x: Any) -> str:
-    if x is None:
+    if x is None or (isinstance(x, float) and math.isnan(x)):  # NaN: not computable
         return "-"
     return f"{x:.3g}"
 

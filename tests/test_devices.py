@@ -268,3 +268,59 @@ def test_a_missing_driver_library_names_the_extra(device_env: DeviceEnv) -> None
     assert proc.stdout.splitlines()[-1] == "True"
     assert proc.stderr == ("error: the ssh transport needs the paramiko package: "
                            "pip install 'onnx-verify[ssh]'\n")
+
+
+HELD_RUNNER = '''
+import os, runpy, sys, time
+if "--describe" not in sys.argv:
+    open({started!r}, "w").close()
+    while not os.path.exists({go!r}):
+        time.sleep(0.05)
+sys.argv = [{runner!r}, *sys.argv[1:]]
+runpy.run_path({runner!r}, run_name="__main__")
+'''
+
+
+def test_clean_leaves_a_device_in_use_alone(device_env: DeviceEnv, small_vtc: Path,
+                                            tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A run under way from another process (its runner held before it starts the job), and
+    `devices clean` of another profile on the same local work folder: refused in one line
+    (exit 2), the run's job folder untouched, and the run then passes. Every local profile
+    shares one folder, so the clean deleted the live job folder and the run failed (exit 3).
+    Once the run has ended, the clean goes through."""
+    held = tmp_path / "held_runner.py"
+    started, go = tmp_path / "started", tmp_path / "go"
+    held.write_text(HELD_RUNNER.format(started=str(started), go=str(go),
+                                       runner=str(REPO / "verify" / "runner" / "runner.py")))
+    device_env.write_profile("slow", {"transport": "local", "python": [sys.executable],
+                                      "runner": [sys.executable, str(held)]})
+    device_env.write_profile("other", {"transport": "local", "python": [sys.executable]})
+    run = subprocess.Popen([sys.executable, "-m", "verify", "run", str(small_vtc), "--device",
+                            "local:slow", "--iter", "1"], env=device_env.env, cwd=tmp_path,
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):
+            if started.exists() or run.poll() is not None:
+                break
+            __import__("time").sleep(0.05)
+        assert started.exists(), run.communicate()[1]
+        jobs = list(device_env.local_jobs().iterdir())
+        assert len(jobs) == 1
+        code, out, err = run_cli(["devices", "clean", "local:other"], capsys)
+        assert (code, out) == (2, "")
+        assert err == ("error: local:other: a verify command on this host is using this device "
+                       "now (a run, dump, localize or ci job); clean it when that has ended\n")
+        assert jobs[0].is_dir()
+        go.touch()
+        out, err = run.communicate(timeout=120)
+    finally:
+        go.touch()
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert out.splitlines()[-1].startswith("=== PASS")
+    code, out, err = run_cli(["devices", "clean", "local:other"], capsys)
+    assert (code, err, out.splitlines()[-1]) == (0, "", "device local:other: clean")
+    assert not device_env.local_jobs().exists()

@@ -38,6 +38,7 @@ from verify.devices import Profile
 from verify.drivers import make_driver
 from verify.drivers.base import Driver, Progress
 from verify.drivers.channel import LineChannel
+from verify.drivers.live import DeviceLock
 from verify.errors import (
     DeviceError,
     DeviceTimeout,
@@ -119,6 +120,7 @@ class DeviceSession:
         self._serves: bool | None = None   # whether the runner offers serve (None: not asked)
         self._fork_dumps = False           # whether the serving runner forks per dump job
         self._n = 0
+        self._lock: DeviceLock | None = None
         self.last_stderr = ""       # the last job's runner stderr (a serving runner's: so far)
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -128,7 +130,10 @@ class DeviceSession:
         self.tmp = Path(self._tmp.name)
         try:
             self.say(f"connecting to {self.spec}")
-            self.driver = make_driver(self.profile).open()
+            driver = make_driver(self.profile)
+            # held while the session is open: `devices clean` must not remove its files
+            self._lock = DeviceLock(driver.work_key, self.spec).__enter__()
+            self.driver = driver.open()
             self.connections += 1
             runner = runner_file()  # runner.py with contract.py beside it, one zip application
             runner_path = None if self.profile.runner else self.driver.push_cached(
@@ -153,6 +158,9 @@ class DeviceSession:
                 self.driver.close()
         finally:
             self.driver = None
+            if self._lock is not None:
+                self._lock.__exit__()
+                self._lock = None
             if self._tmp is not None:
                 self._tmp.cleanup()
                 self._tmp = None

@@ -125,8 +125,10 @@ def devices_check(device: "DeviceTarget", conformance: bool, as_json: bool) -> i
 def devices_clean(device: "DeviceTarget", keep_mb: float | None, as_json: bool) -> int:
     """Remove verify's file cache and leftover work directories from the device SPEC.
 
-    The next run pushes the runner, model and inputs again. Do not clean while a run is
-    under way on that device. `verify devices check` shows how much the cache holds.
+    The next run pushes the runner, model and inputs again. Refused (exit 2) while a verify
+    command on this host is using the device; one on another host is not seen, so clean a
+    shared device when nothing runs there. `verify devices check` shows how much the cache
+    holds.
 
     \b
       verify devices clean phone

@@ -78,9 +78,13 @@ def clean_device(profile: Profile, keep_bytes: int | None = None) -> list[str]:
     With `keep_bytes`, only partial transfers and the least recently used cache files go,
     until the cache holds at most that much (work directories are left alone).
 
-    Runs in progress on the same device lose their files: clean when nothing runs there.
+    Refused (UsageError) while a verify command on this host uses the device (live.py); one
+    on another host is not seen: clean a shared device when nothing runs there.
     """
-    with make_driver(profile) as driver:
+    from verify.drivers.live import DeviceLock
+
+    driver = make_driver(profile)
+    with DeviceLock(driver.work_key, profile.spec, exclusive=True), driver:
         if keep_bytes is not None:
             return [f.path for f in driver.evict(keep_bytes)]
         removed = []

@@ -351,6 +351,12 @@ class Driver(ABC):
         return posixpath.join(self.base_dir, "cache")
 
     @property
+    def work_key(self) -> str:
+        """The device's work folder, named the same by every profile that shares it (its
+        lock, drivers/live.py)."""
+        return f"{self.transport}:{self.config.address}:{self.base_dir}"
+
+    @property
     def jobs_dir(self) -> str:
         """Where each job's private work directory is made."""
         return posixpath.join(self.base_dir, "jobs")

@@ -111,6 +111,9 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
             raise InputError(f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); "
                              "verify feeds tensor inputs only")
         tt = vi.type.tensor_type
+        if tt.elem_type == onnx.TensorProto.STRING:
+            raise InputError(f"input '{vi.name}' takes strings; verify feeds numeric and bool "
+                             "tensors only (a .npy file holds strings only through pickle)")
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
         except (KeyError, ValueError, TypeError):

@@ -70,6 +70,21 @@ def reference_session(model_bytes: bytes, where: str, external_dir: Path | None 
         raise ModelError(f"{where}: onnxruntime could not load the model: {text}") from None
 
 
+def check_tensor_outputs(session, where: str) -> None:
+    """ModelError for an output verify cannot carry: a string tensor (a .npy file holds
+    strings only through pickle) or no tensor at all (sklearn-onnx's ZipMap gives a sequence
+    of maps)."""
+    for o in session.get_outputs():
+        if o.type == "tensor(string)":
+            raise ModelError(f"{where}: output {o.name!r} is a string tensor; verify carries "
+                             "numeric and bool tensors only (a .npy file holds strings only "
+                             "through pickle)")
+        if not o.type.startswith("tensor("):
+            raise ModelError(f"{where}: output {o.name!r} is {o.type}, not a tensor; verify "
+                             "compares tensor outputs only (an sklearn-onnx classifier: "
+                             "convert it with options={'zipmap': False})")
+
+
 def run_reference(session, feeds: Mapping[str, np.ndarray], where: str,
                   hint: str = "") -> dict[str, np.ndarray]:
     """The outputs of one case; InputError (with `hint` appended) when onnxruntime refuses."""

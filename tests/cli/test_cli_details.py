@@ -141,3 +141,50 @@ def test_completion_scripts_are_documented_and_generated(shell: str, tmp_path: P
         env={**os.environ, "_VERIFY_COMPLETE": f"{shell}_source"}, capture_output=True,
         text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0 and "_VERIFY_COMPLETE" in proc.stdout, proc.stderr
+
+
+def _io_model(path: Path, x_type: "onnx.TypeProto", y_type: "onnx.TypeProto", node) -> Path:
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph([node], "io", [helper.make_value_info("x", x_type)],
+                              [helper.make_value_info("y", y_type)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("ai.onnx.ml", 1)]),
+              path)
+    return path
+
+
+def test_string_and_non_tensor_io_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
+    """A model taking strings (given as its own hint said, -d x:FILE.json), one giving strings
+    (Cast to string) and an sklearn-onnx classifier's ZipMap output (a sequence of maps): each
+    was an internal error (exit 4, a traceback from hashing an object array); now one line,
+    exit 2, naming the tensor, and no archive."""
+    from onnx import TensorProto, helper
+
+    floats, strings = (helper.make_tensor_type_proto(t, [3])
+                       for t in (TensorProto.FLOAT, TensorProto.STRING))
+    labels = helper.make_sequence_type_proto(helper.make_map_type_proto(
+        TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))
+    (tmp_path / "x.json").write_text('["a", "b", "c"]')
+    cases = [
+        (_io_model(tmp_path / "takes.onnx", strings, strings,
+                   helper.make_node("Identity", ["x"], ["y"])), ["-d", f"x:{tmp_path / 'x.json'}"],
+         "error: input 'x' takes strings; verify feeds numeric and bool tensors only (a .npy "
+         "file holds strings only through pickle)"),
+        (_io_model(tmp_path / "gives.onnx", floats, strings,
+                   helper.make_node("Cast", ["x"], ["y"], to=TensorProto.STRING)), [],
+         f"error: {tmp_path / 'gives.onnx'}: output 'y' is a string tensor; verify carries "
+         "numeric and bool tensors only (a .npy file holds strings only through pickle)"),
+        (_io_model(tmp_path / "zipmap.onnx", floats, labels,
+                   helper.make_node("ZipMap", ["x"], ["y"], domain="ai.onnx.ml",
+                                    classlabels_int64s=[0, 1, 2])), [],
+         f"error: {tmp_path / 'zipmap.onnx'}: output 'y' is seq(map(int64,tensor(float))), not "
+         "a tensor; verify compares tensor outputs only (an sklearn-onnx classifier: convert it "
+         "with options={'zipmap': False})"),
+    ]
+    for model, data, line in cases:
+        out = tmp_path / (model.stem + ".vtc")
+        code, _, err = verify(capsys, "pack", model, *data, "-o", out)
+        assert (code, err.strip()) == (2, line)
+        assert not out.exists()

@@ -1,8 +1,8 @@
 """One hierarchy of errors; the CLI maps each class to an exit code and nothing else does.
 
 Exit codes: 0 checks held, 1 a check failed (a result, never an exception), 2 usage or input
-error, 3 device or transport error, 4 internal error (a bug), 130 interrupted, 143 terminated
-(SIGTERM).
+error, 3 device or transport error, 4 internal error (a bug), 130 interrupted, 141 the reader of
+stdout went away (a broken pipe), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ EXIT_DEVICE = 3
 EXIT_INTERNAL = 4
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15): stopped like Ctrl-C, said apart
+EXIT_BROKEN_PIPE = 141  # SIGPIPE (128 + 13): the reader of stdout went away (`| head -1`)
 
 
 class VerifyError(Exception):

@@ -188,3 +188,21 @@ def test_string_and_non_tensor_io_are_refused_in_one_line(tmp_path: Path, capsys
         code, _, err = verify(capsys, "pack", model, *data, "-o", out)
         assert (code, err.strip()) == (2, line)
         assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"],
+                                  ["inspect", "goldens/testcases/cnn.vtc"],
+                                  ["inspect", "goldens/testcases/cnn.vtc", "--json"]])
+def test_a_reader_that_goes_away_is_exit_141_and_quiet(args: list[str]) -> None:
+    """`verify inspect x.vtc | head -1`: stdout's reader is gone before verify writes. The
+    exit was 1 (click's and rich's handling of EPIPE), which here means "a check failed";
+    now 141, as a shell reports a command SIGPIPE stopped, and nothing on stderr."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first write
+    try:
+        proc = subprocess.run([sys.executable, "-m", "verify", *args], stdout=write,
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                              cwd=Path(__file__).resolve().parents[2], timeout=120)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
 import os
 import signal
+import select
 import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import click
 
 from verify import DISTRIBUTION, __version__
 from verify.errors import (
+    EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -95,6 +98,10 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             click.echo("interrupted", err=True)
             code = EXIT_INTERRUPTED
+    except _ReaderGone:
+        # nothing more can be said on stdout; what Python would flush at exit must not fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_BROKEN_PIPE
     except VerifyError as exc:
         click.echo(f"error: {exc}", err=True)
         code = exc.exit_code
@@ -184,8 +191,43 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _ReaderGone(Exception):
+    """stdout's reader went away (`verify inspect x.vtc | head -1`): stop quietly."""
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has gone (and not some other pipe, a device's,
+    that broke)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file behind stdout
+        return False
+
+
+@contextlib.contextmanager
+def _reader_gone() -> Iterator[None]:
+    """A BrokenPipeError on stdout as _ReaderGone: click's own handling of it exits 1, which
+    here means "a check failed"."""
+    try:
+        yield
+    except BrokenPipeError:
+        if _stdout_gone():
+            raise _ReaderGone() from None
+        raise
+
+
 class LazyGroup(click.Group):
     """A group whose commands in LAZY_COMMANDS are imported on first use."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _reader_gone():  # `verify --help | true`
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _reader_gone():
+            return super().invoke(ctx)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(self.commands) | set(LAZY_COMMANDS))

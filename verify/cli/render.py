@@ -5,6 +5,7 @@ Part of the CLI layer: only cli.py calls it. Library modules never print.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import sys
@@ -25,9 +26,14 @@ def console(stderr: bool = False, width: int = 140):
     it writes to is not a terminal (CI logs, pipes)."""
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            # rich's own exits 1 ("a check failed" here): the CLI's main says it (exit 141)
+            raise BrokenPipeError(errno.EPIPE, "the reader went away")
+
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, highlight=False, soft_wrap=False,
-                   width=None if stream.isatty() else width)
+    return _Console(stderr=stderr, highlight=False, soft_wrap=False,
+                    width=None if stream.isatty() else width)
 
 
 def interactive() -> bool:

@@ -133,3 +133,36 @@ def test_run_files_never_land_inside_its_dump_folders(
                                   "folder, which holds the dump's own files only; give a path "
                                   "outside it")
         assert not (tmp_path / "d").exists()
+
+
+def test_export_and_localize_check_where_they_write_before_any_work(
+        tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """export -o a link or a FIFO, even with --force (which replaces a differing file), and
+    --data or localize's -o where no file can be made: refused, exit 2, nothing written. The
+    link was replaced by the model; localize ran its whole search, then failed to write."""
+    archive = tmp_path / "cnn.vtc"
+    assert verify(capsys, "pack", CNN, "-o", archive)[0] == 0
+    target = tmp_path / "kept.onnx"
+    target.write_text("kept")
+    link, fifo = tmp_path / "link.onnx", tmp_path / "fifo.onnx"
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    for path, kind in ((link, "a symbolic link"), (fifo, "not a regular file")):
+        code, out, err = verify(capsys, "export", archive, "-o", path, "--force")
+        assert (code, out) == (2, "")
+        assert only_line(err) == (f"error: -o {path}: is {kind}, which the written file would "
+                                  "replace; give a file name")
+    assert link.is_symlink() and target.read_text() == "kept" and not fifo.is_file()
+    code, out, err = verify(capsys, "export", archive, "-o", tmp_path / "m.onnx", "--data",
+                            "/proc/data")
+    assert (code, out) == (2, "")
+    assert only_line(err).startswith("error: /proc/data: cannot write: ")
+    assert not (tmp_path / "m.onnx").exists()
+    code, out, err = verify(capsys, "localize", archive, "-o", "/proc/repro")
+    assert (code, out) == (2, "")
+    assert only_line(err).startswith("error: /proc/repro: cannot write: ")
+    assert only_line(err).endswith("(-o, in /proc)")
+    through = tmp_path / "kept.onnx" / "sub"  # a folder path through a file
+    code, out, err = verify(capsys, "localize", archive, "-o", through)
+    assert (code, out) == (2, "")
+    assert only_line(err) == f"error: -o {through}: {target} is a file, not a folder"

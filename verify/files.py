@@ -178,7 +178,22 @@ def check_output_file(path: Path | str, option: str,
         if other is not None and same_file(path, other):
             raise UsageError(f"{option} {path}: is {what}; writing there would destroy it, "
                              "give another file name")
-    for parent in path.parents:
+    _check_writable(path, path.parents, option)
+
+
+def check_output_dir(folder: Path | str, option: str) -> None:
+    """UsageError, before any work, where the folder `option` names cannot take a file: a
+    file, a path through a file, or a folder no file can be made in (a missing folder is
+    made when the file is written)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{option} {folder}: is a file, not a folder")
+    _check_writable(folder, (folder, *folder.parents), option)
+
+
+def _check_writable(path: Path, folders: Iterable[Path], option: str) -> None:
+    """The first of `folders` that exists must be a folder a file can be made in."""
+    for parent in folders:
         if parent.exists():
             if not parent.is_dir():
                 raise UsageError(f"{option} {path}: {parent} is a file, not a folder")

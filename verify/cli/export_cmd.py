@@ -9,7 +9,8 @@ import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option
 from verify.errors import EXIT_OK, UsageError
-from verify.files import made_dirs, remove_empty_dirs, write_bytes_atomic
+from verify.files import (check_output_dir, check_output_file, made_dirs, remove_empty_dirs,
+                          same_file, write_bytes_atomic)
 
 if TYPE_CHECKING:
     from verify.testcase import Testcase
@@ -44,10 +45,13 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, force: boo
     from verify.archive_reader import export_external, read_archive
     from verify.graph import parse_model
 
-    tc = read_archive(archive)
     target = output if output is not None else archive.with_suffix(".onnx")
-    if target.resolve() == archive.resolve():
+    if same_file(target, archive):
         raise UsageError(f"{target}: would overwrite the archive itself; pass -o model.onnx")
+    check_output_file(target, "-o")  # not a link or a device, which --force would replace
+    if data_dir is not None:
+        check_output_dir(data_dir, "--data")
+    tc = read_archive(archive)
     parse_model(tc.model_bytes, str(archive), tc.external)  # a corrupt model is an error, not a file
     if not target.parent.is_dir():
         raise UsageError(f"{target}: folder {target.parent} does not exist")

@@ -63,7 +63,11 @@ def localize(selection: "ArchiveSelection", device: "DeviceTarget", no_dump: boo
     written), 2 bad input, 3 device trouble.
     """
     from verify import localize as loc
+    from verify.files import check_output_dir
 
+    if not no_repro:  # before the search, which may take long: not after it
+        check_output_dir(out_dir if out_dir is not None else selection.archive.parent,
+                         "-o" if out_dir is not None else "-o (by default ARCHIVE's folder)")
     request = loc.LocalizeRequest(
         selection, device, session, mode="bisect" if no_dump else "auto", fanout=fanout,
         max_isolated=max_isolated, budget_bytes=budget_mb << 20, out_dir=out_dir,

@@ -74,6 +74,7 @@ def run_suite(request: CiRequest,
               on_result: Callable[[JobResult], None] | None = None) -> CiOutcome:
     started = time.monotonic()
     suite, jobs, total = plan(request)
+    check_devices(request.suite, jobs)
     ci = CiRun(suite_name=suite.name, baselines=request.baselines or suite.baselines,
                update_goldens=request.update_goldens,
                require_baselines=request.require_baselines)
@@ -82,6 +83,23 @@ def run_suite(request: CiRequest,
                    shard=request.shard, only=tuple(request.only),
                    update_goldens=request.update_goldens, seconds=time.monotonic() - started)
     return CiOutcome(tuple(results), info)
+
+
+def check_devices(suite_file: Path, jobs: Sequence[Job]) -> None:
+    """SuiteError, before any job runs, for a device of these jobs whose spec names no
+    profile or is malformed: one typo used to cost the other jobs' device time first, then
+    failed as a job error."""
+    from verify.errors import UsageError
+
+    seen: set[str] = set()
+    for job in jobs:
+        if job.device.name in seen:
+            continue
+        seen.add(job.device.name)
+        try:
+            job.target.profile()
+        except UsageError as exc:
+            raise SuiteError(f"{suite_file}: [[device]] {job.device.name!r}: {exc}") from None
 
 
 def write_reports(outcome: CiOutcome, *, junit: Path | None = None,

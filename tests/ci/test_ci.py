@@ -5,6 +5,7 @@ failures, per-job timeouts, the HTML report in headless Chromium, JUnit against 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -343,6 +344,24 @@ def test_a_corrupt_baseline_fails_the_job_and_update_goldens_replaces_it(
     assert json.loads(path.read_text())["job"] == "int_bool/local/opt-all"
     assert any(n.startswith("replacing an unreadable baseline: ")
                for n in run.job("int_bool/local/opt-all")["notes"])
+
+
+def test_html_report_links_each_job_that_has_a_section_and_no_other(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    """One failing and one passing job: the failing one's row links to its section; the
+    passing one's row links nowhere. Every row linked '#job-id', and passing jobs have no
+    section, so their links led nowhere."""
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    html = tmp_path / "ci.html"
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-off",
+                  "--only", "two_io/local/opt-all", "--html", html], capsys, tmp_path)
+    assert run.code == 1
+    page = html.read_text()
+    links = re.findall(r"href='#([^']*)'", page)
+    anchors = set(re.findall(r"id='([^']*)'", page))
+    assert links == ["cnn/local/opt-off"] and set(links) <= anchors
+    assert "<code>two_io/local/opt-all</code>" in page
 
 
 def test_html_report_shows_the_plot_in_headless_chromium(ci_baselines: Path, device_env,

@@ -166,7 +166,10 @@ def _row(r: JobResult) -> str:
     base = (f"{r.baseline_latency.median_ms:.4g}" if r.baseline_latency
             and r.baseline_latency.samples_ms else "–")
     arch = r.device.get("arch", "")
-    return (f"<tr><td><a href='#{_e(r.job.id)}'><code>{_e(r.job.id)}</code></a></td>"
+    name = f"<code>{_e(r.job.id)}</code>"
+    if r.status in (FAILED, ERROR):  # only those have a section below to link to
+        name = f"<a href='#{_e(r.job.id)}'>{name}</a>"
+    return (f"<tr><td>{name}</td>"
             f"<td>{_e(r.job.device.name)} <span class='muted'>{_e(arch)}</span></td>"
             f"<td class='{r.status}'>{r.status}</td><td>{gates or '–'}</td>"
             f"<td>{med}</td><td>{base}</td><td>{_e(r.summary())}</td></tr>")

@@ -206,3 +206,28 @@ def test_a_reader_that_goes_away_is_exit_141_and_quiet(args: list[str]) -> None:
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (141, "")
+
+
+def test_pack_and_inspect_count_nan_and_inf_in_the_ground_truth(tmp_path: Path, capsys) -> None:
+    """log(x) over [-1, 0, 1, 2] is NaN, -Inf, 0, 0.69; over negatives all NaN. pack and
+    inspect showed the finite values' range alone, so a ground truth of NaN looked fine."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    floats = helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 4])
+    model = _io_model(tmp_path / "log.onnx", floats, floats, helper.make_node("Log", ["x"], ["y"]))
+    for values, line, counts in (
+            ([-1, 0, 1, 2], "  case 0: y float32(1,4) range [0, 0.6931]; 1 NaN, 1 Inf", (1, 1)),
+            ([-1, -2, -3, -4], "  case 0: y float32(1,4)  4 NaN (no finite value)", (4, 0))):
+        np.save(tmp_path / "x.npy", np.array([values], np.float32))
+        out_file = tmp_path / "log.vtc"
+        code, out, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 'x.npy'}", "-o",
+                                out_file)
+        assert code == 0, err
+        assert line in out.splitlines()
+        doc = json.loads(verify(capsys, "inspect", out_file, "--json")[1])
+        y = doc["cases"][0]["outputs"]["y"]
+        assert (y["nan"], y["inf"]) == counts
+        text = verify(capsys, "inspect", out_file)[1]
+        assert any(ln.startswith("  output y: float32(1,4)") and
+                   f"{counts[0]} NaN" in ln for ln in text.splitlines())

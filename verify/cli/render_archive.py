@@ -48,6 +48,8 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
 
 
 def _array_info(a: np.ndarray) -> dict[str, Any]:
+    """dtype, shape, and over the finite values min, max and mean; a float array's NaN and
+    Inf counts too, where it has any (the range alone hid them)."""
     info: dict[str, Any] = {"dtype": a.dtype.name, "shape": list(a.shape)}
     if a.size and a.dtype.kind in "fiub":
         finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
@@ -55,7 +57,22 @@ def _array_info(a: np.ndarray) -> dict[str, Any]:
             info["min"] = float(finite.min())
             info["max"] = float(finite.max())
             info["mean"] = float(finite.astype(np.float64).mean())
+        if a.dtype.kind == "f" and finite.size < a.size:
+            info["nan"] = int(np.count_nonzero(np.isnan(a)))
+            info["inf"] = int(a.size - finite.size - info["nan"])
     return info
+
+
+def _values(a: Mapping[str, Any], stats: str) -> str:
+    """` range …` (`stats`, formatted from `a`) and the NaN/Inf counts, as pack and inspect
+    print them after a tensor's dtype and shape."""
+    text = stats.format(**a) if "min" in a else ""
+    counts = [f"{a[key]} {label}" for key, label in (("nan", "NaN"), ("inf", "Inf"))
+              if a.get(key)]
+    if counts:
+        text += (("; " if text else "  ") + ", ".join(counts)
+                 + ("" if "min" in a else " (no finite value)"))
+    return text
 
 
 def inspect_summary(tc: "Testcase") -> dict[str, Any]:
@@ -97,7 +114,7 @@ def pack_text(s: Mapping[str, Any]) -> str:
              + (", per-layer references" if s["per_layer_references"] else "")]
     for case in s["cases"]:
         for name, o in case["outputs"].items():
-            rng = f" range [{o['min']:.4g}, {o['max']:.4g}]" if "min" in o else ""
+            rng = _values(o, " range [{min:.4g}, {max:.4g}]")
             lines.append(f"  case {case['index']}: {name} {o['dtype']}{fmt_shape(o['shape'])}{rng}")
     prov = s["provenance"]
     ref = str(prov.get("reference", ""))
@@ -168,7 +185,7 @@ def print_inspect(s: Mapping[str, Any]) -> None:
         con.print(f"case {case['index']}: {case['source'] or ''}")
         for role in ("inputs", "outputs"):
             for name, a in case[role].items():
-                rng = f"  min {a['min']:.4g} max {a['max']:.4g} mean {a['mean']:.4g}" if "min" in a else ""
+                rng = _values(a, "  min {min:.4g} max {max:.4g} mean {mean:.4g}")
                 con.print(f"  {role[:-1]:6} {name}: {a['dtype']}{fmt_shape(a['shape'])}{rng}")
     con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
               f"({s['tensors']} tensors in graph order)")

@@ -371,7 +371,7 @@ def test_optimizer_made_tensors_are_paired_only_within_one_build(
     for copy, why in ((_renumbered(opt, tmp_path / "same_build"),
                        "made by other nodes on the two sides"),
                       (_renumbered(opt, tmp_path / "older", "1.30.0"),
-                       f"onnxruntime 1.30.0 vs {_tensors_version(opt)}")):
+                       f"onnxruntime version 1.30.0 vs {_tensors_version(opt)}")):
         code, out, err = verify(capsys, "diff", copy, opt, "--json")
         assert code == 0, err
         report = json.loads(out)["cases"][0]

@@ -161,11 +161,12 @@ class Dump:
         device = device if isinstance(device, dict) else {}
         versions = self.manifest.get(M.VERSIONS)
         options = self.manifest.get(M.OPTIONS)
-        found = {"onnxruntime": versions.get(V.ONNXRUNTIME) if isinstance(versions, dict) else None,
-                 "providers": ",".join(map(str, self.manifest.get(M.PROVIDERS) or ())),
+        found = {"onnxruntime version": (versions.get(V.ONNXRUNTIME)
+                                         if isinstance(versions, dict) else None),
+                 "execution providers": ",".join(map(str, self.manifest.get(M.PROVIDERS) or ())),
                  "opt level": (options.get(ManifestOptions.OPT_LEVEL)
                                if isinstance(options, dict) else None),
-                 "arch": device.get(D.ARCH), "machine": device.get(D.MACHINE_ID)}
+                 "architecture": device.get(D.ARCH), "machine": device.get(D.MACHINE_ID)}
         return {k: str(v) for k, v in found.items()} if all(found.values()) else {}
 
     @property

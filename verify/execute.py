@@ -108,9 +108,12 @@ def prepare(selection: ArchiveSelection, device: DeviceTarget) -> Prepared:
         raise
 
 
-def _overridden_inputs(tc: Testcase, overrides: Sequence[str]) -> dict[str, np.ndarray]:
+def _overridden_inputs(tc: Testcase, overrides: Sequence[str],
+                       case: int) -> dict[str, np.ndarray]:
+    """The --input arrays; an image for a dynamic-size input takes `case`'s size."""
     infos = model_inputs(parse_model(tc.model_bytes, str(tc.path), tc.external))
-    return dict(override_input(infos, spec) for spec in overrides)
+    shapes = {k: tuple(v.shape) for k, v in tc.cases[case].inputs.items()}
+    return dict(override_input(infos, spec, shapes) for spec in overrides)
 
 
 def run(request: RunRequest, *, status: Status | None = None,
@@ -134,7 +137,8 @@ def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str]) -> list[str]:
 def _run(request: RunRequest, prepared: Prepared, status: Status | None,
          progress: ProgressFactory | None, sessions: Sessions | None) -> RunOutcome:
     tc, tolerances, indices, profile, _ = prepared
-    overrides = _overridden_inputs(tc, request.input_overrides) if request.input_overrides else {}
+    overrides = (_overridden_inputs(tc, request.input_overrides, indices[0])
+                 if request.input_overrides else {})
     feeds = [{**tc.cases[i].inputs, **overrides} for i in indices]
     options = RunOptions(session=request.session, timed=request.timed,
                          profile=request.profile_path is not None, keep=request.keep,

@@ -53,7 +53,7 @@ from types import MappingProxyType
 import numpy as np
 import onnx
 
-from verify.datafiles import fmt_names
+from verify.datafiles import fmt_names, is_image
 from verify.errors import InputError
 from verify.input_items import ItemParser, MissingShapeError, split_items
 from verify.input_random import RANDOM_INT_HIGH, RandomSpec
@@ -212,14 +212,22 @@ def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[
     return MissingShapeError(exc.head + hint + ")", exc.needed, randint)
 
 
-def override_input(inputs: Sequence[InputInfo], spec: str) -> tuple[str, np.ndarray]:
+def override_input(inputs: Sequence[InputInfo], spec: str,
+                   case_shapes: Mapping[str, tuple[int, ...]] = _NO_SHAPES
+                   ) -> tuple[str, np.ndarray]:
     """One `run --input NAME:FILE` (or NAME:LITERAL): the input it names and its array, read,
-    shape-checked and cast without loss exactly as `pack -d` does, on this host."""
+    shape-checked and cast without loss exactly as `pack -d` does, on this host. An image
+    for an input of dynamic height or width takes the size of that input in `case_shapes`
+    (the case it replaces); an array keeps its own shape."""
     ctx = ItemParser(inputs, effective_shapes(inputs, _NO_SHAPES), Preprocess(), Path.cwd())
     name = next((n for n in ctx.names_longest if spec.startswith(n + ":")), None)
     if name is None:
         raise InputError(f"--input {spec!r}: expected NAME:FILE with NAME one of "
                          f"{ctx.listing()}")
+    if is_image(Path(spec[len(name) + 1:]).suffix) and name in case_shapes:
+        dynamic = {name: case_shapes[name]} if any(
+            not isinstance(d, int) for d in (ctx.shapes[name] or ())) else {}
+        ctx = ItemParser(inputs, effective_shapes(inputs, dynamic), Preprocess(), Path.cwd())
     value = ctx.parse_item(spec)[name]
     if isinstance(value, RandomSpec):
         raise InputError(f"--input {spec!r}: give a file or a literal (random data has no "

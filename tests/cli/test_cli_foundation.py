@@ -204,6 +204,34 @@ def test_run_input_is_read_as_pack_reads_data(capsys: pytest.CaptureFixture[str]
         2, "error: --input 'label:x.npy': expected NAME:FILE with NAME one of 'data'")
 
 
+def test_run_input_image_takes_the_size_of_the_case_it_replaces(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, device_dir: Path) -> None:
+    """An image for an input of dynamic height and width (as PP-OCR's det model takes): it is
+    resized to the case's size, as the archive was packed (here 48x64; the model gives its
+    input's shape back). It was refused with a hint to pass --shape, which run has not."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "H", "W"])
+    y = helper.make_tensor_value_info("y", TensorProto.INT64, [4])
+    onnx.save(helper.make_model(helper.make_graph([helper.make_node("Shape", ["x"], ["y"])],
+                                                  "hw", [x], [y]),
+                                opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "hw.onnx")
+    archive = tmp_path / "hw.vtc"
+    assert verify(capsys, "pack", tmp_path / "hw.onnx", "--shape", "x:1x3x48x64", "-o",
+                  archive)[0] == 0
+    code, out, err = verify(capsys, "run", archive, "--iter", "1", "--input", f"x:{IMAGE}",
+                            "--bin-out-dump", tmp_path / "od")
+    assert code == 0, err
+    assert "=== no check" in out
+    assert np.load(tmp_path / "od" / "case0-out0.npy").tolist() == [1, 3, 48, 64]
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 20, 30), np.float32))  # an array keeps its own
+    code, out, err = verify(capsys, "run", archive, "--iter", "1", "--input",
+                            f"x:{tmp_path / 'x.npy'}", "--bin-out-dump", tmp_path / "od2")
+    assert code == 0, err
+    assert np.load(tmp_path / "od2" / "case0-out0.npy").tolist() == [1, 3, 20, 30]
+
+
 # --- bad input: exit 2, one line, nothing left behind --------------------------------------------
 def test_missing_model_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, _, err = verify(capsys, "pack", tmp_path / "nope.onnx", "-o", tmp_path / "x.vtc")

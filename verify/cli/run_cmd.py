@@ -56,7 +56,9 @@ dump_options = option_group("dump", _dump, (
 @timed_runs("case")
 @session_settings()
 @click.option("--input", "input_overrides", multiple=True, metavar="NAME:FILE",
-              help="Override a case input with a file; there is then no ground truth to check.")
+              help="Override a case input with a file, read as pack -d reads it (an image "
+                   "for a dynamic-size input takes the case's size); there is then no ground "
+                   "truth to check.")
 @click.option("--bin-out-dump", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Write the final outputs as .npy files (one per case and output) and "
                    "outputs.json into DIR: new, empty or an earlier run's, whose files are "

@@ -472,11 +472,12 @@ def test_random_ranges():
         "[-9223372036854775808, 9223372036854775807]")
 
 
-def test_random_string_input_refused():
-    assert error(build_cases, infos(("s", TensorProto.STRING, [1])), []) == (
-        "input 's' takes string and cannot be filled randomly; pass -d s:FILE.json")
-    [case] = build_cases(infos(("s", TensorProto.STRING, [2])), ['s:["a", "b"]'])
-    assert case["s"].dtype == object and list(case["s"]) == ["a", "b"]
+def test_string_input_refused():
+    """Not carried at all (a .npy of strings needs pickle): refused where the model's inputs
+    are read, before any data is, rather than filled from JSON and failing later."""
+    assert error(model_inputs, make_model(("s", TensorProto.STRING, [1]))) == (
+        "input 's' takes strings; verify feeds numeric and bool tensors only (a .npy file "
+        "holds strings only through pickle)")
 
 
 # --- dynamic dims and --shape -------------------------------------------------------------------

@@ -231,3 +231,19 @@ def test_pack_and_inspect_count_nan_and_inf_in_the_ground_truth(tmp_path: Path, 
         text = verify(capsys, "inspect", out_file)[1]
         assert any(ln.startswith("  output y: float32(1,4)") and
                    f"{counts[0]} NaN" in ln for ln in text.splitlines())
+
+
+def test_inspect_tells_an_archive_from_a_model_by_its_content(tmp_path: Path, capsys) -> None:
+    """run reads a file's content; inspect went by the suffix, so an archive named .onnx was
+    read as a model (an ONNX parse error) and a model named .pb as an archive."""
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    shutil.copy(repo / "goldens" / "testcases" / "cnn.vtc", tmp_path / "cnn.onnx")
+    shutil.copy(repo / "goldens" / "models" / "cnn.onnx", tmp_path / "cnn.pb")
+    code, out, err = verify(capsys, "inspect", tmp_path / "cnn.onnx", "--json")
+    assert code == 0, err
+    assert json.loads(out)["format_version"] == 2
+    code, out, err = verify(capsys, "inspect", tmp_path / "cnn.pb", "--json")
+    assert code == 0, err
+    assert json.loads(out)["model_file"] == str(tmp_path / "cnn.pb")

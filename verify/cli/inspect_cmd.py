@@ -16,8 +16,8 @@ from verify.errors import EXIT_OK
 @json_option
 def inspect(archive: Path, as_json: bool) -> int:
     """Show what a .vtc archive holds: model, inputs/outputs, cases, tolerances, provenance.
-    Given a plain .onnx model, show the model part (ops, inputs and outputs with their
-    dynamic dims).
+    Given a plain ONNX model, show the model part (ops, inputs and outputs with their
+    dynamic dims). Which it is goes by the file's content, not its name.
 
     Checks all of it first, as `verify run` would: every tensor and the model against their
     checksums (per-layer references included), the cases against the model's inputs and
@@ -28,7 +28,14 @@ def inspect(archive: Path, as_json: bool) -> int:
       verify inspect cnn.vtc --json | jq .provenance
       verify inspect model.onnx
     """
-    if archive.suffix.lower() == ".onnx":
+    from verify.files import read_head
+    from verify.schema import SIGNATURE
+
+    # by content, as run decides: an archive named .onnx is an archive, a model named
+    # otherwise (model.pb, a file without a suffix) a model; a .vtc that is no HDF5 file gets
+    # the archive reader's error
+    if (archive.is_file() and archive.suffix.lower() != ".vtc"
+            and read_head(archive, len(SIGNATURE)) != SIGNATURE):
         from verify.graph import load_model
 
         _, data, external = load_model(archive, keep_external=True)  # weights not read

@@ -17,8 +17,12 @@ def test_values_refuse_what_a_run_cannot_use() -> None:
     with pytest.raises(UsageError, match="^--opt-level must be one of disable, basic, "
                                          "extended, layout, all$"):
         SessionSettings("fast")
-    with pytest.raises(UsageError, match="^--threads must be 0 or more$"):
-        SessionSettings(threads=-2)
+    for threads in (-2, 1025, 100000):  # 100000 hung the device until the job's timeout
+        with pytest.raises(UsageError) as caught:
+            SessionSettings(threads=threads)
+        assert str(caught.value) == (f"--threads {threads}: expected 0 (onnxruntime's "
+                                     "default) to 1024")
+    assert SessionSettings(threads=1024).threads == 1024
 
 
 def test_tolerances_layer_the_more_specific_in_front() -> None:

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 OPT_LEVELS = tuple(_LEVELS)  # the runner contract's names, in order
 
 
+MAX_THREADS = 1024  # intra-op threads: above the largest machines' hardware threads
+
+
 @dataclass(frozen=True)
 class SessionSettings:
     """How the session is made: graph optimization level, intra-op threads (0: onnxruntime's
@@ -38,8 +41,11 @@ class SessionSettings:
     def __post_init__(self) -> None:
         if self.opt_level not in OPT_LEVELS:
             raise UsageError(f"--opt-level must be one of {', '.join(OPT_LEVELS)}")
-        if self.threads < 0:
-            raise UsageError("--threads must be 0 or more")
+        if not 0 <= self.threads <= MAX_THREADS:
+            # onnxruntime starts them all before the first run: --threads 100000 hung the
+            # device until the job's timeout
+            raise UsageError(f"--threads {self.threads}: expected 0 (onnxruntime's default) "
+                             f"to {MAX_THREADS}")
 
 
 @dataclass(frozen=True)

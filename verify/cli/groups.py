@@ -182,5 +182,5 @@ def session_settings(where: str = "") -> Decorator:
                           "CUDAExecutionProvider (default: the device profile's)."),
         click.option("--opt-level", type=click.Choice(list(OPT_LEVELS)), default="all",
                      show_default=True, help=f"ONNX Runtime graph optimization level{where}."),
-        click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+        click.option("--threads", type=int, default=0, show_default=True,
                      help=f"Intra-op threads{where} (0: onnxruntime's default).")))

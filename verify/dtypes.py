@@ -52,3 +52,17 @@ def tiny_of(dtype: np.dtype) -> float:
         return float(np.finfo(dtype).tiny)
     info = _ml_info(dtype, "finfo")
     return float(info.tiny) if info is not None else 1.0
+
+
+# element types onnxruntime's Python API neither takes from numpy nor gives back ("Numpy_type
+# 256 can't be converted to MLDataType", "No corresponding Numpy type for Tensor Type"),
+# by the name onnx and onnxruntime give them
+NOT_THROUGH_NUMPY = frozenset(("bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",
+                               "float8e5m2fnuz"))
+
+
+def numpy_less_reason(what: str, type_name: str) -> str:
+    """Why an input or output of element type `type_name` cannot be fed or checked."""
+    return (f"{what} is {type_name}, which onnxruntime's Python API neither takes from numpy "
+            "nor gives back: verify cannot feed or check it; cast at the model's edge (a Cast "
+            "from or to float32) to test the rest")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from verify.dtypes import NOT_THROUGH_NUMPY, numpy_less_reason
 from verify.errors import InputError, ModelError
 
 
@@ -79,6 +80,9 @@ def check_tensor_outputs(session, where: str) -> None:
             raise ModelError(f"{where}: output {o.name!r} is a string tensor; verify carries "
                              "numeric and bool tensors only (a .npy file holds strings only "
                              "through pickle)")
+        if o.type[len("tensor("):-1] in NOT_THROUGH_NUMPY:
+            raise ModelError(f"{where}: " + numpy_less_reason(f"output {o.name!r}",
+                                                              o.type[len("tensor("):-1]))
         if not o.type.startswith("tensor("):
             raise ModelError(f"{where}: output {o.name!r} is {o.type}, not a tensor; verify "
                              "compares tensor outputs only (an sklearn-onnx classifier: "

@@ -156,7 +156,8 @@ def _io_model(path: Path, x_type: "onnx.TypeProto", y_type: "onnx.TypeProto", no
 
 
 def test_string_and_non_tensor_io_are_refused_in_one_line(tmp_path: Path, capsys) -> None:
-    """A model taking strings (given as its own hint said, -d x:FILE.json), one giving strings
+    """bfloat16 in or out (onnxruntime's 'Numpy_type 256 can't be converted to MLDataType'
+    was the message), a model taking strings (given as its own hint said, -d x:FILE.json), one giving strings
     (Cast to string) and an sklearn-onnx classifier's ZipMap output (a sequence of maps): each
     was an internal error (exit 4, a traceback from hashing an object array); now one line,
     exit 2, naming the tensor, and no archive."""
@@ -182,6 +183,18 @@ def test_string_and_non_tensor_io_are_refused_in_one_line(tmp_path: Path, capsys
          f"error: {tmp_path / 'zipmap.onnx'}: output 'y' is seq(map(int64,tensor(float))), not "
          "a tensor; verify compares tensor outputs only (an sklearn-onnx classifier: convert it "
          "with options={'zipmap': False})"),
+    ]
+    bf16 = helper.make_tensor_type_proto(TensorProto.BFLOAT16, [3])
+    numpy_less = ("is bfloat16, which onnxruntime's Python API neither takes from numpy nor "
+                  "gives back: verify cannot feed or check it; cast at the model's edge (a Cast "
+                  "from or to float32) to test the rest")
+    cases += [
+        (_io_model(tmp_path / "bf_in.onnx", bf16, floats,
+                   helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)), [],
+         f"error: input 'x' {numpy_less}"),
+        (_io_model(tmp_path / "bf_out.onnx", floats, bf16,
+                   helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)), [],
+         f"error: {tmp_path / 'bf_out.onnx'}: output 'y' {numpy_less}"),
     ]
     for model, data, line in cases:
         out = tmp_path / (model.stem + ".vtc")

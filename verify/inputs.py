@@ -54,7 +54,6 @@ import numpy as np
 import onnx
 
 from verify.datafiles import fmt_names, is_image
-from verify.dtypes import NOT_THROUGH_NUMPY, numpy_less_reason
 from verify.errors import InputError
 from verify.input_items import ItemParser, MissingShapeError, split_items
 from verify.input_random import RANDOM_INT_HIGH, RandomSpec
@@ -112,10 +111,6 @@ def model_inputs(model: onnx.ModelProto) -> list[InputInfo]:
             raise InputError(f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); "
                              "verify feeds tensor inputs only")
         tt = vi.type.tensor_type
-        type_name = onnx.TensorProto.DataType.Name(tt.elem_type).lower() \
-            if tt.elem_type in onnx.TensorProto.DataType.values() else ""
-        if type_name in NOT_THROUGH_NUMPY:
-            raise InputError(numpy_less_reason(f"input '{vi.name}'", type_name))
         if tt.elem_type == onnx.TensorProto.STRING:
             raise InputError(f"input '{vi.name}' takes strings; verify feeds numeric and bool "
                              "tensors only (a .npy file holds strings only through pickle)")

@@ -18,7 +18,7 @@ from verify.graph import load_model, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
 from verify.expected import check_expected, read_case_sources, read_expected
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
-from verify.reference import check_tensor_outputs, reference_session, run_reference
+from verify.reference import check_host_io, reference_session, run_reference
 from verify.testcase import Case, Testcase, write_archive
 from verify.torchpack import layer_items, torch_spec, torch_truth
 
@@ -69,7 +69,7 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     folder = model_path.parent if external else None
     infos: list[InputInfo] = model_inputs(model)
     session = reference_session(model_bytes, str(model_path), folder)
-    check_tensor_outputs(session, str(model_path))
+    check_host_io(session, str(model_path))
     foreign = read_case_sources(options.data)
     cases_inputs = build_cases(infos, [] if foreign is not None else options.data,
                                shapes=options.shapes, seed=options.seed, pre=options.pre,

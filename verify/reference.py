@@ -71,18 +71,21 @@ def reference_session(model_bytes: bytes, where: str, external_dir: Path | None 
         raise ModelError(f"{where}: onnxruntime could not load the model: {text}") from None
 
 
-def check_tensor_outputs(session, where: str) -> None:
-    """ModelError for an output verify cannot carry: a string tensor (a .npy file holds
-    strings only through pickle) or no tensor at all (sklearn-onnx's ZipMap gives a sequence
-    of maps)."""
+def check_host_io(session, where: str) -> None:
+    """ModelError for an input or output this host's onnxruntime cannot pass through numpy
+    (bfloat16, float8), and for an output verify cannot carry: a string tensor (a .npy file
+    holds strings only through pickle) or no tensor at all (sklearn-onnx's ZipMap gives a
+    sequence of maps)."""
+    for what, io in (("input", session.get_inputs()), ("output", session.get_outputs())):
+        for o in io:
+            element = o.type[len("tensor("):-1] if o.type.startswith("tensor(") else ""
+            if element in NOT_THROUGH_NUMPY:
+                raise ModelError(f"{where}: " + numpy_less_reason(f"{what} {o.name!r}", element))
     for o in session.get_outputs():
         if o.type == "tensor(string)":
             raise ModelError(f"{where}: output {o.name!r} is a string tensor; verify carries "
                              "numeric and bool tensors only (a .npy file holds strings only "
                              "through pickle)")
-        if o.type[len("tensor("):-1] in NOT_THROUGH_NUMPY:
-            raise ModelError(f"{where}: " + numpy_less_reason(f"output {o.name!r}",
-                                                              o.type[len("tensor("):-1]))
         if not o.type.startswith("tensor("):
             raise ModelError(f"{where}: output {o.name!r} is {o.type}, not a tensor; verify "
                              "compares tensor outputs only (an sklearn-onnx classifier: "

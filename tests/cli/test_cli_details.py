@@ -191,7 +191,7 @@ def test_string_and_non_tensor_io_are_refused_in_one_line(tmp_path: Path, capsys
     cases += [
         (_io_model(tmp_path / "bf_in.onnx", bf16, floats,
                    helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)), [],
-         f"error: input 'x' {numpy_less}"),
+         f"error: {tmp_path / 'bf_in.onnx'}: input 'x' {numpy_less}"),
         (_io_model(tmp_path / "bf_out.onnx", floats, bf16,
                    helper.make_node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16)), [],
          f"error: {tmp_path / 'bf_out.onnx'}: output 'y' {numpy_less}"),

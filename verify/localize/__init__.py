@@ -26,7 +26,6 @@ from verify.archive_reader import external_data
 from verify.check import check_outputs
 from verify.compare import TensorDiff, ToleranceSet, compare, first_divergent
 from verify.errors import UsageError
-from verify.files import check_output_file
 from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors
 from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
@@ -247,7 +246,6 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
     lo, hi = segment.lo, segment.hi
     label = ng.labels[lo] if hi - lo == 1 else f"{ng.labels[lo]}-{ng.labels[hi - 1]}"
     path = repro_path(req.selection.archive, label, req.out_dir)
-    check_output_file(path, "the repro", [("the archive", req.selection.archive)])
     values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
     tol = req.selection.tolerances
     write_repro(path, ng, segment, values, tc, case_index,

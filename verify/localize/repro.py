@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from verify.external import inline_external
+from verify.files import check_output_file
 from verify.graph import sha256_bytes, tensor_order
 from verify.reference import reference_session, run_reference
 from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
@@ -17,7 +18,9 @@ from verify.testcase import Case, Testcase, write_archive
 def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
     """`<dir>/<archive stem>.repro-<node>.vtc`, the node name made safe for a file name."""
     folder = out_dir if out_dir is not None else archive.parent
-    return folder / f"{archive.stem}.repro-{sanitize(label)}.vtc"
+    path = folder / f"{archive.stem}.repro-{sanitize(label)}.vtc"
+    check_output_file(path, "the repro", [("the archive", archive)])  # not a link or device
+    return path
 
 
 def write_repro(path: Path, ng: NodeGraph, segment: Segment, reference: Mapping[str, Any],

@@ -212,6 +212,18 @@ def test_bad_trace_files(capsys: pytest.CaptureFixture[str], tmp_path: Path, con
     assert only_line(err) == f"error: {bad}: {message}"
 
 
+def test_a_model_that_shares_no_node_with_the_trace_is_refused(
+        capsys: pytest.CaptureFixture[str], local_trace: Path) -> None:
+    """The cnn's trace with another model (two_io): every row's FLOPs and bytes would come
+    from the trace alone, under a header saying the model was used; now one line, exit 2."""
+    other = Path(__file__).resolve().parent.parent / "goldens" / "models" / "two_io.onnx"
+    code, out, err = verify(capsys, "profile", local_trace, "--model", other)
+    assert (code, out) == (2, "")
+    assert re.fullmatch(rf"error: --model {re.escape(str(other))}: none of the trace's \d+ "
+                        r"nodes is in this model; give the model the trace was taken of",
+                        only_line(err))
+
+
 def test_an_archive_given_as_the_trace_says_how_to_profile_it(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     vtc = Path(__file__).resolve().parent.parent / "goldens" / "testcases" / "cnn.vtc"

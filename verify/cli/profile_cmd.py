@@ -46,7 +46,8 @@ def parse_time(text: str | None, option: str) -> float | None:
               help="--torch: timed runs.")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
               help="The profiled model (.onnx or .vtc archive): node attributes and weights "
-                   "the kernels pre-packed, for FLOPs the trace alone cannot give.")
+                   "the kernels pre-packed, for FLOPs the trace alone cannot give. One that "
+                   "shares no node with the trace is refused.")
 @click.option("-t", "--top", type=int, default=3, show_default=True,
               help="Rows to show (0: all).")
 @click.option("--type", "types", multiple=True, metavar="OP",
@@ -105,6 +106,9 @@ def profile(trace: Path | None, torch_program: str | None, warmup: int, iteratio
         raise UsageError("give TRACE (a profile from verify run --profile), or --torch PROGRAM")
     parsed = load_profile(trace, skip_runs=skip_runs)
     index = load_model_index(model_path) if model_path is not None else None
+    if index is not None and parsed.nodes and not any(n.name in index.nodes for n in parsed.nodes):
+        raise UsageError(f"--model {model_path}: none of the trace's {len(parsed.nodes)} nodes "
+                         "is in this model; give the model the trace was taken of")
     clock = "host" if print_only == "host" else "device"
     report = analyze(parsed, index, top=top, types=types, name=opr_name, order_by=order_by,
                      aggregate_by=aggregate_by, aggregate=aggregate,

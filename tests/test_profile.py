@@ -220,6 +220,28 @@ def test_real_trace_costs_with_and_without_model(cnn, cnn_trace) -> None:
     assert row.bandwidth == pytest.approx(row.memory / row.time)
 
 
+def test_weights_held_in_constant_nodes_are_counted_like_initializers(tmp_path: Path) -> None:
+    """PaddlePaddle's exporter (PP-OCR's det, rec and cls) keeps every weight in a Constant
+    node, not in the initializers; onnxruntime pre-packs them all the same, so the trace
+    lists MatMul's A alone and the bytes showed N/A with the model given."""
+    w = np.random.default_rng(0).random((512, 10), np.float32)
+    model = _model([helper.make_node("Constant", [], ["w"], value=numpy_helper.from_array(w)),
+                    helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])])
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "ort")
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for _ in range(RUNS):
+        sess.run(None, {"x": np.ones((1, 512), np.float32)})
+    p = load_profile(Path(sess.end_profiling()))
+    assert [t.shape for t in next(n for n in p.nodes if n.name == "mm").variants[0].inputs] \
+        == [(1, 512)]  # the weight is not in the trace
+    row = next(r for r in analyze(p, model, top=0).rows if r.name == "mm")
+    assert (row.computation, row.memory) == (MATMUL_FLOPS, (512 + 512 * 10 + 10) * 4)
+
+
 def test_real_trace_summary(cnn, cnn_trace) -> None:
     p = load_profile(cnn_trace)
     report = analyze(p, cnn, top=0)

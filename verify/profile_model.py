@@ -74,6 +74,11 @@ class ModelIndex:
             for i, node in enumerate(graph.node):
                 nodes.setdefault(ort_node_name(node, i), _ModelNode(
                     node.op_type, tuple(node.input), node_attrs(node)))
+                if node.op_type == "Constant" and node.output:  # weights as Paddle exports them
+                    value = next((a.t for a in node.attribute if a.name == "value"
+                                  and a.type == onnx.AttributeProto.TENSOR), None)
+                    if value is not None:
+                        inits.setdefault(node.output[0], initializer_spec(value))
                 for a in node.attribute:
                     if a.type == onnx.AttributeProto.GRAPH:
                         walk(a.g)

@@ -260,3 +260,16 @@ def test_inspect_tells_an_archive_from_a_model_by_its_content(tmp_path: Path, ca
     code, out, err = verify(capsys, "inspect", tmp_path / "cnn.pb", "--json")
     assert code == 0, err
     assert json.loads(out)["model_file"] == str(tmp_path / "cnn.pb")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["run"], "error: Missing argument 'ARCHIVE' (see `verify run --help`)"),
+    (["frobnicate"], "error: No such command 'frobnicate' (see `verify --help`)"),
+    (["run", "x.vtc", "--iter", "x"], "error: Invalid value for '--iter': 'x' is not a valid "
+                                      "integer range (see `verify run --help`)"),
+])
+def test_a_usage_error_is_one_line_naming_the_help_to_read(args: list[str], line: str,
+                                                           capsys) -> None:
+    """click printed three lines (usage, a 'Try' line, the error); every other error is one."""
+    code, out, err = verify(capsys, *args)
+    assert (code, out, err) == (2, "", line + "\n")

@@ -81,6 +81,10 @@ def _main(argv: Sequence[str] | None) -> int:
         code = code if isinstance(code, int) else EXIT_OK
     except click.exceptions.Exit as exc:
         code = exc.exit_code
+    except click.UsageError as exc:  # one line, as every other error: not click's three
+        where = exc.ctx.command_path if exc.ctx is not None else "verify"
+        click.echo(f"error: {exc.format_message().rstrip('.')} (see `{where} --help`)", err=True)
+        code = EXIT_USAGE
     except click.ClickException as exc:
         exc.show()
         code = EXIT_USAGE

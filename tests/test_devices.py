@@ -249,6 +249,19 @@ def test_a_mistyped_profile_name_gets_a_suggestion(device_env: DeviceEnv,
     assert "; did you mean 'arm64'? use local, cuda[:N]" in err
 
 
+@pytest.mark.parametrize("spec, word", [("local:", "PROFILE"), ("adb:", "SERIAL"),
+                                        ("cuda:", "N"), ("ssh:", "user@host[:port]")])
+def test_a_spec_ending_in_a_colon_is_refused(device_env: DeviceEnv, spec: str,
+                                            word: str) -> None:
+    """`local:` ran on the local device and `adb:` on adb's default one, as if no target had
+    been left out by mistake."""
+    with pytest.raises(UsageError) as caught:
+        resolve(spec)
+    transport = spec[:-1]
+    assert str(caught.value) == (f"device {spec!r}: nothing after ':'; give {transport} alone "
+                                 f"or {transport}:{word}")
+
+
 def test_unknown_transport_lists_the_available_ones(device_env: DeviceEnv,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     device_env.write_profile("odd", {"transport": "serial", "address": "/dev/ttyUSB0"})

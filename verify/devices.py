@@ -135,10 +135,15 @@ def resolve(spec: str) -> Profile:
         if not path.is_file():
             raise UsageError(f"device {spec!r}: no such profile file {path}")
         return replace(load_profile(path), name=spec)
-    transport, _, target = spec.partition(":")
+    transport, colon, target = spec.partition(":")
     if not transport:
         raise UsageError(f"device spec {spec!r} is empty; use local, cuda[:N], "
                          "ssh:user@host[:port], adb[:SERIAL] or a profile name")
+    if colon and not target:  # `local:`, `adb:`: a target left out, not meant to be none
+        word = {"local": "PROFILE", "cuda": "N", "adb": "SERIAL",
+                "ssh": "user@host[:port]"}.get(transport, "TARGET")
+        raise UsageError(f"device {spec!r}: nothing after ':'; give {transport} alone or "
+                         f"{transport}:{word}")
     if transport == "cuda" and target and not target.isdigit():
         raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
     if transport == "local" and target and find_profile(target) is None:

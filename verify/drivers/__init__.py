@@ -46,7 +46,9 @@ def driver_class(transport: str) -> type[Driver]:
     for ep in entry_points(group="verify.drivers"):
         if ep.name == transport:
             return ep.load()
-    raise UsageError(f"unknown transport {transport!r}; available: {', '.join(available_transports())}")
+    raise UsageError(f"unknown transport {transport!r}; available: "
+                     f"{', '.join(available_transports())} (as a --device: local, cuda[:N], "
+                     "ssh:user@host[:port], adb[:SERIAL] or a profile name)")
 
 
 def make_driver(profile: Profile) -> Driver:

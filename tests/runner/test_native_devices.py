@@ -196,7 +196,7 @@ def test_device_commands_over_both_runners(kind: str, device_env: DeviceEnv, sma
     code, out, err = run_cli(["devices", "check", "dev"], capsys)
     assert code == 0, err
     assert ("runner       verify-runner (native C++" in out) == (kind == "native")
-    assert ("python       None" in out) == (kind == "native")
+    assert ("python       not needed (native runner)" in out) == (kind == "native")
     doc = run_json(["run", small_vtc, "--device", "dev", "--iter", "2"], capsys)
     assert doc["passed"] is True
     code, out, err = run_cli(["run", small_vtc, "--device", "dev", "--provider",

@@ -24,7 +24,11 @@ def print_device(info: Mapping[str, Any]) -> None:
                        (Describe.HOSTNAME, "hostname"), (Describe.PYTHON, "python"),
                        (Describe.NUMPY, "numpy"), (Describe.ONNXRUNTIME, "onnxruntime"),
                        (Describe.CPU_COUNT, "cpus")):
-        echo(f"  {label:12} {info.get(key)}")
+        value = info.get(key)
+        if value is None:  # a native runner has no Python and no numpy: not "None"
+            value = ("not needed (native runner)" if key in (Describe.PYTHON, Describe.NUMPY)
+                     and info.get(Describe.RUNNER) else "unknown")
+        echo(f"  {label:12} {value}")
     echo(f"  {'providers':12} {', '.join(info.get(Describe.PROVIDERS) or []) or 'none'}")
     free = info.get(Describe.FREE_DISK_BYTES)
     echo(f"  {'free disk':12} {fmt_bytes(free) if free is not None else '?'}")

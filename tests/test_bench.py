@@ -85,6 +85,9 @@ def test_timing_statistics_by_hand() -> None:
     assert many.ci_high - many.avg == pytest.approx(
         1.96 * statistics.stdev([float(i % 7) for i in range(100)]) / 10)
     assert Timing.of([2.0]).sd == 0.0
+    two = Timing.of([1.0, 9.0])  # t = 12.706 for one degree of freedom: 5 +- 50.8
+    assert (two.ci_low, two.ci_high) == (0.0, pytest.approx(5 + 12.706 * math.sqrt(32) /
+                                                            math.sqrt(2)))
 
 
 def _result(label: str, ms: list[float], base: float) -> SettingResult:

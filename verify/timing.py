@@ -16,7 +16,8 @@ _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 
 
 @dataclass(frozen=True)
 class Timing:
-    """Latency of one inference, milliseconds; ci_* is the 95% interval of the mean."""
+    """Latency of one inference, milliseconds; ci_* is the 95% interval of the mean (its low
+    end held at 0)."""
 
     n: int
     avg: float
@@ -34,8 +35,10 @@ class Timing:
         sd = statistics.stdev(ms) if n > 1 else 0.0
         t = _T975[n - 2] if 2 <= n <= len(_T975) + 1 else 1.96
         half = t * sd / math.sqrt(n)
+        # a latency is never below zero: with few samples (t = 12.7 for two) the interval's
+        # low end would be
         return Timing(len(ms), avg, sd, min(ms), max(ms), statistics.median(ms),
-                      avg - half, avg + half)
+                      max(avg - half, 0.0), avg + half)
 
     def overlaps(self, other: "Timing") -> bool:
         return self.ci_low <= other.ci_high and other.ci_low <= self.ci_high

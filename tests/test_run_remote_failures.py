@@ -54,7 +54,7 @@ def test_unknown_host_is_refused(device_env: DeviceEnv, sshd_server, small_vtc: 
     code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
     assert (code, out) == (3, "")
     message = _one_line_error(err)
-    assert message.startswith(f"ssh:{sshd_server.address}: host key not in {known}; add it with "
+    assert message.startswith(f"{spec} (ssh:{sshd_server.address}): host key not in {known}; add it with "
                               f"ssh-keyscan -p {sshd_server.port} 127.0.0.1 >> {known} ")
     assert message.endswith("or pass --insecure-host-key")
     assert not (tmp_path / "d").exists()  # refused before anything was done on the device
@@ -76,7 +76,7 @@ def test_changed_host_key_is_refused(device_env: DeviceEnv, sshd_server, small_v
     assert (code, out) == (3, "")
     message = _one_line_error(err)
     assert re.fullmatch(
-        rf"ssh:{re.escape(sshd_server.address)}: the host key changed: {re.escape(str(known))} "
+        rf"{re.escape(spec)} \(ssh:{re.escape(sshd_server.address)}\): the host key changed: {re.escape(str(known))} "
         r"has ssh-ed25519 \S+, the server sent ssh-ed25519 \S+; if the device was reinstalled, "
         rf"remove the old key with ssh-keygen -R '\[127\.0\.0\.1\]:{sshd_server.port}' -f "
         rf"{re.escape(str(known))}, otherwise someone may be intercepting the connection",
@@ -91,7 +91,7 @@ def test_authentication_failure(device_env: DeviceEnv, sshd_server, small_vtc: P
     code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
     assert (code, out) == (3, "")
     assert _one_line_error(err) == (
-        f"ssh:{sshd_server.address}: authentication failed for user {sshd_server.user} "
+        f"{spec} (ssh:{sshd_server.address}): authentication failed for user {sshd_server.user} "
         f"(tried ssh-agent, ~/.ssh keys, {tmp_path / 'stranger'}); add your public key to the "
         "device's ~/.ssh/authorized_keys or set options.identity")
 
@@ -153,7 +153,7 @@ def test_command_timeout_kills_the_runner_and_cleans_up(
     code, out, err = run_cli(["run", small_vtc, "--device", spec, "--timeout", "2"], capsys)
     assert (code, out) == (3, "")
     message = _one_line_error(err)
-    assert message.startswith(f"ssh:{sshd_server.address}: {sys.executable} -c ")
+    assert message.startswith(f"{spec} (ssh:{sshd_server.address}): {sys.executable} -c ")
     assert " did not finish within 2 s (the runner's job: " in message
     assert message.endswith("allow more with --timeout SECONDS (a suite's timeout) or the "
                             "device profile's [timeouts] command")
@@ -212,7 +212,7 @@ def test_server_killed_while_pulling_outputs(device_env: DeviceEnv, sshd_factory
     message = _killed_while(lambda: host_tmp.glob("verify-run-*/.out_*.part"), server,
                             ["run", small_vtc, "--device", spec, "--bin-out-dump", out_dir],
                             {**device_env.env, "TMPDIR": str(host_tmp)})
-    assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while fetching "
+    assert re.fullmatch(rf"{re.escape(spec)} \(ssh:{re.escape(server.address)}\): connection lost while fetching "
                         r"\S+/jobs/[0-9a-f]+/out/big\.npy", message), message
     assert not out_dir.exists()
     assert list(host_tmp.iterdir()) == []
@@ -230,7 +230,7 @@ def test_server_killed_while_pushing(device_env: DeviceEnv, sshd_factory, small_
 
     message = _killed_while(lambda: (base / "cache").glob("*.part-*"), server,
                             ["run", small_vtc, "--device", spec], device_env.env)
-    assert re.fullmatch(rf"ssh:{re.escape(server.address)}: connection lost while copying "
+    assert re.fullmatch(rf"{re.escape(spec)} \(ssh:{re.escape(server.address)}\): connection lost while copying "
                         rf"{re.escape(str(big))} to \S+/cache/[0-9a-f]{{64}}\.so\.part-[0-9a-f]+",
                         message), message
     assert not [p for p in (base / "cache").iterdir() if p.name.endswith(".so")]  # no final .so

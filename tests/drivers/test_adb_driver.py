@@ -262,7 +262,7 @@ def test_failing_command_carries_stderr_tail(any_profile: Profile) -> None:
     assert info.value.status == 3 and info.value.exit_code == EXIT_DEVICE
     assert info.value.stderr_tail.splitlines() == ["first", "model.onnx: bad"]
     assert str(info.value).endswith("sh exited with status 3: model.onnx: bad")
-    assert str(info.value).startswith("adb:127.0.0.1:")
+    assert str(info.value).startswith("adb-test (adb:127.0.0.1:")  # as named, then where
 
 
 def test_timeout_kills_the_command(any_profile: Profile) -> None:
@@ -284,7 +284,8 @@ def test_one_device_is_picked_without_an_address(private_adb_server: AdbServer,
     device = private_adb_server.attach(tmp_path / "sandbox")
     profile = adb_profile_for(private_adb_server, None, device.sandbox / "verify")
     with make_driver(profile) as driver:
-        assert driver.describe_address() == f"adb:{device.address}"
+        # the profile as named, then the device adb picked
+        assert driver.describe_address() == f"{profile.spec} (adb:{device.address})"
         assert driver.run(["echo", "hi"]).stdout == "hi\n"
 
 

@@ -188,7 +188,7 @@ def test_exit_status_and_stderr_tail(ssh_profile) -> None:
             d.run(["sh", "-c", script])
     assert info.value.status == 3 and info.value.argv == ["sh", "-c", script]
     assert info.value.stderr_tail == "line4\nline5\nline6\nline7\noops"
-    assert str(info.value).startswith(f"ssh:{ssh_profile.address}: ")
+    assert str(info.value).startswith(f"{ssh_profile.spec} (ssh:{ssh_profile.address}): ")
 
 
 def test_killed_by_signal_is_a_status_not_a_lost_link(ssh_profile) -> None:
@@ -257,7 +257,8 @@ def test_unknown_host_is_refused(sshd_server: SshServer, tmp_path: Path) -> None
     with pytest.raises(ConnectError) as info:
         _driver(profile).open()
     message = str(info.value)
-    assert message.startswith(f"ssh:{sshd_server.address}: host key not in {known}; add it with "
+    assert message.startswith(f"{profile.spec} (ssh:{sshd_server.address}): host key not in "
+                              f"{known}; add it with "
                               f"ssh-keyscan -p {port} 127.0.0.1 >> {known} ")
     assert message.endswith("or pass --insecure-host-key") and "\n" not in message
 

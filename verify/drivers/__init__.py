@@ -58,7 +58,8 @@ def make_driver(profile: Profile) -> Driver:
     config = DriverConfig(transport=profile.transport, address=profile.address,
                           base_dir=profile.base_dir, env=dict(profile.env),
                           connect_timeout=profile.connect_timeout,
-                          command_timeout=profile.command_timeout, options=dict(profile.options))
+                          command_timeout=profile.command_timeout, options=dict(profile.options),
+                          spec=profile.spec)
     return driver_class(profile.transport)(config)
 
 

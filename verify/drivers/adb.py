@@ -99,7 +99,7 @@ class AdbDriver(Driver):
     def _close_impl(self) -> None:
         self._device = None  # every service has its own connection, closed when it ends
 
-    def describe_address(self) -> str:
+    def _address(self) -> str:
         return f"adb:{self.serial}" if self.serial else "adb"
 
     @property

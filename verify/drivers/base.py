@@ -78,6 +78,7 @@ class DriverConfig:
     connect_timeout: float = 15.0
     command_timeout: float = 600.0
     options: Mapping[str, object] = field(default_factory=dict)
+    spec: str = ""  # the device as the user named it (`ssh:board`), for messages
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
@@ -366,6 +367,13 @@ class Driver(ABC):
         return f"{self.transport} put/get"
 
     def describe_address(self) -> str:
+        """The device in messages: as the user named it, then where that led where they
+        differ (`ssh:board (ssh:root@192.0.2.10:2222)`)."""
+        address = self._address()
+        spec = self.config.spec
+        return f"{spec} ({address})" if spec and spec != address else address
+
+    def _address(self) -> str:
         return f"{self.transport}:{self.config.address}" if self.config.address else self.transport
 
     def _try_remove(self, path: str) -> None:

@@ -126,9 +126,18 @@ def test_several_adb_devices_without_a_serial(device_env: DeviceEnv, adb_server,
     assert (code, out) == (2, "")
     message = _one_line_error(err)
     listed = re.fullmatch(r"several adb devices attached \((.+)\); pick one with "
-                          r"--device adb:SERIAL", message)
+                          r"--device adb:SERIAL or ANDROID_SERIAL=SERIAL", message)
     assert listed, message
     assert {adb_device.address, adb_second_device.address} <= set(listed.group(1).split(", "))
+    # a profile with its own adb server port: `--device adb:SERIAL` would leave it behind (and
+    # ask the server on 5037), so the advice names the profile's address key
+    spec = device_env.adb_profile("twin", adb_server, None, device_env.cache / "twin")
+    monkeypatch.delenv("ANDROID_ADB_SERVER_PORT")
+    code, out, err = run_cli(["run", small_vtc, "--device", spec], capsys)
+    assert (code, out) == (2, "")
+    assert _one_line_error(err).endswith(
+        f"; pick one with address = \"SERIAL\" in the profile of {spec} or "
+        "ANDROID_SERIAL=SERIAL")
 
 
 def test_adb_serial_not_attached(device_env: DeviceEnv, adb_server, adb_device,

@@ -142,8 +142,12 @@ class AdbDriver(Driver):
             raise ConnectError("no adb device is ready: " + "; ".join(
                 not_ready(serial, state) for serial, state in devices))
         # Several usable devices is a question only the user can answer: a usage error.
+        # `--device adb:SERIAL` would leave this profile (its adb_port, its base_dir) behind
+        how = ("--device adb:SERIAL or ANDROID_SERIAL=SERIAL" if self.config.spec in ("", "adb")
+               else f"address = \"SERIAL\" in the profile of {self.config.spec} or "
+                    "ANDROID_SERIAL=SERIAL")
         raise UsageError(f"several adb devices attached ({', '.join(ready)}); pick one with "
-                         f"--device adb:SERIAL")
+                         f"{how}")
 
     # --- commands -------------------------------------------------------------------------
     def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],

@@ -53,6 +53,19 @@ def test_pack_never_writes_over_its_model_or_data(tmp_path: Path, home: None,
     assert only_line(err) == f"error: -o {data}: is a -d file; {DESTROY}"
     assert data.read_bytes() == before
 
+    # the ground truth's own files: --expected, and a torch:FILE.py:FACTORY or .pt2 program
+    program, expected = tmp_path / "net.py", tmp_path / "out.json"
+    program.write_text("def make(): ...\n")
+    expected.write_text("{}")
+    for args, out, what in (
+            (["--reference", f"torch:{program}:make"], program, "the --reference program"),
+            (["--reference", f"torch:{tmp_path / 'net.pt2'}"], tmp_path / "net.pt2",
+             "the --reference program"),
+            (["--expected", f"y:{expected}"], expected, "an --expected file")):
+        code, _, err = verify(capsys, "pack", model, *args, "-o", out)
+        assert (code, only_line(err)) == (2, f"error: -o {out}: is {what}; {DESTROY}")
+    assert program.read_text() == "def make(): ...\n" and expected.read_text() == "{}"
+
 
 def test_run_never_writes_over_its_archive_or_another_output(
         tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:

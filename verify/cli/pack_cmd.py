@@ -81,9 +81,14 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
 
     out = output or model.with_suffix(".vtc")
     if not out.is_dir():  # a folder: pack's own message names what to give
+        program = reference[len("torch:"):] if reference.startswith("torch:") else ""
         check_output_file(out, "-o", [("the model", model)]
                           + [("a -d file", d.split(":", 1)[-1]) for d in data if ":" in d]
-                          + [("a -d file", d) for d in data])
+                          + [("a -d file", d) for d in data]
+                          + [("an --expected file", e.split(":", 1)[-1]) for e in expected]
+                          + [("an --expected file", e) for e in expected]
+                          + [("the --reference program", program.split(".py:", 1)[0] + ".py"
+                              if ".py:" in program else program)] * bool(program))
     pre = Preprocess(mean=_floats(mean, "--mean"), std=_floats(std, "--std"), scale=scale,
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(

@@ -438,3 +438,10 @@ def test_device_lost_mid_search_exits_3_without_a_repro(residual_vtc: Path, devi
     assert err == ("error: flaky: the runner exited with status 9 without writing a result: "
                    "faulty_runner: device lost\n")
     assert not folder.exists() or list(folder.iterdir()) == []
+
+
+def test_a_scalar_input_of_the_faulty_node_reads_as_a_scalar() -> None:
+    from verify.cli.localize_cmd import input_shape
+
+    assert (input_shape([]), input_shape(None), input_shape([1, 8])) == \
+        ("() scalar", "(?)", "(1,8)")

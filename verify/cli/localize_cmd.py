@@ -82,6 +82,11 @@ def localize(selection: "ArchiveSelection", device: "DeviceTarget", no_dump: boo
 
 
 # --- rendering ---------------------------------------------------------------------------------
+def input_shape(shape: list[int] | None) -> str:
+    """A faulty node's input shape: `()` is a scalar's (it read '(?)', as an unknown one)."""
+    return "(?)" if shape is None else "() scalar" if not shape else render.fmt_shape(shape)
+
+
 def _units(x: float) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
@@ -207,7 +212,7 @@ def _print_suspect(r: "LocalizeResult") -> None:
          + (f"  {attrs}" if attrs else ""))
     for inp in info.get("inputs", []):
         kind = "initializer" if inp["initializer"] else "input"
-        echo(f"  {kind:<11} {inp['name']}  {render.fmt_shape(inp['shape'] or ['?'])}")
+        echo(f"  {kind:<11} {inp['name']}  {input_shape(inp['shape'])}")
     if r.attribution is not None:
         for line in r.attribution.lines():
             key, sep, rest = line.partition(": ")

@@ -203,8 +203,9 @@ def test_a_serving_runner_that_overruns_is_killed(
     code, out, err = run_cli(["bench", cnn_two_cases, "--device", spec, "--setting", "opt=all",
                               "--iter", 1, "--timeout", 8], capsys)
     assert (code, out) == (3, "")
-    where = {"ssh": lambda: f"ssh:{sshd.address}", "adb": lambda: f"adb:{sshd[1].address}",
-             "local": lambda: "local"}[transport]()
+    address = {"ssh": lambda: f"ssh:{sshd.address}", "adb": lambda: f"adb:{sshd[1].address}",
+               "local": lambda: "local"}[transport]()
+    where = f"{spec} ({address})"  # as the user named it, then where that led
     assert err == (f"error: {where}: a job on the serving runner did not finish within 8 s (the "
                    "runner's job: load, warmups, iterations, dumps); allow more with --timeout "
                    "SECONDS (a suite's timeout) or the device profile's [timeouts] command\n")

@@ -276,7 +276,8 @@ def test_per_job_timeout_is_a_device_error(ci_baselines: Path, device_env, tmp_p
     assert run.code == 3
     job = run.job("two_io/local/opt-all")
     assert job["error"] == {"kind": "device", "type": "DeviceTimeout",
-                            "message": f"local: {Path(sys.executable).name} did not finish "
+                            "message": f"{spec} (local): {Path(sys.executable).name} did "
+                                       "not finish "
                                        "within 3 s (the runner's job: load, warmups, iterations, "
                                        "dumps); allow more with --timeout SECONDS (a suite's "
                                        "timeout) or the device profile's [timeouts] command"}

@@ -61,7 +61,7 @@ def test_ssh_device_gone_exits_3(residual_vtc: Path, sshd_factory, faulty_profil
     server.stop()
     code, out, err = run_cli(["localize", residual_vtc, "--device", spec], capsys)
     assert code == 3 and out == ""
-    assert err == (f"error: ssh:{server.address}: connection refused by 127.0.0.1 port "
+    assert err == (f"error: {spec} (ssh:{server.address}): connection refused by 127.0.0.1 port "
                    f"{server.port}; is sshd running there?\n")
 
 

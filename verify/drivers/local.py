@@ -62,7 +62,8 @@ class LocalDriver(Driver):
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
-            raise DeviceTimeout(f"local: {Path(argv[0]).name} did not finish within {timeout:g} s")
+            raise DeviceTimeout(f"{self.describe_address()}: {Path(argv[0]).name} did not finish "
+                                f"within {timeout:g} s")
         except BaseException:
             _kill_group(proc)
             raise
@@ -76,8 +77,9 @@ class LocalDriver(Driver):
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
-            raise DeviceError(f"local: cannot start {argv[0]}: {exc.strerror or exc}") from None
-        return _LocalChannel(proc, argv)
+            raise DeviceError(f"{self.describe_address()}: cannot start {argv[0]}: "
+                              f"{exc.strerror or exc}") from None
+        return _LocalChannel(proc, argv, self.describe_address())
 
     def transfer_method(self) -> str:
         return "file copy on this machine"
@@ -160,8 +162,8 @@ def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None
 class _LocalChannel(LineChannel):
     """A local process spoken to in lines; a thread keeps its stderr drained."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], argv: Sequence[str]) -> None:
-        super().__init__(argv, "local")
+    def __init__(self, proc: subprocess.Popen[bytes], argv: Sequence[str], where: str) -> None:
+        super().__init__(argv, where)
         self.proc = proc
         assert proc.stdout is not None and proc.stderr is not None
         self._fd = proc.stdout.fileno()

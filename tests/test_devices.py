@@ -337,3 +337,20 @@ def test_clean_leaves_a_device_in_use_alone(device_env: DeviceEnv, small_vtc: Pa
     code, out, err = run_cli(["devices", "clean", "local:other"], capsys)
     assert (code, err, out.splitlines()[-1]) == (0, "", "device local:other: clean")
     assert not device_env.local_jobs().exists()
+
+
+def test_a_cache_that_takes_no_lock_leaves_runs_unguarded_not_refused(
+        device_env: DeviceEnv, small_vtc: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The device lock lives in verify's cache; where no lock file can be made there (the
+    cache folder is a file here, as a read-only or full disk would refuse it), runs and
+    cleans go on as they did before there was a lock, rather than every run failing."""
+    blocked = tmp_path / "cache-is-a-file"
+    blocked.write_text("")
+    device_env.write_profile("own", {"transport": "local", "python": [sys.executable],
+                                     "base_dir": str(tmp_path / "own")})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    code, out, err = run_cli(["run", small_vtc, "--device", "local:own", "--iter", "1"], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["devices", "clean", "local:own"], capsys)
+    assert (code, out.splitlines()[-1]) == (0, "device local:own: clean")

@@ -28,9 +28,12 @@ class DeviceLock:
 
     def __enter__(self) -> DeviceLock:
         folder = verify_cache_dir() / "live"
-        folder.mkdir(parents=True, exist_ok=True)
         name = hashlib.sha256(self.key.encode()).hexdigest()[:32] + ".lock"
-        fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:  # a read-only or full cache: unguarded, as before there was a lock
+            return self
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB if self.exclusive else fcntl.LOCK_SH)
         except BlockingIOError:
@@ -38,6 +41,9 @@ class DeviceLock:
             raise UsageError(f"{self.label}: a verify command on this host is using this "
                              "device now (a run, dump, localize or ci job); clean it when that "
                              "has ended") from None
+        except OSError:  # no locks on this file system (ENOLCK on some NFS): unguarded
+            os.close(fd)
+            return self
         except BaseException:
             os.close(fd)
             raise

@@ -32,7 +32,10 @@ def tolerance_record(atol: float | None, rtol: float | None,
 def layered_record(record: Mapping[str, Any], atol: float | None = None,
                    rtol: float | None = None, specs: Sequence[str] = ()) -> dict[str, Any]:
     """The record a check uses: command-line options first, then the archive's record (what a
-    repro archive stores as its own). ArchiveError when the stored record does not parse."""
+    repro archive stores as its own). `--atol`/`--rtol` on the command line replace the whole
+    stored record, its per-tensor globs included: a stored `--tol '*:atol=1'` silently won
+    over `--atol 1e-9` (a stricter check asked for, the packed loose one applied). ArchiveError
+    when the stored record does not parse."""
     try:
         stored_specs = [str(s) for s in record.get("specs", [])]
         stored_atol, stored_rtol = record.get("atol"), record.get("rtol")
@@ -41,7 +44,18 @@ def layered_record(record: Mapping[str, Any], atol: float | None = None,
         raise ArchiveError(f"the archive's tolerances do not parse: {exc}") from None
     if atol is None and rtol is None:
         atol, rtol = stored_atol, stored_rtol
+    else:
+        stored_specs = []
     return tolerance_record(atol, rtol, [*specs, *stored_specs])
+
+
+def replaced_note(record: Mapping[str, Any], atol: float | None, rtol: float | None) -> str:
+    """What a report says when --atol/--rtol set the archive's stored globs aside."""
+    specs = [str(s) for s in record.get("specs", [])]
+    if (atol is None and rtol is None) or not specs:
+        return ""
+    return ("--atol/--rtol replace the archive's stored tolerances ("
+            + ", ".join(f"--tol {s!r}" for s in specs) + "); add --tol to keep one")
 
 
 def tolerance_set(record: Mapping[str, Any], atol: float | None = None, rtol: float | None = None,

@@ -478,3 +478,16 @@ def test_iter_layers_reads_only_the_names_asked_for(capsys: pytest.CaptureFixtur
     assert sorted(some) == ["a", "prod"]
     for name, value in some.items():
         np.testing.assert_array_equal(value, everything[name])
+
+
+def test_run_atol_replaces_a_stored_glob_and_says_so(capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path, device_dir: Path) -> None:
+    """Packed with --tol '*:atol=1', run with --atol 1e-12: the stricter check applies (it
+    passed under the stored glob) and a note names the glob set aside."""
+    archive = tmp_path / "loose.vtc"
+    assert verify(capsys, "pack", MODELS / "cnn.onnx", "--tol", "*:atol=1", "-o", archive)[0] == 0
+    code, out, _ = verify(capsys, "run", archive, "--iter", "1", "--atol", "1e-12", "--rtol", "0")
+    assert code == 1 and "[allclose atol=1e-12 rtol=0]  FAIL" in out
+    assert ("note: --atol/--rtol replace the archive's stored tolerances (--tol '*:atol=1'); "
+            "add --tol to keep one") in out.splitlines()
+    assert verify(capsys, "run", archive, "--iter", "1")[0] == 0  # the stored glob otherwise

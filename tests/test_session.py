@@ -181,6 +181,17 @@ def test_a_runner_that_does_not_serve_runs_one_process_per_job(
             "does not serve: one each)") in out
 
 
+def test_one_bench_job_says_nothing_of_serving(device_env: Any, cnn_two_cases: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """One setting, one job, one runner start: that is no sign of a runner that does not
+    serve, which the line said of verify's own runner."""
+    code, out, err = run_cli(["bench", cnn_two_cases, "--device", "local", "--setting",
+                              "opt=all", "--iter", 1], capsys)
+    assert code == 0, err
+    line = next(ln for ln in out.splitlines() if ln.startswith("device session: "))
+    assert line.endswith("started for 1 job"), line
+
+
 def test_a_serving_runner_that_dies_mid_bench_exits_3(
         device_env: Any, cnn_two_cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
     device_env.write_profile("dying", {"transport": "local", "runner": [

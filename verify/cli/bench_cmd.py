@@ -76,7 +76,9 @@ def print_report(report: "BenchReport") -> None:
     jobs = len(report.results) * report.repeat
     echo(f"device session: {_count(report.connections, 'connection')}, "
          f"{_count(report.runner_starts, 'runner process')} started for {_count(jobs, 'job')}"
-         + ("" if report.runner_starts < jobs else " (the runner does not serve: one each)"))
+         # with one job, one start says nothing of whether the runner serves
+         + ("" if jobs < 2 or report.runner_starts < jobs
+            else " (the runner does not serve: one each)"))
     table = Table(show_edge=False, pad_edge=False)
     for col, right in (("setting", False), ("avg ms", True), ("±95%", True), ("sd", True),
                        ("min", True),

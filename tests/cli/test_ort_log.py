@@ -54,6 +54,15 @@ def test_unknown_level_is_a_usage_error(capsys) -> None:
            "(or 0..4)")
 
 
+def test_a_bad_level_in_the_environment_is_refused_by_every_command(capsys, monkeypatch) -> None:
+    """`inspect`, which makes no session, exited 0 with VERIFY_ORT_LOG=9 where run refused it."""
+    monkeypatch.setenv("VERIFY_ORT_LOG", "9")
+    code, out, err = verify(capsys, "inspect", REPO / "goldens" / "testcases" / "cnn.vtc")
+    assert (code, out, only_line(err)) == (
+        2, "", "error: VERIFY_ORT_LOG='9': expected one of verbose, info, warning, error, fatal "
+               "(or 0..4)")
+
+
 def test_help_documents_the_flag(capsys) -> None:
     code, out, _ = verify(capsys, "--help")
     assert code == 0

@@ -284,9 +284,13 @@ def cli() -> None:
       verify diff phone/ cpu/                           ACTUAL REFERENCE: first divergent layer
 
     Exit codes: 0 checks held, 1 a check failed, 2 bad usage or input,
-    3 device or transport failure, 4 internal error, 130 interrupted, 143 terminated
-    (SIGTERM; the device's runner is stopped as for Ctrl-C).
+    3 device or transport failure, 4 internal error, 130 interrupted, 141 the reader of the
+    output went away, 143 terminated (SIGTERM; the device's runner is stopped as for Ctrl-C).
     """
+    if os.environ.get("VERIFY_ORT_LOG", "").strip():  # checked by every command, not only
+        from verify.reference import requested_ort_log  # those that make a session
+
+        requested_ort_log()
 
 
 # --- shared option helpers ------------------------------------------------------------------

@@ -142,8 +142,8 @@ def resolve(spec: str) -> Profile:
     if colon and not target:  # `local:`, `adb:`: a target left out, not meant to be none
         word = {"local": "PROFILE", "cuda": "N", "adb": "SERIAL",
                 "ssh": "user@host[:port]"}.get(transport, "TARGET")
-        raise UsageError(f"device {spec!r}: nothing after ':'; give {transport} alone or "
-                         f"{transport}:{word}")
+        alone = f"{transport} alone or " if transport in ("local", "cuda", "adb") else ""
+        raise UsageError(f"device {spec!r}: nothing after ':'; give {alone}{transport}:{word}")
     if transport == "cuda" and target and not target.isdigit():
         raise UsageError(f"device {spec!r}: cuda takes a GPU index, e.g. cuda:0")
     if transport == "local" and target and find_profile(target) is None:

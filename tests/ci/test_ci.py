@@ -448,8 +448,7 @@ def test_a_device_spec_that_names_no_device_stops_ci_before_any_job_runs(
     --only leaves out is not asked for."""
     from verify.cli import main
 
-    for spec, why in (("ssh:", "device 'ssh:': nothing after ':'; give ssh alone or "
-                               "ssh:user@host[:port]"),
+    for spec, why in (("ssh:", "device 'ssh:': nothing after ':'; give ssh:user@host[:port]"),
                       ("nosuch", "unknown device 'nosuch': no profile nosuch.toml in ")):
         suite = local_suite(tmp_path, devices='[[device]]\nname = "local"\nspec = "local"\n'
                             f'[[device]]\nname = "board"\nspec = "{spec}"\n',

@@ -171,6 +171,13 @@ def test_export_and_localize_check_where_they_write_before_any_work(
     assert (code, out) == (2, "")
     assert only_line(err).startswith("error: /proc/data: cannot write: ")
     assert not (tmp_path / "m.onnx").exists()
+    dump = tmp_path / "dump"  # a run's --bin-io-dump folder, which extra files would break
+    assert verify(capsys, "run", archive, "--iter", "1", "--bin-io-dump", dump)[0] == 0
+    code, out, err = verify(capsys, "export", archive, "-o", tmp_path / "m.onnx", "--data", dump)
+    assert (code, out) == (2, "")
+    assert only_line(err) == (f"error: --data {dump}: is a verify dump folder (it holds "
+                              "manifest.json); writing there would break it, give another folder")
+    assert not (dump / "test_data_set_0").exists()
     code, out, err = verify(capsys, "localize", archive, "-o", "/proc/repro")
     assert (code, out) == (2, "")
     assert only_line(err).startswith("error: /proc/repro: cannot write: ")

@@ -82,7 +82,9 @@ def test_report_shows_path_suspect_and_verdicts(cnn_vtc: Path, faulty_profile, t
             "strides=[2, 2]") in lines
     assert "  input       block1/relu:0  (1,8,56,56)" in lines
     assert "  initializer block2/conv1/W  (16,8,3,3)" in lines
-    assert any(ln.startswith("  own error   OVER max_abs=") for ln in lines)
+    own = next(ln for ln in lines if ln.startswith("  own error   OVER max_abs="))
+    assert " at block2/conv1:0, fed the reference inputs  [" in own  # the tensor it was taken at
+    assert any(ln.startswith("  full run    ") and ln.endswith(" at block2/conv1:0") for ln in lines)
     assert any(ln.startswith("  inherited   0.0") for ln in lines)
     # the path from the input to the suspect, each step within tolerance, ending at its input
     path = lines[lines.index("path from the inputs to the suspect (error in the full run):") + 1:]

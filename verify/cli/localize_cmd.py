@@ -217,14 +217,19 @@ def _print_suspect(r: "LocalizeResult") -> None:
         for line in r.attribution.lines():
             key, sep, rest = line.partition(": ")
             echo(f"  {'pytorch':<11} {rest}" if key == "PyTorch module" else f"  {line}")
+    # each figure names the tensor it was taken at: a subgraph's own error is at one of its
+    # outputs, the full run's at another (the same two lines read as one tensor's)
+    fed = "the subgraph fed" if r.verdict != FAULTY else "fed"
     if s.own:
         w = _worst(s.own)
-        echo(f"  own error   {_diff_line(w)}  fed the reference inputs  [{w.rule if w else ''}]")
+        echo(f"  own error   {_diff_line(w)}  at {w.name if w else '?'}, {fed} the reference "
+             f"inputs  [{w.rule if w else ''}]")
         if w is not None and not w.passed and w.reason:
             echo(f"              {w.reason}")
     echo(f"  inherited   {_units(worst(s.inherited))} (worst input in the full run)")
     if s.cumulative:
-        echo(f"  full run    {_diff_line(_worst(s.cumulative))} at its output")
+        c = _worst(s.cumulative)
+        echo(f"  full run    {_diff_line(c)} at {c.name if c else '?'}")
     if r.repro is not None:
         echo(f"wrote repro: {r.repro}")
         echo(f"  replay:    verify run {r.repro} --device {r.device} --opt-level {r.opt_level}")

@@ -80,6 +80,33 @@ def test_sample_suite_on_local_and_arm64_writes_all_four_reports(
     assert "PASS  two_io/arm64/opt-all" in run.out
 
 
+def test_a_baseline_recorded_for_other_inputs_is_noted(device_env, tmp_path: Path,
+                                                      capsys) -> None:
+    """The same model re-packed with other inputs (another --seed): every error changes with
+    them, and the regression gate compared against the old experiment's figures without a
+    word (the note existed for another model only). The baseline now records its cases."""
+    from verify.cli import main
+
+    two_io = tmp_path / "tc" / "two_io.vtc"
+    two_io.parent.mkdir()
+    model = Path(__file__).resolve().parents[2] / "goldens" / "models" / "two_io.onnx"
+    assert main(["pack", str(model), "-o", str(two_io)]) == 0
+    suite = local_suite(tmp_path, testcases={"two_io": two_io})
+    base = tmp_path / "bl"
+    run = run_ci([suite, "--baselines", base, "--only", "two_io", "--update-goldens"], capsys,
+                 tmp_path)
+    assert run.code == 0, run.err
+    recorded = json.loads(next(base.rglob("opt-all.json")).read_text())
+    assert len(recorded["cases_sha256"]) == 64
+    run = run_ci([suite, "--baselines", base, "--only", "two_io"], capsys, tmp_path)
+    assert not any("other inputs" in n for n in run.job("two_io/local/opt-all")["notes"])
+    assert main(["pack", str(model), "--seed", "7", "-o", str(two_io)]) == 0
+    run = run_ci([suite, "--baselines", base, "--only", "two_io"], capsys, tmp_path)
+    note = next(n for n in run.job("two_io/local/opt-all")["notes"] if "other inputs" in n)
+    assert note.startswith("the baseline was recorded for other inputs or ground truth (cases "
+                           f"sha256 {recorded['cases_sha256'][:12]}…, now ")
+
+
 def test_perturbed_model_within_tolerance_fails_regression_only(
         ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
     cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.00001)

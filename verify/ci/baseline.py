@@ -38,6 +38,24 @@ class Baseline:
     outputs: Mapping[str, float]      # "case0/prob" -> max_abs
     layers: Mapping[str, float]       # "case0/conv1:0" -> max_abs (when captured per layer)
     model_sha256: str = ""
+    cases_sha256: str = ""  # of the archive's inputs and ground truth ("": not recorded)
+
+
+def cases_sha256(testcase: Any) -> str:
+    """One digest of an archive's cases: every input and ground-truth tensor, by name, dtype,
+    shape and bytes. A baseline recorded for other inputs is another experiment: the same
+    model re-packed with other data changed every layer's error, and the regression gate
+    compared against the old figures without a word."""
+    import hashlib
+
+    from verify.digest import tensor_digest
+
+    h = hashlib.sha256()
+    for i, case in enumerate(testcase.cases):
+        for role, values in (("in", case.inputs), ("out", case.outputs)):
+            for name in sorted(values):
+                h.update(f"{i}/{role}/{tensor_digest(name, values[name])}\n".encode())
+    return h.hexdigest()
 
 
 def baseline_path(root: Path, suite_name: str, job: Job) -> Path:
@@ -80,7 +98,8 @@ def load(path: Path) -> Baseline | None:
         return Baseline(
             outputs={k: unnum(v["max_abs"]) for k, v in data.get("outputs", {}).items()},
             layers={k: unnum(v["max_abs"]) for k, v in data.get("layers", {}).items()},
-            model_sha256=str(data.get("model_sha256", "")))
+            model_sha256=str(data.get("model_sha256", "")),
+            cases_sha256=str(data.get("cases_sha256", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise _malformed(path, exc) from None
 
@@ -103,12 +122,15 @@ def _tensor_record(t: TensorError) -> dict[str, Any]:
             "tol_units": num(t.tol_units), "rule": t.rule}
 
 
-def document(result: JobResult, suite_name: str, model_sha256: str) -> dict[str, Any]:
-    """The baseline document for a job's result (what --update-goldens writes)."""
+def document(result: JobResult, suite_name: str, model_sha256: str,
+             cases: str = "") -> dict[str, Any]:
+    """The baseline document for a job's result (what --update-goldens writes); `cases`:
+    `cases_sha256` of the archive it ran."""
     job = result.job
     doc: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "suite": suite_name, "job": job.id,
         "testcase": job.testcase, "archive": job.archive.name, "model_sha256": model_sha256,
+        "cases_sha256": cases,
         "device": {"name": job.device.name, "spec": job.device.spec,
                    **{k: result.device.get(k) for k in ("arch", "os", "python", "onnxruntime")
                       if result.device.get(k) is not None}},

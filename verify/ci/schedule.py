@@ -214,6 +214,13 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
         notes.append(f"the baseline was recorded for another model (sha256 "
                      f"{base.model_sha256[:12]}…, now {sha[:12]}…); refresh it with "
                      "--update-goldens if the change is intended")
+    cases = baselines.cases_sha256(outcome.testcase)
+    if (base is not None and not stale and base.cases_sha256 not in ("", cases)
+            and not ci.update_goldens):
+        notes.append(f"the baseline was recorded for other inputs or ground truth (cases "
+                     f"sha256 {base.cases_sha256[:12]}…, now {cases[:12]}…): its errors are "
+                     "another experiment's; refresh it with --update-goldens if the change "
+                     "is intended")
     verdicts: list[GateResult] = []
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))
@@ -232,7 +239,7 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
         if gate_failed:
             notes.append(f"baseline not written: a gate failed ({shown} left as it was)")
         else:
-            baselines.write(path, baselines.document(result, ci.suite_name, sha))
+            baselines.write(path, baselines.document(result, ci.suite_name, sha, cases))
             if "regression" in job.gates:
                 verdicts.append(GateResult("regression", UPDATED, f"baseline written to {shown}"))
             if "latency" in job.gates:

@@ -447,3 +447,19 @@ def test_a_scalar_input_of_the_faulty_node_reads_as_a_scalar() -> None:
 
     assert (input_shape([]), input_shape(None), input_shape([1, 8])) == \
         ("() scalar", "(?)", "(1,8)")
+
+
+def test_a_node_over_tolerance_while_the_outputs_pass_is_noted() -> None:
+    """localize judges every layer, run the outputs only: a node found over a tight tolerance
+    whose outputs still pass exits 1 where run exits 0, so the report says why."""
+    import numpy as np
+
+    from verify.compare import AllcloseRule, compare
+    from verify.localize.search import outputs_pass_note
+
+    r = np.ones(4, np.float32)
+    ok = compare("y", r + np.float32(1e-7), r, AllcloseRule(atol=1e-6))
+    bad = compare("y", r + np.float32(1e-3), r, AllcloseRule(atol=1e-6))
+    assert outputs_pass_note([ok]) == ("every output is within tolerance (verify run would "
+                                       "pass): the node found is over it in the layers only",)
+    assert outputs_pass_note([ok, bad]) == () and outputs_pass_note([]) == ()

@@ -30,7 +30,7 @@ from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floor
 from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, Judge, References, Round, bisect, isolate,
-                                    path_to, rank_candidates, worst)
+                                    outputs_pass_note, path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
 from verify.pipeline import RunOptions, Status
 from verify.runner import runner as _rt
@@ -227,7 +227,8 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
             first_divergent=_step(ng, first.name, first) if first else None,
             verdict=verdict, suspect=suspect, suspect_info=info,
             subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
-            rounds=tuple(device.rounds), repro=repro, notes=outcome.notes,
+            rounds=tuple(device.rounds), repro=repro,
+            notes=(*outcome.notes, *outputs_pass_note(outcome.final)),
             attribution=_attribution(model, tc, ng, lo))
 
 
@@ -235,8 +236,7 @@ def _attribution(model: Any, tc: Testcase, ng: NodeGraph, index: int) -> Attribu
     """The suspect node's PyTorch module, and whether onnxruntime on the packing host already
     differed from PyTorch at one of its outputs (an archive packed with --reference torch)."""
     node = ng.nodes[index]
-    found = [attribute(model, tc.provenance, out, node.name) for out in node.output if out]
-    found = [a for a in found if a is not None]
+    found = [a for o in node.output if o and (a := attribute(model, tc.provenance, o, node.name))]
     return next((a for a in found if a.where == HOST), found[0] if found else None)
 
 

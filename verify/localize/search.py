@@ -267,6 +267,16 @@ def isolate(ng: NodeGraph, refs: References, device: DeviceRounds, judge: Judge,
     return out
 
 
+def outputs_pass_note(outputs: Iterable[TensorDiff]) -> tuple[str, ...]:
+    """What a report says of a node found over tolerance while every output passes (`run` of
+    the same archive and tolerance exits 0): the fault is in a layer, not yet in a result."""
+    outputs = list(outputs)
+    if outputs and all(d.passed for d in outputs):
+        return ("every output is within tolerance (verify run would pass): the node found is "
+                "over it in the layers only",)
+    return ()
+
+
 def worst(diffs: Iterable[TensorDiff]) -> float:
     """The largest error in units of the tolerance (0 when there is nothing, or no figure)."""
     return max((max(tol_rank(d), 0.0) for d in diffs), default=0.0)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from verify.errors import ArchiveError, UsageError
-from verify.tolerance import (describe_record, layered_record, replaced_note, tolerance_record,
-                              tolerance_set)
+from verify.tolerance import describe_record, layered_record, tolerance_record, tolerance_set
 
 STORED = {"atol": 1e-3, "specs": ["conv*:exact", "out:atol=0.5"]}
 
@@ -43,15 +42,15 @@ def test_the_layered_record_round_trips_as_an_archive_record() -> None:
     assert layered == {**{k: STORED[k] for k in ("atol", "rtol") if k in STORED},
                        "specs": ["x:exact", "conv*:exact", "out:atol=0.5"]}
     assert tolerance_record(layered.get("atol"), layered.get("rtol"), layered["specs"]) == layered
-    assert replaced_note(STORED, None, None) == ""
+    assert tolerance_set(STORED, None, None, ["x:exact"]).notes() == ()
     # --atol/--rtol replace the stored record, its globs included: a stored '*:atol=1' won
     # over a stricter --atol 1e-9, and the loose check passed without a word
     layered = layered_record(STORED, 1e-4, 0.0, ["x:exact"])
     assert layered == {"atol": 1e-4, "rtol": 0.0, "specs": ["x:exact"]}
     assert describe_record(layered) == "allclose atol=0.0001 rtol=0.0; --tol x:exact"
-    assert replaced_note(STORED, 1e-4, None) == (
+    assert tolerance_set(STORED, 1e-4, None).notes() == (
         "--atol/--rtol replace the archive's stored tolerances (--tol 'conv*:exact', --tol "
-        "'out:atol=0.5'); add --tol to keep one")
+        "'out:atol=0.5'); add --tol to keep one",)
 
 
 def test_a_stored_record_that_does_not_parse_is_a_corrupt_archive() -> None:

@@ -195,7 +195,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                      and act.model_sha256 != ref.model_sha256)
     if two_files:
         _same_model_or_refuse(act, ref)
-    notes = [side.note for side in (act, ref) if side.note]
+    notes = [side.note for side in (act, ref) if side.note] + list(tolerances.notes())
     if two_files:
         notes.append("the two captures come from different model files (sha256 "
                      f"{act.model_sha256[:12]} vs {ref.model_sha256[:12]})")
@@ -300,8 +300,8 @@ def _unpaired_namesakes(act: Side, ref: Side, shared: set[str]) -> tuple[frozens
         return frozenset(), ""
     a_build, r_build = act.optimizer_build, ref.optimizer_build
     if not (a_build and a_build == r_build):
-        differs = [k for k in r_build if a_build.get(k) != r_build[k]] if a_build and r_build else []
-        key = differs[0] if differs else ""
+        key = next((k for k in r_build if a_build.get(k) != r_build[k]), "") \
+            if a_build and r_build else ""
         why = ("the captures do not both say which onnxruntime build made them" if not key
                else "captured on two machines" if key == "machine"
                else f"{key} {a_build[key]} vs {r_build[key]}")

@@ -44,7 +44,7 @@ from verify.session import DeviceSession
 from verify.sessions import Sessions
 from verify.archive_verify import LayerCheck
 from verify.testcase import Testcase
-from verify.tolerance import replaced_note, tolerance_set
+from verify.tolerance import tolerance_set
 from verify.tolerance_specs import unmatched_specs
 
 
@@ -177,8 +177,7 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
                 profile.spec))) for pos, ci in enumerate(indices)]
             notes.extend(_unmatched_specs(request.selection.tolerances.specs,
                                           [n for i in indices for n in tc.cases[i].outputs]))
-            tol = request.selection.tolerances
-            notes.extend(filter(None, [replaced_note(tc.tolerances, tol.atol, tol.rtol)]))
+            notes.extend(tolerances.notes())
         out_index = stage_outputs(out_staging, indices, device_run) if out_staging else None
         if device_run.dump is not None:
             written.update(write_layer_dumps(dump, tc, indices, device_run, dump_spec.dest))

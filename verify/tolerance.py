@@ -9,6 +9,7 @@ options in front: a `--tol` glob given on the command line wins over the archive
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from verify.tolerance_specs import ToleranceSet
@@ -49,21 +50,15 @@ def layered_record(record: Mapping[str, Any], atol: float | None = None,
     return tolerance_record(atol, rtol, [*specs, *stored_specs])
 
 
-def replaced_note(record: Mapping[str, Any], atol: float | None, rtol: float | None) -> str:
-    """What a report says when --atol/--rtol set the archive's stored globs aside."""
-    specs = [str(s) for s in record.get("specs", [])]
-    if (atol is None and rtol is None) or not specs:
-        return ""
-    return ("--atol/--rtol replace the archive's stored tolerances ("
-            + ", ".join(f"--tol {s!r}" for s in specs) + "); add --tol to keep one")
-
-
 def tolerance_set(record: Mapping[str, Any], atol: float | None = None, rtol: float | None = None,
                   specs: Sequence[str] = ()) -> ToleranceSet:
     """The rules for a check: command-line options first, then the archive's record."""
     layered = layered_record(record, atol, rtol, specs)
-    return ToleranceSet.from_specs(layered.get("specs", []), atol=layered.get("atol"),
-                                   rtol=layered.get("rtol"))
+    rules = ToleranceSet.from_specs(layered.get("specs", []), atol=layered.get("atol"),
+                                    rtol=layered.get("rtol"))
+    if atol is None and rtol is None:
+        return rules
+    return replace(rules, set_aside=tuple(str(s) for s in record.get("specs", [])))
 
 
 def describe_record(record: Mapping[str, Any]) -> str:

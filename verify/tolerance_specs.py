@@ -145,6 +145,8 @@ class ToleranceSet:
 
     default: Rule = MagnitudeRule()
     overrides: tuple[ToleranceOverride, ...] = ()
+    # the archive's stored --tol specs that a command-line --atol/--rtol set aside
+    set_aside: tuple[str, ...] = ()
 
     @classmethod
     def from_specs(cls, specs: Iterable[str] = (), *, atol: float | None = None,
@@ -154,6 +156,13 @@ class ToleranceSet:
         if atol is not None or rtol is not None:
             default = AllcloseRule(atol or 0.0, rtol or 0.0)
         return cls(default, tuple(parse_tolerance(s) for s in specs))
+
+    def notes(self) -> tuple[str, ...]:
+        """What a report says of the rules: the stored globs the command line set aside."""
+        if not self.set_aside:
+            return ()
+        return ("--atol/--rtol replace the archive's stored tolerances ("
+                + ", ".join(f"--tol {s!r}" for s in self.set_aside) + "); add --tol to keep one",)
 
     def rule_for(self, name: str, floor: float = 0.0) -> Rule:
         """The rule judging `name`; `floor` (`saturating_floor`) fills an unset magnitude floor."""

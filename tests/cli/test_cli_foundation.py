@@ -491,3 +491,11 @@ def test_run_atol_replaces_a_stored_glob_and_says_so(capsys: pytest.CaptureFixtu
     assert ("note: --atol/--rtol replace the archive's stored tolerances (--tol '*:atol=1'); "
             "add --tol to keep one") in out.splitlines()
     assert verify(capsys, "run", archive, "--iter", "1")[0] == 0  # the stored glob otherwise
+    # diff and localize say the same, in their reports' notes
+    note = ("--atol/--rtol replace the archive's stored tolerances (--tol '*:atol=1'); add "
+            "--tol to keep one")
+    assert verify(capsys, "run", archive, "--iter", "1", "--bin-io-dump", tmp_path / "d")[0] == 0
+    code, out, _ = verify(capsys, "diff", tmp_path / "d", archive, "--atol", "1", "--json")
+    assert code == 0 and note in json.loads(out)["cases"][0]["notes"]
+    code, out, _ = verify(capsys, "localize", archive, "--atol", "1", "--no-repro", "--json")
+    assert code == 0 and note in json.loads(out)["notes"]

@@ -17,7 +17,7 @@ from verify.ci.report import RunInfo, markdown, to_json, verdict
 from verify.ci.results import JobResult
 from verify.ci.schedule import CiRun, run_jobs
 from verify.ci.suite import Suite, SuiteError, load_suite
-from verify.errors import MissingDependency
+from verify.errors import MissingDependency, UsageError
 from verify.files import write_text_atomic
 
 __all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError",
@@ -89,8 +89,6 @@ def check_devices(suite_file: Path, jobs: Sequence[Job]) -> None:
     """SuiteError, before any job runs, for a device of these jobs whose spec names no
     profile or is malformed: one typo used to cost the other jobs' device time first, then
     failed as a job error."""
-    from verify.errors import UsageError
-
     seen: set[str] = set()
     for job in jobs:
         if job.device.name in seen:

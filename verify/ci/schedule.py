@@ -214,7 +214,9 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
         notes.append(f"the baseline was recorded for another model (sha256 "
                      f"{base.model_sha256[:12]}…, now {sha[:12]}…); refresh it with "
                      "--update-goldens if the change is intended")
-    cases = baselines.cases_sha256(outcome.testcase)
+    # hashed only where a baseline recorded one to compare with, or one is written
+    cases = (baselines.cases_sha256(outcome.testcase)
+             if ci.update_goldens or (base is not None and base.cases_sha256) else "")
     if (base is not None and not stale and base.cases_sha256 not in ("", cases)
             and not ci.update_goldens):
         notes.append(f"the baseline was recorded for other inputs or ground truth (cases "

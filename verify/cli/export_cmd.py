@@ -51,7 +51,9 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, force: boo
     check_output_file(target, "-o")  # not a link or a device, which --force would replace
     if data_dir is not None:
         check_output_dir(data_dir, "--data")
-        if (data_dir / "manifest.json").exists():  # a dump folder holds its own files only
+        from verify.dump import MANIFEST
+
+        if (data_dir / MANIFEST).exists():  # a dump folder holds its own files only
             raise UsageError(f"--data {data_dir}: is a verify dump folder (it holds "
                              "manifest.json); writing there would break it, give another folder")
     tc = read_archive(archive)

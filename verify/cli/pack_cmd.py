@@ -81,14 +81,17 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
 
     out = output or model.with_suffix(".vtc")
     if not out.is_dir():  # a folder: pack's own message names what to give
+        # every file the archive is made from: [NAME:]FILE specs by their whole text and
+        # their FILE; a torch:PROGRAM reference by its .pt2, or the FILE.py of FILE.py:FACTORY
+        inputs: list[tuple[str, str | Path]] = [("the model", model)]
+        for what, specs in (("a -d file", data), ("an --expected file", expected)):
+            inputs += [(what, spec) for spec in specs]
+            inputs += [(what, spec.split(":", 1)[1]) for spec in specs if ":" in spec]
         program = reference[len("torch:"):] if reference.startswith("torch:") else ""
-        check_output_file(out, "-o", [("the model", model)]
-                          + [("a -d file", d.split(":", 1)[-1]) for d in data if ":" in d]
-                          + [("a -d file", d) for d in data]
-                          + [("an --expected file", e.split(":", 1)[-1]) for e in expected]
-                          + [("an --expected file", e) for e in expected]
-                          + [("the --reference program", program.split(".py:", 1)[0] + ".py"
-                              if ".py:" in program else program)] * bool(program))
+        if program:
+            inputs.append(("the --reference program", program.split(".py:", 1)[0] + ".py"
+                           if ".py:" in program else program))
+        check_output_file(out, "-o", inputs)
     pre = Preprocess(mean=_floats(mean, "--mean"), std=_floats(std, "--std"), scale=scale,
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(

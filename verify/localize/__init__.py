@@ -193,7 +193,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
             outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
         else:
             outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
-        outcome = replace(outcome, notes=(*notes, *outcome.notes))
+        outcome = replace(outcome, notes=(*notes, *tolerances.notes(), *outcome.notes))
         mode = outcome.mode or mode
         base = dict(archive=req.selection.archive, device=profile.spec, mode=mode,
                     case_index=case_index, opt_level=req.session.opt_level,

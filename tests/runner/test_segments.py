@@ -38,7 +38,9 @@ def graph_that_runs(model: Path, level: str, tmp_path: Path) -> Path:
 
 
 class CountingOrt:
-    """onnxruntime itself, with every session's nodes counted each time it runs."""
+    """onnxruntime itself, with every session's nodes counted each time it runs. Constant
+    nodes are not counted: onnxruntime makes them initializers when it loads a model, and a
+    segment reading one made earlier gets a copy of it (see the test below)."""
 
     def __init__(self) -> None:
         self.runs: collections.Counter[str] = collections.Counter()
@@ -48,7 +50,7 @@ class CountingOrt:
         return getattr(ort, name)
 
     def InferenceSession(self, model: str, *args: Any, **kwargs: Any) -> Any:  # noqa: N802
-        nodes = [n.name for n in onnx.load(model).graph.node]
+        nodes = [n.name for n in onnx.load(model).graph.node if n.op_type != "Constant"]
         real = ort.InferenceSession(model, *args, **kwargs)
         counter = self
         counter.sessions += 1
@@ -144,7 +146,8 @@ def test_each_node_runs_once_and_outputs_are_bit_identical(level: str, tmp_path:
         sizes=tensor_sizes(model, [{"x": x.shape}]), stats=stats)}
     assert len(stats["segments"]) > 5
     assert counting.sessions == len(stats["segments"])
-    assert counting.runs == collections.Counter(n.name for n in model.graph.node)
+    assert counting.runs == collections.Counter(n.name for n in model.graph.node
+                                                if n.op_type != "Constant")
     assert set(got) == set(names)
     so = ort.SessionOptions()
     so.graph_optimization_level = LEVELS[level]
@@ -379,5 +382,83 @@ def test_ir3_light_model_dumps_at_all_and_disable_and_diffs_clean(
         assert "each node run once, in " in out + err
         assert "size(s) measured on the device" in out + err
     code, out, err = run_cli(["diff", dumps["all"], dumps["disable"]], capsys)
+    assert code == 0, out + err
+    assert "=== PASS" in out
+
+
+def _constant_weight_model(path: Path) -> np.ndarray:
+    """x -> Relu -> MatMul by a Constant node's (288, 2) weight -> y; returns the weight."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.random.default_rng(3).standard_normal((288, 2)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["w"], name="weight", value=numpy_helper.from_array(w)),
+         helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("MatMul", ["r", "w"], ["y"], name="head")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 288])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return w
+
+
+def test_a_constant_node_read_by_a_later_segment_is_copied_not_fed(tmp_path: Path) -> None:
+    """A budget of one byte puts the Constant weight and the MatMul reading it in segments of
+    their own. The weight reaches MatMul as onnxruntime's plain run gives it, an initializer
+    (pre-packed), so the product is the plain run's bit for bit: fed across the boundary as an
+    input, it differed in the last bits (PP-OCR cls's classifier head, 1 ulp)."""
+    path = tmp_path / "m.onnx"
+    w = _constant_weight_model(path)
+    x = np.random.default_rng(4).standard_normal((1, 288)).astype(np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    [plain] = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    stats: dict[str, Any] = {}
+    got = {name: np.array(value) for _, name, value in rt.capture_segments(
+        np, ort, str(path), ["x", "w", "r", "y"], [{"x": x}], 1, _JOB, str(tmp_path),
+        sizes={"w": w.nbytes, "r": x.nbytes, "y": plain.nbytes}, stats=stats)}
+    assert stats["segments"] == [[0, 1], [1, 2], [2, 3]]
+    assert np.array_equal(got["w"], w)
+    assert np.array_equal(got["y"], plain), np.abs(got["y"] - plain).max()
+
+
+@pytest.mark.parametrize("runner", ["python", "native"])
+def test_dumps_at_any_budget_diff_exact_on_pp_ocr_cls(
+        runner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PP-OCR cls at disable, dumped in one segment and in many (a 1 KB budget), by either
+    runner: every tensor the same bit for bit (`--tol '*:exact'`), the classifier head's
+    MatMul on its Constant weight included."""
+    from fixtures_devices import run_cli
+
+    from verify.dump import open_dump
+
+    device: list[str] = []
+    if runner == "native":
+        from fixtures_native import native_bin
+
+        profiles = tmp_path / "profiles"
+        profiles.mkdir()
+        (profiles / "nat.toml").write_text(
+            f'transport = "local"\nrunner = ["{native_bin()}"]\n', encoding="utf-8")
+        monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
+        device = ["--device", "nat"]
+    data = tmp_path / "x.npz"
+    np.savez(data, x=np.random.default_rng(5).random((1, 3, 48, 192), dtype=np.float32))
+    vtc = tmp_path / "cls.vtc"
+    code, out, err = run_cli(["pack", model_path("ppocr_cls"), "-d", data, "-o", vtc], capsys)
+    assert code == 0, err
+    dumps = {}
+    for budget in ("64", "0.001"):
+        dumps[budget] = tmp_path / f"dump-{budget}"
+        code, out, err = run_cli(["run", vtc, *device, "--iter", "1", "--warmup", "0",
+                                  "--opt-level", "disable", "--bin-io-dump", dumps[budget],
+                                  "--dump-budget-mb", budget], capsys)
+        assert code == 0, err
+    spans = {b: open_dump(d).manifest["segments"] for b, d in dumps.items()}
+    assert spans["64"] == 1 and spans["0.001"] > 10
+    code, out, err = run_cli(["diff", dumps["64"], dumps["0.001"], "--tol", "*:exact"], capsys)
     assert code == 0, out + err
     assert "=== PASS" in out

@@ -725,6 +725,8 @@ class WireModel(object):
             elif f != _GRAPH_VALUE_INFO:
                 self.other.append((rec, e))
         self.nodes = _topological(self.nodes, set(self.inits) | set(self.inputs))
+        self.constants = dict((o, node) for node in self.nodes if _is_constant(node)
+                              for o in node.outputs if o)
 
     def segment_pieces(self, first, last, boundary_types, outputs):
         """The pieces of a model of nodes[first:last]: inputs are the graph inputs they read and
@@ -735,6 +737,11 @@ class WireModel(object):
         graph = []
         for rec, end in self.other:
             graph.append(buf[rec:end])
+        made = set(o for node in nodes for o in node.outputs)
+        for name in sorted(reads - made):  # a Constant node made earlier: copied, not fed
+            if name in self.constants:
+                span = self.constants[name].span
+                graph.append(buf[span[0]:span[1]])
         for node in nodes:
             graph.append(buf[node.span[0]:node.span[1]])
         for name in sorted(reads):
@@ -777,12 +784,24 @@ def _topological(nodes, available):
     return ordered
 
 
+def _is_constant(node):
+    return node.op == "Constant" and node.domain in ("", "ai.onnx") and not node.reads
+
+
 def segment_reads(nodes, keep=()):
-    """name -> index of the last node reading it (len(nodes) for names in `keep`)."""
+    """name -> index of the last node reading it (len(nodes) for names in `keep`).
+
+    A Constant node's output is not listed (unless kept): it never crosses a segment boundary
+    as a value. A later segment that reads it gets a copy of the Constant node instead
+    (WireModel.segment_pieces), so the value reaches its readers as onnxruntime's plain run
+    gives it to them, an initializer: fed as an input instead, MatMul's weight was not
+    pre-packed and PP-OCR cls's classifier head came out 1 ulp off the one-segment dump's."""
+    constants = set(o for node in nodes if _is_constant(node) for o in node.outputs)
     last_read = {}
     for i, node in enumerate(nodes):
         for name in node.reads:
-            last_read[name] = i
+            if name not in constants:
+                last_read[name] = i
     for name in keep:
         last_read[name] = len(nodes)
     return last_read

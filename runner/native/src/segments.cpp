@@ -82,8 +82,16 @@ std::string record(uint64_t num, const std::string& value) {
 struct Node {
   Field where;
   std::vector<std::string> inputs, outputs;
+  std::string op, domain;
   std::set<std::string> reads;  // inputs and the free names of its subgraphs
 };
+
+// A Constant node's value never crosses a segment boundary: a later segment reading it gets a
+// copy of the node, so onnxruntime sees an initializer there as in a plain run (fed as an input,
+// MatMul's weight is not pre-packed and the product can differ by an ulp).
+bool is_constant(const Node& n) {
+  return n.op == "Constant" && (n.domain.empty() || n.domain == "ai.onnx") && n.reads.empty();
+}
 
 // Names a graph uses without defining, and how many node outputs it (and nested ones) holds.
 void graph_free_names(const std::string& b, size_t begin, size_t end, std::set<std::string>& free,
@@ -97,6 +105,10 @@ void node_reads(const std::string& b, const Field& nf, Node& node, size_t& body_
       if (!s.empty()) node.reads.insert(s);
     } else if (f.num == 2 && f.wire == 2) {
       node.outputs.push_back(str(b, f));
+    } else if (f.num == 4 && f.wire == 2) {
+      node.op = str(b, f);
+    } else if (f.num == 7 && f.wire == 2) {
+      node.domain = str(b, f);
     } else if (f.num == 5 && f.wire == 2) {  // AttributeProto
       for (const Field& a : fields(b, f.vstart, f.vend))
         if ((a.num == 6 || a.num == 11) && a.wire == 2)
@@ -143,6 +155,7 @@ struct Graph {
   std::vector<Node> nodes;
   std::vector<Field> keep;                 // graph fields copied as they are
   std::map<std::string, Field> initializers, sparse, inputs;
+  std::map<std::string, size_t> constants;  // output of a Constant node -> its index
   size_t body_tensors = 0;
 };
 
@@ -173,6 +186,10 @@ Graph parse_graph(const std::string& model) {
       g.keep.push_back(f);
     }
   }
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (is_constant(g.nodes[i]))
+      for (const auto& o : g.nodes[i].outputs)
+        if (!o.empty()) g.constants[o] = i;
   return g;
 }
 
@@ -186,12 +203,18 @@ std::string segment_model(const Graph& g, size_t first, size_t last,
   std::string graph;
   for (const Field& f : g.keep) graph += raw(b, f);
   std::set<std::string> reads, made;
+  std::string nodes;
   for (size_t i = first; i < last; ++i) {
-    graph += raw(b, g.nodes[i].where);
+    nodes += raw(b, g.nodes[i].where);
     for (const auto& r : g.nodes[i].reads)
       if (!made.count(r)) reads.insert(r);
     for (const auto& o : g.nodes[i].outputs) made.insert(o);
   }
+  for (const auto& r : reads) {  // a Constant node made earlier: copied ahead of its readers
+    auto c = g.constants.find(r);
+    if (c != g.constants.end()) graph += raw(b, g.nodes[c->second].where);
+  }
+  graph += nodes;
   for (const auto& r : reads) {
     auto it = g.initializers.find(r);
     if (it != g.initializers.end()) graph += raw(b, it->second);
@@ -239,9 +262,10 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
                             pages > 0 && page > 0 ? int64_t(pages) * page : 0);
   }
   const size_t n = g.nodes.size();
-  std::map<std::string, size_t> last_read;
+  std::map<std::string, size_t> last_read;  // Constant outputs left out: never held (is_constant)
   for (size_t i = 0; i < n; ++i)
-    for (const auto& r : g.nodes[i].reads) last_read[r] = i;
+    for (const auto& r : g.nodes[i].reads)
+      if (!g.constants.count(r)) last_read[r] = i;
   std::map<std::string, std::optional<int64_t>> size;
   std::vector<bool> unknown(n, false);
   int measured = 0;

@@ -149,14 +149,15 @@ def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path
     monkeypatch.setenv("VERIFY_DEVICES", str(tmp_path / "profiles"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     model = onnx.load(CNN)
-    segments, dumps = {}, {}
+    segments, dumps, notes = {}, {}, {}
     for mb in ("0.5", "64"):
         log.unlink(missing_ok=True)
         dumps[mb] = tmp_path / f"d{mb}"
-        code, _, err = verify(capsys, "run", cnn_vtc, "--device", "rec", "--iter", "1",
-                              "--warmup", "0", "--opt-level", "disable",
-                              "--bin-io-dump", dumps[mb], "--dump-budget-mb", mb)
+        code, out, err = verify(capsys, "run", cnn_vtc, "--device", "rec", "--iter", "1",
+                                "--warmup", "0", "--opt-level", "disable",
+                                "--bin-io-dump", dumps[mb], "--dump-budget-mb", mb)
         assert code == 0, err
+        notes[mb] = out + err
         budget = int(float(mb) * (1 << 20))
         assert open_dump(dumps[mb]).manifest["options"]["budget_bytes"] == budget
         plans = [json.loads(line) for line in log.read_text().splitlines()]
@@ -178,6 +179,11 @@ def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path
             live = sum(real[t] for t in held + marked)
             assert b - a == 1 or live <= budget, (a, b, live)
         segments[mb] = spans
+        # the note's "at most" says when a tensor is over the budget (its node ran alone)
+        largest = max(real.values())
+        over = f"(the largest tensor, {largest / 2**20:.3g} MB, is over it: a node with larger "
+        assert (over in notes[mb]) == (largest > budget), notes[mb]
+    assert "is over it" in notes["0.5"]
     assert len(segments["64"]) == 1
     assert len(segments["0.5"]) > 2
     # the segmenting changes how the values were fetched, never the values

@@ -233,9 +233,13 @@ def _dump_note(capture: DumpCapture) -> str:
     pieces = f"{capture.segments} segment(s)"
     measured = (f", {capture.measured} node output size(s) measured on the device"
                 if capture.measured else "")
+    largest = capture.largest_bytes()
+    over = (f" (the largest tensor, {largest / 2**20:.3g} MB, is over it: a node with larger "
+            "outputs ran alone)" if largest > capture.budget_bytes else "")
     return note + (f"; each node run once, in {pieces} of at most "
-                   f"{capture.budget_bytes / 2**20:.3g} MB of live tensors{measured}, captured "
-                   f"in {capture.seconds:.2f} s")
+                   f"{capture.budget_bytes / 2**20:.3g} MB of live tensors{over}{measured}, "
+                   f"captured in {capture.seconds:.2f} s")
+
 
 
 def _dump_spec(request: DumpOptions) -> DumpSpec | None:

@@ -51,6 +51,12 @@ class DumpCapture:
     segments: int = 0                     # how many pieces the graph was cut into (0: unknown)
     measured: int = 0                     # nodes whose output sizes the runner measured
 
+    def largest_bytes(self) -> int:
+        """Bytes of the largest tensor captured (from the records' dtype and size)."""
+        sizes = [int(r.get(Record.SIZE) or 0) * np.dtype(str(r.get(Record.DTYPE))).itemsize
+                 for case in self.records for r in case if r and r.get(Record.DTYPE)]
+        return max(sizes, default=0)
+
 
 def input_shapes(cases: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, tuple[int, ...]]]:
     return [{k: tuple(np.shape(v)) for k, v in case.items()} for case in cases]

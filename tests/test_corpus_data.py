@@ -146,6 +146,44 @@ def test_expected_name_file_checked_against_the_model(cls, tmp_path, capsys):
                                          f"output named 'logits'; the model's outputs are '{OUT}'")
 
 
+def test_given_outputs_this_host_already_differs_from_are_flagged(cls, tmp_path, capsys):
+    """Outputs given with --expected are stored as given; onnxruntime on the packing host is
+    compared with them under the archive's tolerances, and where it already differs pack warns
+    (naming the output and case) and records it, as a PyTorch reference does: a device would
+    fail there too."""
+    model, vtc = cls
+    tc = read_archive(vtc)
+    x = np.concatenate([c.inputs["x"] for c in tc.cases])
+    host = np.concatenate([c.outputs[OUT] for c in tc.cases])
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "same.npy", host)
+    off = host.copy()
+    off[1, 0] += 0.05
+    np.save(tmp_path / "off.npy", off)
+    code, out, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 'x.npy'}", "--expected",
+                            f"{OUT}:{tmp_path / 'same.npy'}", "-o", tmp_path / "s.vtc")
+    assert code == 0, err
+    assert "on this host matches the given outputs within the archive's tolerances" in out
+    assert "WARNING" not in out
+    code, out, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 'x.npy'}", "--expected",
+                            f"{OUT}:{tmp_path / 'off.npy'}", "-o", tmp_path / "o.vtc", "--json")
+    assert code == 0, err
+    check = json.loads(out)["provenance"]["host_vs_given"]
+    assert check["passed"] is False and check["failing"] == [OUT]
+    assert (check["first"]["tensor"], check["first"]["case"]) == (OUT, 0)
+    assert check["first"]["max_abs"] == pytest.approx(0.05, rel=1e-3)
+    code, out, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 'x.npy'}", "--expected",
+                            f"{OUT}:{tmp_path / 'off.npy'}", "-o", tmp_path / "o.vtc")
+    assert code == 0, err
+    warning = next(line for line in out.splitlines() if line.startswith("WARNING"))
+    assert f"already differs from the given outputs: '{OUT}' of case 0, max abs err 0.05;" \
+        in warning, warning
+    np.testing.assert_array_equal(read_archive(tmp_path / "o.vtc").cases[0].outputs[OUT],
+                                  off)
+    # the warning's point: a run here fails on that output
+    assert verify(capsys, "run", tmp_path / "o.vtc", "--iter", "1")[0] == 1
+
+
 def test_inspect_takes_a_plain_onnx_model(cls, capsys):
     model, _ = cls
     code, out, _ = verify(capsys, "inspect", model)

@@ -13,13 +13,17 @@ another machine) instead of this host's onnxruntime:
     --expected NAME:FILE   output NAME's array; a repeated NAME starts the next case
 The model still runs on this host, to check that every output is given, with the shape and
 dtype onnxruntime computes (a float64 file for a float32 output is cast; anything else is an
-error); the values stored are the given ones.
+error); the values stored are the given ones. Its values are compared with the given ones under
+the archive's tolerances (`host_agreement`, the provenance's `host_vs_given`): pack warns where
+they already differ.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +155,33 @@ def check_expected(given: Mapping[str, np.ndarray], host: Mapping[str, np.ndarra
             arr = arr.astype(ref.dtype)
         out[name] = arr
     return out
+
+
+def host_agreement(given: Sequence[Mapping[str, np.ndarray]],
+                   host: Sequence[Mapping[str, np.ndarray]],
+                   tolerances: Mapping[str, Any]) -> dict[str, Any]:
+    """How onnxruntime on this host compares with the given outputs, under the archive's
+    tolerances (a provenance record): where it already differs, a device run will differ there
+    too, and the given ground truth or the export is the first thing to look at."""
+    from verify.compare import compare
+    from verify.tolerance import tolerance_set
+
+    rules = tolerance_set(dict(tolerances))
+    failing: dict[str, float | None] = {}
+    first: dict[str, Any] | None = None
+    for i, (ref, ours) in enumerate(zip(given, host)):
+        for name, value in ours.items():
+            verdict = compare(name, value, ref[name], rules.rule_for(name))
+            if verdict.passed:
+                continue
+            err = float(verdict.max_abs)
+            err = err if math.isfinite(err) else None
+            old = failing.get(name)
+            failing[name] = err if old is None else max(old, err or 0.0)
+            if first is None:
+                first = {"tensor": name, "case": i, "max_abs": err}
+    return {"passed": not failing, "compared": "outputs", "failing": list(failing),
+            "first": first}
 
 
 def _by_name(arrays: Mapping[str | int, np.ndarray], names: Sequence[str], kind: str,

@@ -16,7 +16,9 @@ from verify import __version__
 from verify.capture import HostCapture
 from verify.graph import load_model, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
-from verify.expected import check_expected, read_case_sources, read_expected
+from verify import schema
+from verify.expected import (check_expected, host_agreement, read_case_sources,
+                             read_expected)
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
 from verify.reference import check_host_io, reference_session, run_reference
 from verify.testcase import Case, Testcase, write_archive
@@ -90,17 +92,19 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
             raise UsageError(f"{model_path}: --reference torch: takes models that hold their "
                              "weights; this one keeps them in external data")
         return _pack_torch(spec, model, model_bytes, model_path, out, options, cases_inputs)
-    cases = []
+    cases, host = [], []
     for i, feeds in enumerate(cases_inputs):
         outputs = run_reference(session, feeds, f"{model_path} case {i}",
                                 _random_int_hint(infos, options.data))
         if given:
+            host.append(outputs)
             outputs = check_expected(given[i], outputs, i)
         cases.append(Case(inputs=feeds, outputs=outputs, source=_case_source(options.data, i)))
     reference = ({"reference": "given: " + "; ".join(
         [*(foreign.labels if foreign is not None and foreign.has_outputs else []),
          *options.expected]) + " (checked for names, shapes and dtypes against onnxruntime "
-        "on this host)"} if given else {})
+        "on this host)", schema.PROV_HOST_VS_GIVEN: host_agreement(
+            [c.outputs for c in cases], host, options.tolerances)} if given else {})
     tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
                   tensor_order=tuple(tensor_order(model)),
                   tolerances=dict(options.tolerances),

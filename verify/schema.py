@@ -54,8 +54,9 @@ EXTERNAL = "external"  # format 3: the model's external data files, one uint8 da
 TENSOR_KINDS = (INPUTS, OUTPUTS, LAYERS)
 
 # Provenance (JSON) keys other modules read back: a PyTorch reference's check of onnxruntime on
-# the packing host, and how its FX nodes mapped onto the model's tensors.
+# the packing host, how its FX nodes mapped onto the model's tensors, and given outputs' check.
 PROV_HOST_CHECK = "host_vs_torch"
+PROV_HOST_VS_GIVEN = "host_vs_given"  # `pack --expected`: onnxruntime here against the given
 PROV_TORCH_MAP = "torch_map"
 
 

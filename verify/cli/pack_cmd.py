@@ -41,7 +41,9 @@ if TYPE_CHECKING:
               help="Ground truth computed elsewhere, stored instead of this host's: a "
                    "Polygraphy --save-outputs JSON, an onnx_test_runner folder, a .npz by "
                    "output name, or NAME:FILE per output (a repeated NAME starts the next "
-                   "case). Checked against this host's run for names, shapes and dtypes.")
+                   "case). Checked against this host's run for names, shapes and dtypes; "
+                   "where this host's values already differ beyond the tolerances, a "
+                   "WARNING names the first output.")
 @click.option("--layers", is_flag=True,
               help="Also store the reference value of every intermediate tensor.")
 @click.option("--reference", default="onnxruntime", show_default=True, metavar="REF",

@@ -124,7 +124,27 @@ def pack_text(s: Mapping[str, Any]) -> str:
     else:
         lines.append(f"ground truth: {ref}" + ("" if ref.startswith("given") else
                      f" (onnxruntime {prov.get('onnxruntime', '?')})"))
+        lines.extend(given_pack_lines(prov))
     return "\n".join(lines)
+
+
+def given_pack_lines(prov: Mapping[str, Any]) -> list[str]:
+    """What onnxruntime on this host gave against `pack --expected`'s outputs."""
+    from verify import schema
+
+    check = prov.get(schema.PROV_HOST_VS_GIVEN)
+    if not isinstance(check, Mapping):
+        return []
+    ort = f"onnxruntime {prov.get('onnxruntime', '?')} on this host"
+    first = check.get("first")
+    if not first:
+        return [f"{ort} matches the given outputs within the archive's tolerances"]
+    err = first.get("max_abs")
+    err_text = f"max abs err {err:.3g}" if isinstance(err, (int, float)) else "non-finite values"
+    return [f"WARNING: {ort} already differs from the given outputs: {first['tensor']!r} of "
+            f"case {first['case']}, {err_text}; {len(check.get('failing', []))} output(s) over "
+            "tolerance. A device will likely differ there too: check that the given outputs "
+            "come from this model and these inputs (or widen the tolerances)"]
 
 
 def torch_pack_lines(prov: Mapping[str, Any]) -> list[str]:

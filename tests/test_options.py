@@ -30,6 +30,12 @@ def test_tolerances_layer_the_more_specific_in_front() -> None:
     assert inner.over(Tolerances(1.0, 2.0, ("b:atol=2",))) == \
         Tolerances(1.0, 0.1, ("a:atol=1", "b:atol=2"))
     assert Tolerances().over(Tolerances()) == Tolerances()
+    # a suite's globs go over every testcase: only the testcase's own are its to match
+    suite = Tolerances(None, None, ("prob:k=2^-14",))
+    job = inner.over(suite, shared=True)
+    assert job.specs == ("a:atol=1", "prob:k=2^-14")
+    assert job.own_specs() == ("a:atol=1",)
+    assert inner.over(suite).own_specs() == ("a:atol=1", "prob:k=2^-14")
 
 
 def test_a_device_target_resolves_to_its_profile_with_the_host_key_choice() -> None:

@@ -175,7 +175,7 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
             checks = [CaseCheck(ci, tuple(check_outputs(
                 device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
                 profile.spec))) for pos, ci in enumerate(indices)]
-            notes.extend(_unmatched_specs(request.selection.tolerances.specs,
+            notes.extend(_unmatched_specs(request.selection.tolerances.own_specs(),
                                           [n for i in indices for n in tc.cases[i].outputs]))
             notes.extend(tolerances.notes())
         out_index = stage_outputs(out_staging, indices, device_run) if out_staging else None

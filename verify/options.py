@@ -71,12 +71,21 @@ class Tolerances:
     atol: float | None = None
     rtol: float | None = None
     specs: tuple[str, ...] = ()
+    # those of `specs` from a layer over many archives (a suite's): an archive need not have
+    # what they name, so one matching none of its outputs is not a typo to note
+    shared: tuple[str, ...] = ()
 
-    def over(self, outer: Tolerances) -> Tolerances:
-        """This (more specific) layer in front of `outer`."""
+    def over(self, outer: Tolerances, *, shared: bool = False) -> Tolerances:
+        """This (more specific) layer in front of `outer`; `shared`: outer's specs are meant
+        for many archives."""
         return Tolerances(self.atol if self.atol is not None else outer.atol,
                           self.rtol if self.rtol is not None else outer.rtol,
-                          (*self.specs, *outer.specs))
+                          (*self.specs, *outer.specs),
+                          (*self.shared, *outer.shared, *(outer.specs if shared else ())))
+
+    def own_specs(self) -> tuple[str, ...]:
+        """The specs meant for this archive (not `shared`)."""
+        return tuple(s for s in self.specs if s not in self.shared)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,32 @@ def test_a_baseline_recorded_for_other_inputs_is_noted(device_env, tmp_path: Pat
     note = next(n for n in run.job("two_io/local/opt-all")["notes"] if "other inputs" in n)
     assert note.startswith("the baseline was recorded for other inputs or ground truth (cases "
                            f"sha256 {recorded['cases_sha256'][:12]}…, now ")
+    # the terminal shows the job's notes under its line, as the reports do
+    lines = run.out.splitlines()
+    at = next(i for i, line in enumerate(lines) if " two_io/local/opt-all " in line)
+    assert lines[at + 1] == f"      note: {note}"
+    # the suite's own tolerance globs ([suite.tolerance] "prob", the cnn's output) are meant
+    # for every testcase: one matching none of two_io's outputs is no typo to note
+    assert not any("matches no output" in n for n in run.job("two_io/local/opt-all")["notes"])
+
+
+def test_a_layers_job_on_an_archive_without_layer_references_says_so(
+        device_env, tmp_path: Path, capsys) -> None:
+    """The suite asks for per-layer gates on an archive packed without --layers: the job is
+    judged on its outputs, and the note saying so is in the report and on the terminal."""
+    from verify.cli import main
+
+    cnn = tmp_path / "tc" / "cnn.vtc"
+    cnn.parent.mkdir()
+    model = Path(__file__).resolve().parents[2] / "goldens" / "models" / "cnn.onnx"
+    assert main(["pack", str(model), "-o", str(cnn)]) == 0
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    run = run_ci([suite, "--baselines", tmp_path / "bl", "--only", "cnn/local/opt-all",
+                  "--update-goldens"], capsys, tmp_path)
+    assert run.code == 0, run.err
+    expected = "cnn.vtc has no per-layer references (pack it with --layers): outputs only"
+    assert expected in run.job("cnn/local/opt-all")["notes"]
+    assert f"      note: {expected}" in run.out.splitlines()
 
 
 def test_perturbed_model_within_tolerance_fails_regression_only(

@@ -19,9 +19,12 @@ _MARK = {"passed": "PASS ", "failed": "FAIL ", "error": "ERROR"}
 
 
 def _line(result: JobResult) -> str:
+    """The job's line, then its notes (as the reports list them), indented."""
     gates = "  ".join(f"{g.gate}={g.status}" for g in result.gates)
     tail = result.summary() if result.status != "passed" else gates
-    return f"{_MARK[result.status]} {result.job.id}  ({result.seconds:.1f} s)  {tail}"
+    notes = [f"      note: {n}" for n in result.notes if not n.startswith("Traceback")]
+    return "\n".join([f"{_MARK[result.status]} {result.job.id}  ({result.seconds:.1f} s)  "
+                      f"{tail}", *notes])
 
 
 def _show_fingerprint(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -86,6 +86,26 @@ def test_shape_and_dtype_mismatches_are_rows_not_errors(dump_copy: Path) -> None
     assert report.first_divergent is not None and report.first_divergent.name == t["name"]
     assert report.first_divergent.diff.reason == "shape (2,2) vs (1,8,112,112)"
     assert len(report.compared) == 38
+    # the mismatch row has no figures: "-" as wide as each column, so the table stays aligned
+    from verify.cli.diff_cmd import render_report
+
+    lines = render_report(report).splitlines()
+    header = next(ln for ln in lines if ln.lstrip().startswith("#  tensor"))
+    rows = [ln for ln in lines if ln[:4].strip().isdigit()]
+    assert len(rows) == 38
+    bad = next(ln for ln in rows if t["name"] in ln)
+    assert " FAIL " in bad and bad.count(" - ") >= 5
+    for row in rows:
+        assert row.index(" PASS " if " PASS " in row else " FAIL ") == header.index(" verdict"), row
+
+
+def test_only_failing_with_nothing_failing_says_so_instead_of_an_empty_table(
+        cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = verify(capsys, "diff", cnn_dumps["disable"], cnn_dumps["disable"],
+                          "--only-failing")
+    assert code == 0
+    assert "no tensor over tolerance" in out.splitlines()
+    assert "verdict  judged by" not in out
 
 
 def _damage(kind: str, d: Path) -> str:

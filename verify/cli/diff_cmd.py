@@ -121,10 +121,13 @@ def cases_verdict(reports: tuple[DiffReport, ...]) -> str:
                               if bad[0].attribution and bad[0].attribution.origin else ""))
 
 
-def _g(x: float, spec: str = ".3g") -> str:
+def _g(x: float, spec: str = ".3g", suffix: str = "") -> str:
+    """x in `spec` then `suffix`; no value (NaN: a shape mismatch, nothing finite) is "-",
+    as wide, so the columns stay aligned."""
     if isinstance(x, float) and math.isnan(x):
-        return "-"
-    return format(x, spec)
+        width = len(spec) - len(spec.lstrip("0123456789"))
+        return "-".rjust(int(spec[:width] or 0) + len(suffix))
+    return format(x, spec) + suffix
 
 
 def render_report(report: DiffReport, *, top: int | None = None, only_failing: bool = False,
@@ -138,8 +141,9 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
     header = (f"{'#':>4}  {'tensor':<32} {'op':<18} {'max_abs':>9} {'max_rel':>9} "
               f"{'mean_abs':>9} {'cosine':>12} {'sqnr_db':>8} {'outside':>8} "
               f"{'nan/inf a|r':>11} {'tol_units':>9}  verdict  judged by")
-    lines += ["", header]
-    for row in iter_rows(report, top=top, only_failing=only_failing):
+    rows = list(iter_rows(report, top=top, only_failing=only_failing))
+    lines += ["", header] if rows or not only_failing else ["", "no tensor over tolerance"]
+    for row in rows:
         d = row.diff
         nonfinite = f"{d.nan_actual + d.inf_actual}|{d.nan_reference + d.inf_reference}"
         cos = "-" if math.isnan(d.cosine) else f"{d.cosine:.9f}"
@@ -147,7 +151,7 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
         lines.append(
             f"{row.index:>4}  {_clip(row.name, 32):<32} {_clip(row.op, 18):<18} "
             f"{_g(d.max_abs, '9.2e')} {_g(d.max_rel, '9.2e')} {_g(d.mean_abs, '9.2e')} "
-            f"{cos:>12} {_g(d.sqnr_db, '8.1f')} {_g(100 * d.frac_outside, '7.3f')}% "
+            f"{cos:>12} {_g(d.sqnr_db, '8.1f')} {_g(100 * d.frac_outside, '7.3f', '%')} "
             f"{nonfinite:>11} {_g(d.tol_units, '9.3g')}  {verdict:<7}  {d.rule}")
         if not d.passed:
             lines.append(f"{'':>6}{d.reason}")

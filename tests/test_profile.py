@@ -440,7 +440,8 @@ def test_trace_object_form_and_no_run_events() -> None:
 # --- bad files -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("content,message", [
     ("", "not a JSON trace (Expecting value at line 1 column 1)"),
-    ("{\"a\": 1}", "not an ONNX Runtime profile (expected a JSON list of trace events)"),
+    ("{\"a\": 1}", "not an ONNX Runtime profile (expected a JSON list of trace events, "
+     "or an object with a 'traceEvents' list)"),
     ("[]", "no node events; the session never ran while profiling was on"),
     (json.dumps([{"cat": "Node", "name": "a_kernel_time", "ts": 0, "dur": "7"}]),
      "event 0 (a_kernel_time): 'dur' is not a number"),

@@ -195,7 +195,8 @@ def test_model_from_a_pipe_and_an_archive_read_without_its_layers(
 @pytest.mark.parametrize("content,message", [
     ("{not json", "not a JSON trace (Expecting property name enclosed in double quotes at "
                   "line 1 column 2)"),
-    ('{"a": 1}', "not an ONNX Runtime profile (expected a JSON list of trace events)"),
+    ('{"a": 1}', "not an ONNX Runtime profile (expected a JSON list of trace events, "
+     "or an object with a 'traceEvents' list)"),
     ('[{"cat": "Session", "name": "model_run", "ts": 0, "dur": 5}]',
      "no node events; the session never ran while profiling was on"),
     ('{"traceEvents": [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 5}, '

@@ -116,7 +116,8 @@ def trace_events(data: object, source: str = "<profile>") -> list[dict[str, Any]
         data = data["traceEvents"]
     if not isinstance(data, list):
         raise ProfileError(f"{source}: not an ONNX Runtime profile "
-                           "(expected a JSON list of trace events)")
+                           "(expected a JSON list of trace events, or an object with a "
+                           "'traceEvents' list)")
     return [e for e in data if isinstance(e, dict)]
 
 

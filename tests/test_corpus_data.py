@@ -184,6 +184,24 @@ def test_given_outputs_this_host_already_differs_from_are_flagged(cls, tmp_path,
     assert verify(capsys, "run", tmp_path / "o.vtc", "--iter", "1")[0] == 1
 
 
+def test_inspect_counts_the_weights_constant_nodes_hold(capsys):
+    """PP-OCRv4 det (PaddlePaddle's export) keeps most weights in Constant nodes, not
+    initializers: they count as parameters, and the text says how many such nodes there are."""
+    path = model_path("ppocr_det")
+    graph = onnx.load(path).graph
+    constants = [n for n in graph.node if n.op_type == "Constant"]
+    held = sum(int(np.prod(a.t.dims)) for n in constants for a in n.attribute if a.name == "value")
+    assert held > 0 and len(constants) > 100
+    code, out, _ = verify(capsys, "inspect", path, "--json")
+    model = json.loads(out)["model"]
+    assert code == 0
+    assert model["parameters"] == held + sum(int(np.prod(i.dims)) for i in graph.initializer)
+    assert model["constant_nodes"] == len(constants)
+    code, out, _ = verify(capsys, "inspect", path)
+    assert (f"initializers + {len(constants)} Constant nodes ({model['parameters']:,} "
+            "parameters)") in out
+
+
 def test_inspect_takes_a_plain_onnx_model(cls, capsys):
     model, _ = cls
     code, out, _ = verify(capsys, "inspect", model)

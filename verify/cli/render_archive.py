@@ -25,6 +25,7 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
     model = parse_model(model_bytes, where, external)  # corrupt: one ModelError line, exit 2
     g = model.graph
     inits = {i.name for i in g.initializer}
+    constants = [n for n in g.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
 
     def io(values: Any) -> list[dict[str, Any]]:
         out = []
@@ -41,10 +42,27 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
     return {"ir_version": model.ir_version, "opset": opset_of(model),
             "producer": f"{model.producer_name} {model.producer_version}".strip(),
             "nodes": len(g.node), "initializers": len(g.initializer),
-            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)),
+            "constant_nodes": len(constants),
+            # weights held by Constant nodes count too (PaddlePaddle's exports keep them there)
+            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)
+                              + sum(_constant_elements(n) for n in constants)),
             "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
             "size_bytes": len(model_bytes),
             "external_data": [{"location": f.location, "bytes": f.size} for f in external]}
+
+
+def _constant_elements(node: Any) -> int:
+    """How many values a Constant node holds (its one value attribute, of whichever kind)."""
+    for a in node.attribute:
+        if a.name == "value":
+            return int(np.prod(a.t.dims, dtype=np.int64))
+        if a.name == "sparse_value":
+            return int(np.prod(a.sparse_tensor.dims, dtype=np.int64))
+        if a.name in ("value_floats", "value_ints", "value_strings"):
+            return len(a.floats or a.ints or a.strings)
+        if a.name in ("value_float", "value_int", "value_string"):
+            return 1
+    return 0
 
 
 def _array_info(a: np.ndarray) -> dict[str, Any]:
@@ -177,7 +195,8 @@ def torch_pack_lines(prov: Mapping[str, Any]) -> list[str]:
 def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:
     from rich.table import Table
 
-    con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers "
+    held = (f" + {m['constant_nodes']} Constant nodes" if m.get("constant_nodes") else "")
+    con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers{held} "
               f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
               f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
     if m.get("external_data"):

@@ -354,6 +354,12 @@ def test_image_into_uint8_input_and_dynamic_hw(tmp_path):
     np.testing.assert_array_equal(case["q"][0, 2, 4], [255, 1, 2])
     [case] = build_cases(dyn, ["p.png"], shapes={"q": (1, 6, 10, 3)}, base_dir=tmp_path)
     assert case["q"].shape == (1, 6, 10, 3)  # resized to what --shape says
+    # a fixed side the image does not have: the hint keeps the other side and says so
+    boxes = infos(("b", TensorProto.FLOAT, ["N", 4]))
+    assert error(build_cases, boxes, ["p.png"], base_dir=tmp_path) == (
+        "p.png: input 'b' (N,4) has dynamic height or width; the image is 5x3 (WxH): pass "
+        "--shape b:3x4 to keep its height (it is resized to the model's fixed width 4), or "
+        "the size the model expects")
     assert error(build_cases, infos(("q", TensorProto.UINT8, [1, 3, 3, 5])), ["p.png"],
                  pre=Preprocess(scale=1 / 255), base_dir=tmp_path) == (
         "p.png: input 'q' takes uint8, but the image after --scale/--mean/--std spans [0, 1] "

@@ -63,9 +63,15 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
         hw = [h or img.height, w or img.width]
         dims = hw if c_axis is None else [channels, *hw] if c_axis == 0 else [*hw, channels]
         fill = "x".join(map(str, [1, *dims] if batch else dims))
+        # a fixed side the image does not have is resized to: "keep that size" would be false
+        fixed = [f"{what} {d}" for what, d, own in (("height", h, img.height),
+                                                    ("width", w, img.width))
+                 if d is not None and d != own]
+        keep = (f"to keep its {'width' if h is not None else 'height'} (it is resized to the "
+                f"model's fixed {fixed[0]})" if fixed else "to keep that size")
         raise InputError(f"{label}: input '{name}' {fmt_shape(shape)} has dynamic height or "
                          f"width; the image is {img.width}x{img.height} (WxH): pass --shape "
-                         f"{name}:{fill} to keep that size, or the size the model expects")
+                         f"{name}:{fill} {keep}, or the size the model expects")
     size = (w, h)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BILINEAR)

@@ -333,6 +333,21 @@ def test_localize_on_silero_vad_names_the_injected_if_node(
     assert run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)[0] == 0
 
 
+def _runner_device(runner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The run options that pick `runner`: none for verify's own (python), a local device
+    profile running the native runner's linux-x86_64 bundle for native."""
+    if runner != "native":
+        return []
+    from fixtures_native import native_bin
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "nat.toml").write_text(
+        f'transport = "local"\nrunner = ["{native_bin()}"]\n', encoding="utf-8")
+    monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
+    return ["--device", "nat"]
+
+
 @pytest.mark.parametrize("runner", ["python", "native"])
 def test_ir3_light_model_dumps_at_all_and_disable_and_diffs_clean(
         runner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -360,16 +375,7 @@ def test_ir3_light_model_dumps_at_all_and_disable_and_diffs_clean(
     assert None not in sizes.values()  # all planned on the host, so withheld from the job:
     monkeypatch.setattr("verify.capture.tensor_sizes", lambda model, cases: {})  # measured
 
-    device: list[str] = []
-    if runner == "native":
-        from fixtures_native import native_bin
-
-        profiles = tmp_path / "profiles"
-        profiles.mkdir()
-        (profiles / "nat.toml").write_text(
-            f'transport = "local"\nrunner = ["{native_bin()}"]\n', encoding="utf-8")
-        monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
-        device = ["--device", "nat"]
+    device = _runner_device(runner, tmp_path, monkeypatch)
     vtc = tmp_path / "m.vtc"
     code, out, err = run_cli(["pack", model, "-o", vtc], capsys)
     assert code == 0, err
@@ -435,16 +441,7 @@ def test_dumps_at_any_budget_diff_exact_on_pp_ocr_cls(
 
     from verify.dump import open_dump
 
-    device: list[str] = []
-    if runner == "native":
-        from fixtures_native import native_bin
-
-        profiles = tmp_path / "profiles"
-        profiles.mkdir()
-        (profiles / "nat.toml").write_text(
-            f'transport = "local"\nrunner = ["{native_bin()}"]\n', encoding="utf-8")
-        monkeypatch.setenv("VERIFY_DEVICES", str(profiles))
-        device = ["--device", "nat"]
+    device = _runner_device(runner, tmp_path, monkeypatch)
     data = tmp_path / "x.npz"
     np.savez(data, x=np.random.default_rng(5).random((1, 3, 48, 192), dtype=np.float32))
     vtc = tmp_path / "cls.vtc"

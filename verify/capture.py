@@ -72,6 +72,7 @@ class HostCapture:
         """Reference values of `names` (default: every tensor of `graph.tensor_order`, graph
         inputs included) for one case, yielded in topological order, computed in segments of
         at most the budget of marked activations. Names not in the graph are a UsageError.
+        A tensor of a type numpy has no form for (bfloat16, float8, string) is left out.
         Drop each value once used to keep memory bounded."""
         wanted = self._order
         if names is not None:
@@ -92,7 +93,8 @@ class HostCapture:
                                       self._scratch.name, sizes=self._sizes[key])
         try:
             for _case, name, value in _host_errors(chunks):
-                yield name, np.asarray(value)
+                if value is not None:  # None: a type numpy has no form for (bfloat16, ...)
+                    yield name, np.asarray(value)
         finally:
             chunks.close()
 

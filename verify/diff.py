@@ -29,7 +29,9 @@ import numpy as np
 
 from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
                             expect_bytes, json_safe, tol_rank)
-from verify.diff_sources import Side, Source, Tensor, open_source
+from verify.diff_sources import (Side, Source, Tensor, open_source, unpaired_namesakes,
+                                 unpaired_why)
+from verify.dump import not_captured_text
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
 from verify.origin import Attribution
@@ -209,7 +211,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         notes.append(f"{len(alias)} tensor(s) paired with the actual model's dequantized values "
                      f"(X with X{DQ_SUFFIX})")
         act_names = act_names | set(alias)
-    unpaired, why_unpaired = _unpaired_namesakes(act, ref, act_names & ref_names)
+    unpaired, why_unpaired = unpaired_namesakes(act, ref, act_names & ref_names)
     if unpaired:
         notes.append(f"{plural(len(unpaired), 'tensor')} named alike on both sides not paired: "
                      "onnxruntime's optimizer made them, and names them per build "
@@ -234,9 +236,13 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
             pending.clear()
             batch.reset()
 
+    skipped: list[str] = []  # no value on a side: a type numpy has no form for (bfloat16, ...)
     for name in order:
         t = common[name]
         a, r = act.load(alias.get(name, name)), ref.load(name)
+        if a is None or r is None:
+            skipped.append(name)
+            continue
         if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
             a = a.astype(r.dtype)  # an fp16 model against its float original: casts seen through
             cast_seen = True
@@ -256,11 +262,15 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     if cast_seen:
         notes.append("the actual model's float tensors of another precision were compared in "
                      "the reference's dtype")
+    if skipped:
+        notes.append(not_captured_text(skipped) + ": not compared")
     rows: list[DiffRow] = []
     for i, t in enumerate(ref.tensors):
+        if t.name in skipped:
+            continue
         if t.name in unpaired:
             rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual",
-                                _unpaired_why(t.name, ref, act, "reference", "actual")))
+                                unpaired_why(t.name, ref, act, "reference", "actual")))
         elif t.name not in act_names:
             why = ("fused away by the actual side's optimizer" if t.name in act.fused_away
                    else (MADE_BY_OPTIMIZER.format("reference") if ref.graph == "optimized"
@@ -274,7 +284,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     for k, t in enumerate(only_act):
         if t.name in unpaired:
             rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference",
-                                _unpaired_why(t.name, act, ref, "actual", "reference")))
+                                unpaired_why(t.name, act, ref, "actual", "reference")))
             continue
         why = ("fused away by the reference side's optimizer" if t.name in ref.fused_away
                else (MADE_BY_OPTIMIZER.format("actual") if act.graph == "optimized"
@@ -287,38 +297,6 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
-
-
-def _unpaired_namesakes(act: Side, ref: Side, shared: set[str]) -> tuple[frozenset[str], str]:
-    """The names both sides hold that must not be paired, and why: a tensor onnxruntime's
-    optimizer made on either side is paired only when both captures ran the same build
-    (Dump.optimizer_build) and made it at the same node with the same op. Its names are
-    numbered per build: across onnxruntime versions reorder_token_202 is another node's
-    output, and across CPUs the same name holds another NCHWc block layout."""
-    suspect = shared & (act.optimizer_made | ref.optimizer_made)
-    if not suspect:
-        return frozenset(), ""
-    a_build, r_build = act.optimizer_build, ref.optimizer_build
-    if not (a_build and a_build == r_build):
-        key = next((k for k in r_build if a_build.get(k) != r_build[k]), "") \
-            if a_build and r_build else ""
-        why = ("the captures do not both say which onnxruntime build made them" if not key
-               else "captured on two machines" if key == "machine"
-               else f"{key} {a_build[key]} vs {r_build[key]}")
-        return frozenset(suspect), why
-    a_made = {t.name: (t.node, t.op) for t in act.tensors}
-    r_made = {t.name: (t.node, t.op) for t in ref.tensors}
-    bad = frozenset(n for n in suspect if n not in act.optimizer_made
-                    or n not in ref.optimizer_made or a_made[n] != r_made[n])
-    return bad, "made by other nodes on the two sides"
-
-
-def _unpaired_why(name: str, side: Side, other: Side, side_word: str, other_word: str) -> str:
-    """Why `side`'s tensor `name` was not paired with `other`'s namesake."""
-    if name in side.optimizer_made:
-        return (f"made by the {side_word} side's optimizer (not paired with the {other_word}'s "
-                "namesake, which may be another tensor)")
-    return f"not paired with the {other_word}'s namesake, which its optimizer made"
 
 
 def _filtered(side: Side, text: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.dump import Dump, Scratch, open_dump
+from verify.dump import Dump, Scratch, not_captured_text, open_dump
 from verify.iodump import TITLE as IO_TITLE
 from verify.errors import DumpError, UsageError
 from verify.files import read_head
@@ -45,7 +45,7 @@ class Side:
 
     label: str
     tensors: list[Tensor]
-    load: Callable[[str], np.ndarray]
+    load: Callable[[str], np.ndarray | None]  # None: no value (a type numpy cannot hold)
     fused_away: set[str] = field(default_factory=set)
     fused_into: dict[str, list[str]] = field(default_factory=dict)
     model_sha256: str = ""
@@ -101,9 +101,12 @@ def _dump_side(dump: Dump, case: int) -> Side:
                for e in sorted(entries.values(), key=lambda e: e.index)]
     scratch = Scratch()
     inside = dump.subgraph_tensors
-    note = (f"{dump.path}: {plural(inside, 'tensor')} inside If/Loop/Scan bodies were not captured "
-            "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
-            "compared by their outputs" if inside > 0 else "")
+    notes = [f"{plural(inside, 'tensor')} inside If/Loop/Scan bodies were not captured "
+             "(onnxruntime can mark only the top-level graph's tensors); their nodes are "
+             "compared by their outputs"] if inside > 0 else []
+    if dump.not_captured:
+        notes.append(not_captured_text(dump.not_captured))
+    note = f"{dump.path}: " + "; ".join(notes) if notes else ""
     return Side(
         label=str(dump.path), tensors=tensors,
         # read into one reused buffer per side: copying from the page cache measured ~3x faster
@@ -200,19 +203,54 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
     return Source(tuple(range(len(tc.cases))), side, dict(tc.tolerances), attribute_at)
 
 
-def streamed(host: Any, feeds: Mapping[str, np.ndarray]) -> Callable[[str], np.ndarray]:
+def streamed(host: Any, feeds: Mapping[str, np.ndarray]
+             ) -> Callable[[str], np.ndarray | None]:
     """A loader over one host capture pass, in topological order: asked in that order (the
     walk does, on whichever side computes here) it costs one pass, holding one chunk at a
-    time; a name asked for after the pass went by it is computed on its own."""
+    time; a name asked for after the pass went by it is computed on its own. None for a tensor
+    the capture leaves out (a type numpy has no form for)."""
     stream = host.layers(feeds)
     passed: set[str] = set()
 
-    def load(name: str) -> np.ndarray:
+    def load(name: str) -> np.ndarray | None:
         if name not in passed:
             for got, value in stream:
                 passed.add(got)
                 if got == name:
                     return value
-        return dict(host.layers(feeds, [name]))[name]
+        # None: the capture has no value for it (a type numpy has no form for, bfloat16, ...)
+        return dict(host.layers(feeds, [name])).get(name)
 
     return load
+
+
+def unpaired_namesakes(act: Side, ref: Side, shared: set[str]) -> tuple[frozenset[str], str]:
+    """The names both sides hold that must not be paired, and why: a tensor onnxruntime's
+    optimizer made on either side is paired only when both captures ran the same build
+    (Dump.optimizer_build) and made it at the same node with the same op. Its names are
+    numbered per build: across onnxruntime versions reorder_token_202 is another node's
+    output, and across CPUs the same name holds another NCHWc block layout."""
+    suspect = shared & (act.optimizer_made | ref.optimizer_made)
+    if not suspect:
+        return frozenset(), ""
+    a_build, r_build = act.optimizer_build, ref.optimizer_build
+    if not (a_build and a_build == r_build):
+        key = next((k for k in r_build if a_build.get(k) != r_build[k]), "") \
+            if a_build and r_build else ""
+        why = ("the captures do not both say which onnxruntime build made them" if not key
+               else "captured on two machines" if key == "machine"
+               else f"{key} {a_build[key]} vs {r_build[key]}")
+        return frozenset(suspect), why
+    a_made = {t.name: (t.node, t.op) for t in act.tensors}
+    r_made = {t.name: (t.node, t.op) for t in ref.tensors}
+    bad = frozenset(n for n in suspect if n not in act.optimizer_made
+                    or n not in ref.optimizer_made or a_made[n] != r_made[n])
+    return bad, "made by other nodes on the two sides"
+
+
+def unpaired_why(name: str, side: Side, other: Side, side_word: str, other_word: str) -> str:
+    """Why `side`'s tensor `name` was not paired with `other`'s namesake."""
+    if name in side.optimizer_made:
+        return (f"made by the {side_word} side's optimizer (not paired with the {other_word}'s "
+                "namesake, which may be another tensor)")
+    return f"not paired with the {other_word}'s namesake, which its optimizer made"

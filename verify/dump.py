@@ -136,6 +136,12 @@ class Dump:
         return n if is_int(n) else 0
 
     @property
+    def not_captured(self) -> list[str]:
+        """Tensors the runner could not write: a type with no .npy form (bfloat16, ...)."""
+        names = self.manifest.get(M.NOT_CAPTURED) or []
+        return [str(n) for n in names] if isinstance(names, list) else []
+
+    @property
     def model_sha256(self) -> str:
         return str(self.manifest.get(M.MODEL_SHA256) or "")
 
@@ -308,6 +314,13 @@ def map_readonly(fh: Any, offset: int, length: int) -> memoryview:
         mm = mmap.mmap(fh.fileno(), offset + length - start, access=mmap.ACCESS_READ,
                        offset=start)
     return memoryview(mm)[offset - start:]
+
+
+def not_captured_text(names: Sequence[str]) -> str:
+    """What a note says of tensors a dump could not capture."""
+    shown = ", ".join(repr(n) for n in names[:5]) + (" …" if len(names) > 5 else "")
+    return (f"{len(names)} tensor(s) not captured, their type having no .npy form (bfloat16, "
+            f"float8, string): {shown}")
 
 
 def shape_text(shape: Iterable[int]) -> str:

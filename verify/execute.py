@@ -18,6 +18,7 @@ from verify.check import CaseCheck, check_outputs
 from verify.compare import ToleranceSet
 from verify.devices import Profile
 from verify import layerdump
+from verify.dump import not_captured_text
 from verify.dump_dir import OUTPUTS, commit_dump, discard_dump, prepare_dir
 from verify.errors import UsageError
 from verify.files import check_output_file, missing_dirs, save_npy_atomic, write_text_atomic
@@ -226,6 +227,8 @@ def _dump_note(capture: DumpCapture) -> str:
     if plan.subgraph_tensors:
         note += (f"; {plural(plan.subgraph_tensors, 'tensor')} inside If/Loop/Scan bodies not "
                  "captured (onnxruntime can mark only the top-level graph's tensors)")
+    if capture.not_captured:
+        note += f"; {not_captured_text(capture.not_captured)}"
     if not capture.segments:  # a runner that re-runs the model per chunk (runner/native)
         return note + (f"; the whole model run once per chunk of at most "
                        f"{capture.budget_bytes / 2**20:.3g} MB of marked tensors (a runner "

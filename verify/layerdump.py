@@ -18,6 +18,7 @@ import numpy as np
 from verify.capture import DumpPlan, plan_dump
 from verify.dump import is_tensor_file, manifest_header
 from verify.errors import RunnerError, UsageError
+from verify.graph import INPUT_OP
 from verify.runner.contract import (STAT_KEYS, DumpFirst, DumpResult, FusedAway, Job,
                                     ManifestCase, ManifestOptions, ManifestTensor, Record,
                                     Result)
@@ -50,11 +51,14 @@ class DumpCapture:
     peak_rss_bytes: int | None = None     # the dump runner's
     segments: int = 0                     # how many pieces the graph was cut into (0: unknown)
     measured: int = 0                     # nodes whose output sizes the runner measured
+    not_captured: tuple[str, ...] = ()    # no record from the runner: a type without .npy form
 
     def largest_bytes(self) -> int:
-        """Bytes of the largest tensor captured (from the records' dtype and size)."""
+        """Bytes of the largest node output captured (from the records' dtype and size)."""
+        inputs = {t.name for t in self.plan.tensors if t.op == INPUT_OP}
         sizes = [int(r.get(Record.SIZE) or 0) * np.dtype(str(r.get(Record.DTYPE))).itemsize
-                 for case in self.records for r in case if r and r.get(Record.DTYPE)]
+                 for case in self.records for r in case
+                 if r and r.get(Record.DTYPE) and r.get(Record.NAME) not in inputs]
         return max(sizes, default=0)
 
 
@@ -127,10 +131,13 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
         raise RunnerError(f"{session.spec}: the device's runner does not capture layers (its "
                           "result has no 'dump'); use verify's own runner.py for dumps")
     records = []
+    missing: dict[str, None] = {}  # in order, once
     for case_records in info[DumpResult.CASES]:
         kept = []
-        for rec in case_records:
-            if rec is None:
+        for i, rec in enumerate(case_records):
+            if rec is None:  # the runner could not write it (a type with no .npy form)
+                if i < len(plan.tensors):
+                    missing[plan.tensors[i].name] = None
                 continue
             rec = dict(rec)
             if rec.get(Record.FILE) and dump.dest is not None:
@@ -148,7 +155,8 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
                        float(info.get(DumpResult.MS) or 0.0) / 1000.0,
                        result.get(Result.PEAK_RSS_BYTES),
                        segments=len(segments) if isinstance(segments, list) else 0,
-                       measured=int(info.get(DumpResult.MEASURED) or 0))
+                       measured=int(info.get(DumpResult.MEASURED) or 0),
+                       not_captured=tuple(missing))
 
 
 def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -191,4 +199,5 @@ def manifest(capture: DumpCapture, cases: list[dict[str, Any]], *, device: Mappi
             M.FUSED_INTO: {k: list(v) for k, v in plan.fused_into.items()},
             M.FILTERED_OUT: plan.filtered_out,
             M.SUBGRAPH_TENSORS: plan.subgraph_tensors,
+            M.NOT_CAPTURED: list(capture.not_captured),
             M.SEGMENTS: capture.segments}

@@ -454,8 +454,96 @@ def test_dumps_at_any_budget_diff_exact_on_pp_ocr_cls(
                                   "--opt-level", "disable", "--bin-io-dump", dumps[budget],
                                   "--dump-budget-mb", budget], capsys)
         assert code == 0, err
+        # under a 1 KB budget nodes with larger outputs run alone, and the note says so
+        assert ("is over it: a node with larger outputs ran alone" in out + err) == (
+            budget == "0.001")
     spans = {b: open_dump(d).manifest["segments"] for b, d in dumps.items()}
     assert spans["64"] == 1 and spans["0.001"] > 10
     code, out, err = run_cli(["diff", dumps["64"], dumps["0.001"], "--tol", "*:exact"], capsys)
     assert code == 0, out + err
     assert "=== PASS" in out
+
+
+def _cast_through(path: Path, elem: int) -> None:
+    """x -> Cast to `elem` -> Cast back -> + Relu(x) -> y: a tensor of that type in between."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["b"], to=elem, name="to"),
+         helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Cast", ["b"], ["c"], to=TensorProto.FLOAT, name="back"),
+         helper.make_node("Add", ["c", "r"], ["y"], name="add")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+@pytest.mark.parametrize("runner", ["python", "native"])
+@pytest.mark.parametrize("elem", ["bfloat16", "string"])
+def test_a_tensor_without_npy_form_crosses_segments_and_is_reported_not_captured(
+        runner: str, elem: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bfloat16 or string tensor between two Casts: numpy has no form for it. Every segment
+    cut still runs (it crosses the boundary as onnxruntime's own value), the dump records it
+    as not captured (manifest and note) instead of failing as a device error, and pack
+    --layers, diff against archives with and without layers, and localize all work on it
+    (they exited 4 with a traceback)."""
+    from onnx import TensorProto
+
+    from fixtures_devices import run_cli
+    from verify.dump import open_dump
+
+    device = _runner_device(runner, tmp_path, monkeypatch)
+    model = tmp_path / "m.onnx"
+    _cast_through(model, getattr(TensorProto, elem.upper()))
+    vtc, layers = tmp_path / "m.vtc", tmp_path / "layers.vtc"
+    for args in ([model, "-o", vtc], [model, "--layers", "-o", layers]):
+        code, out, err = run_cli(["pack", *args], capsys)
+        assert code == 0, out + err
+    dump = tmp_path / "d"
+    code, out, err = run_cli(["run", vtc, *device, "--iter", "1", "--warmup", "0",
+                              "--opt-level", "disable", "--bin-io-dump", dump,
+                              "--dump-budget-mb", "0.00001"], capsys)
+    assert code == 0, out + err
+    assert ("1 tensor(s) not captured, their type having no .npy form (bfloat16, float8, "
+            "string): 'b'") in out + err
+    d = open_dump(dump)
+    assert d.not_captured == ["b"] and d.manifest["segments"] == 4
+    assert [e.name for e in d.entries(0)] == ["x", "r", "c", "y"]
+    for reference in (vtc, layers):
+        code, out, err = run_cli(["diff", dump, reference, "--tol", "*:exact"], capsys)
+        assert code == 0, out + err
+        assert "=== PASS: 4 tensors within tolerance" in out
+    code, out, err = run_cli(["diff", vtc, vtc], capsys)
+    assert code == 0, out + err
+    assert "'b': not compared" in out
+    code, out, err = run_cli(["localize", vtc, *device], capsys)
+    assert code == 0, out + err
+    assert "no faulty node" in out
+
+
+def test_the_dump_note_names_an_over_budget_tensor_only_when_a_node_made_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 3.8 MB input reduced to one value, under a 1 MB budget: the input is no node's
+    output, so nothing ran alone for it, and the note does not say so."""
+    from onnx import TensorProto, helper
+
+    from fixtures_devices import run_cli
+
+    graph = helper.make_graph(
+        [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1),
+         helper.make_node("Relu", ["m"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1_000_000])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "big_in.onnx")
+    assert run_cli(["pack", tmp_path / "big_in.onnx", "-o", tmp_path / "b.vtc"], capsys)[0] == 0
+    code, out, err = run_cli(["run", tmp_path / "b.vtc", "--iter", "1", "--opt-level", "disable",
+                              "--bin-io-dump", tmp_path / "d", "--dump-budget-mb", "1"], capsys)
+    assert code == 0, err
+    note = next(line for line in (out + err).splitlines() if "note: layer dump" in line)
+    assert "1 segment(s) of at most 1 MB of live tensors," in note
+    assert "is over it" not in note

@@ -293,6 +293,9 @@ class Manifest(Document):
     FILTERED_OUT = Field("filtered_out", "integer", 0, doc="tensors --dump-filter left out")
     SUBGRAPH_TENSORS = Field("subgraph_tensors", "integer", 0,
                              doc="tensors inside subgraph bodies (not captured)")
+    NOT_CAPTURED = Field("not_captured", "array", [],
+                         doc="tensors the runner wrote no record for: a type with no .npy form "
+                             "(bfloat16, float8, string)")
     SEGMENTS = Field("segments", "integer", 0, doc="how many segments the graph was cut into")
 
 

@@ -602,6 +602,10 @@ _ATTR_G, _ATTR_GRAPHS = 6, 11
 # TensorProto.DataType of numpy dtypes (a boundary tensor's graph-input type)
 ELEM_TYPES = {"float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6,
               "int64": 7, "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13}
+# onnxruntime's names of the types numpy (and so a .npy file) has no form for: such a tensor
+# crosses segment boundaries as onnxruntime's own value and is not captured (a null record)
+NO_NPY_TYPES = {"string": 8, "bfloat16": 16, "float8e4m3fn": 17, "float8e4m3fnuz": 18,
+                "float8e5m2": 19, "float8e5m2fnuz": 20, "uint4": 21, "int4": 22}
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 
 
@@ -891,7 +895,8 @@ def capture_segments(np, ort, model, tensors, cases, budget, session_job, scratc
     alone). Each segment is a session on its own model (see WireModel), run with optimizations
     as in `session_job`, on the case's inputs and the boundary values earlier segments left:
     every node runs once per case. With `copy` false, values view onnxruntime's buffers and are
-    valid only until the next item. `stats` (a dict), when given, receives the C.DumpResult
+    valid only until the next item. A value of a type numpy has no form for (NO_NPY_TYPES:
+    bfloat16, float8, string) is None (it still crosses boundaries, as onnxruntime's value). `stats` (a dict), when given, receives the C.DumpResult
     fields but its cases and time: the budget, the segments (the [first, last) node spans run
     for the first case), the nodes, those measured, and the tensors inside subgraphs."""
     with open(model, "rb") as fh:
@@ -989,7 +994,7 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
         held = {}  # name -> (array, owner): values later segments read
         first = 0
         while first < len(nodes):
-            held_bytes = sum(int(v.nbytes) for v, _ in held.values())
+            held_bytes = sum(int(v.nbytes) for v, _ in held.values() if v is not None)
             last = next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes)
             if stats is not None and ci == 0:
                 stats[DR.SEGMENTS].append([first, last])
@@ -1001,11 +1006,14 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                 sess = sessions.get((first, last))
                 if sess is None:
                     types = {}
-                    for n, (value, _) in boundary.items():
-                        if str(value.dtype) not in ELEM_TYPES:
+                    for n, (value, owner) in boundary.items():
+                        kind = (str(value.dtype) if value is not None
+                                else owner[0].data_type()[len("tensor("):-1])
+                        elem = ELEM_TYPES.get(kind, NO_NPY_TYPES.get(kind))
+                        if elem is None:
                             raise JobError("runtime", "tensor %r (%s) cannot cross a segment "
-                                           "boundary" % (n, value.dtype))
-                        types[n] = ELEM_TYPES[str(value.dtype)]
+                                           "boundary" % (n, kind))
+                        types[n] = elem
                     with open(path, "wb") as out:
                         for piece in wire.segment_pieces(first, last, types, fetch):
                             out.write(piece)
@@ -1018,8 +1026,9 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                 values = dict(zip(fetch, _run_segment(np, ort, sess, fed, fetch, copy)))
                 sess = fed = boundary = None
                 for name in fetch:
-                    value, owner = values.pop(name)
-                    sizes[name] = max(sizes.get(name) or 0, int(value.nbytes))
+                    value, owner = values.pop(name)  # value None: no numpy form (owner holds it)
+                    if value is not None:
+                        sizes[name] = max(sizes.get(name) or 0, int(value.nbytes))
                     if last_read.get(name, -1) >= last:
                         held[name] = (value, owner)
                     if name in captured:
@@ -1057,6 +1066,9 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
         v = owners[i]
         kind = v.data_type()
         dtype = _NP_TYPES.get(kind[len("tensor("):-1]) if kind.startswith("tensor(") else None
+        if kind[len("tensor("):-1] in NO_NPY_TYPES:
+            out.append((None, (v, owners)))  # fed on as it is, where a later segment reads it
+            continue
         if dtype is None or v.device_name().lower() != "cpu":
             out.append((v.numpy(), None))
             continue
@@ -1156,6 +1168,8 @@ def run_dump(np, ort, job, workdir, result):
     for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget, session_job,
                                             out_dir, sizes=DS.SIZES.of(spec), copy=False,
                                             stats=stats):
+        if value is None:  # no numpy form (bfloat16, float8, string): not captured, a null
+            continue       # record, as the contract says of a tensor that cannot be written
         rec = tensor_stats(np, value, first)
         rec[C.Record.NAME] = name
         rec[C.Record.FILE] = None

@@ -352,38 +352,40 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
       std::set<std::string> reads;
       for (size_t i = first; i < last; ++i) reads.insert(g.nodes[i].reads.begin(), g.nodes[i].reads.end());
       std::vector<const char*> in_names, out_names;
-      std::vector<Ort::Value> in_values;
+      // The held values are fed as they are (held keeps them: the C API takes unowned
+      // pointers), so a tensor of any type crosses a boundary, bfloat16 and string included.
+      std::vector<Ort::Value> owned;  // the case's inputs, wrapped for this run
+      std::vector<const OrtValue*> in_values;
       Ort::AllocatorWithDefaultOptions alloc;
       std::vector<std::string> sess_inputs;
       for (size_t i = 0; i < sess.GetInputCount(); ++i)
         sess_inputs.push_back(sess.GetInputNameAllocated(i, alloc).get());
+      owned.reserve(sess_inputs.size());
       for (const auto& name : sess_inputs) {
         auto h = held.find(name);
         auto c = cases[ci].find(name);
         if (h != held.end()) {
           in_names.push_back(h->first.c_str());
-          // Borrow the held value: wrap the same buffer (held keeps ownership).
-          auto info = h->second.GetTensorTypeAndShapeInfo();
-          auto shape = info.GetShape();
-          static Ort::MemoryInfo cpu = Ort::MemoryInfo::CreateCpu(OrtArenaAllocator, OrtMemTypeDefault);
-          size_t bytes = info.GetElementCount() * dtype_of(info.GetElementType()).itemsize;
-          in_values.push_back(Ort::Value::CreateTensor(
-              cpu, const_cast<void*>(h->second.GetTensorRawData()), bytes, shape.data(),
-              shape.size(), info.GetElementType()));
+          in_values.push_back(h->second);
         } else if (c != cases[ci].end()) {
           in_names.push_back(c->first.c_str());
-          in_values.push_back(as_tensor(c->second));
+          owned.push_back(as_tensor(c->second));
+          in_values.push_back(owned.back());
         }
       }
       for (const auto& m : marked) out_names.push_back(m.c_str());
       std::vector<Ort::Value> got;
       try {
-        got = sess.Run(Ort::RunOptions{nullptr}, in_names.data(), in_values.data(),
-                       in_values.size(), out_names.data(), out_names.size());
+        std::vector<OrtValue*> outs(out_names.size(), nullptr);
+        Ort::ThrowOnError(Ort::GetApi().Run(sess, nullptr, in_names.data(), in_values.data(),
+                                            in_values.size(), out_names.data(),
+                                            out_names.size(), outs.data()));
+        for (OrtValue* v : outs) got.emplace_back(v);
       } catch (const Ort::Exception& e) {
         throw run_error(e);
       }
       in_values.clear();
+      owned.clear();
       for (size_t k = 0; k < marked.size(); ++k) {
         const std::string& name = marked[k];
         Ort::Value& v = got[k];

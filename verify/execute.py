@@ -61,6 +61,8 @@ class RunRequest:
     profile_path: Path | None = None
     keep: bool = False
     control_probe: bool = False           # time the runner's control probe per iteration (ci)
+    layers_judged: bool = False           # the caller also judges the archive's layers (ci)
+    tol_label: str = "--tol"              # what the tolerance globs are called in a note
 
 
 @dataclass(frozen=True)
@@ -126,13 +128,17 @@ def run(request: RunRequest, *, status: Status | None = None,
         return _run(request, prepared, status, progress, sessions)
 
 
-def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str]) -> list[str]:
-    """A note for each --tol whose glob names no output run judges: a typo ('prob:' for
-    'probs') otherwise left the default rule judging without a word."""
+def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str], label: str = "--tol",
+                     layers: Sequence[str] = ()) -> list[str]:
+    """A note for each --tol whose glob names no output run judges (nor, where the caller
+    judges them too, a layer): a typo ('prob:' for 'probs') otherwise left the default rule
+    judging without a word."""
     names = list(dict.fromkeys(outputs))
     shown = ", ".join(names[:8]) + (" …" if len(names) > 8 else "")
-    return [f"--tol {spec!r} matches no output ({shown}); the glob must match a whole name, "
-            "and run judges the outputs only" for spec in unmatched_specs(specs, names)]
+    what = ("no output or layer of the archive" if layers else "no output") + f" ({shown})"
+    tail = "" if layers else ", and run judges the outputs only"
+    return [f"{label} {spec!r} matches {what}; the glob must match a whole name{tail}"
+            for spec in unmatched_specs(specs, [*names, *layers])]
 
 
 def _run(request: RunRequest, prepared: Prepared, status: Status | None,
@@ -176,8 +182,11 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
             checks = [CaseCheck(ci, tuple(check_outputs(
                 device_run.cases[pos].outputs, tc.cases[ci].outputs, tolerances, floors,
                 profile.spec))) for pos, ci in enumerate(indices)]
+            layers = ([t.name for t in tc.tensor_order]
+                      if request.layers_judged and tc.has_layers else [])
             notes.extend(_unmatched_specs(request.selection.tolerances.own_specs(),
-                                          [n for i in indices for n in tc.cases[i].outputs]))
+                                          [n for i in indices for n in tc.cases[i].outputs],
+                                          request.tol_label, layers))
             notes.extend(tolerances.notes())
         out_index = stage_outputs(out_staging, indices, device_run) if out_staging else None
         if device_run.dump is not None:

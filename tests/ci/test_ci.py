@@ -629,3 +629,31 @@ def test_a_missing_report_extra_stops_ci_before_any_job_runs(tmp_path: Path, opt
     assert proc.stdout == ""     # no job ran: none printed its line, no report was written
     assert not report.exists() and not (tmp_path / "out").exists()
     assert not (tmp_path / "bl").exists()
+
+
+def test_a_testcase_glob_judging_a_layer_is_not_noted_as_matching_nothing(
+        device_env, tmp_path: Path, capsys) -> None:
+    """With `layers = true` a testcase's glob may name a layer: it judged the job, so no note
+    may say it matched nothing; a glob naming neither an output nor a layer is noted, in the
+    suite's words (not --tol's)."""
+    suite = tmp_path / "s.toml"
+    suite.write_text(f"""[suite]
+name = "s"
+gates = ["accuracy"]
+iterations = 2
+warmup = 0
+[[options]]
+name = "all"
+opt_level = "all"
+[[testcase]]
+path = {json.dumps(str(TESTCASES / "cnn.vtc"))}
+layers = true
+[testcase.tolerance]
+tensors = {{ "block3/relu:0" = "atol=1e-30,rtol=0", "block3/rleu:0" = "atol=1" }}
+""", encoding="utf-8")
+    run = run_ci([suite], capsys, tmp_path)
+    assert run.code == 1, run.out + run.err  # the strict layer glob fails the job
+    notes = run.job("cnn/local/all")["notes"]
+    assert not any("'block3/relu:0:" in n for n in notes), notes
+    assert ("the testcase's tolerance 'block3/rleu:0:atol=1' matches no output or layer of the "
+            "archive (prob); the glob must match a whole name") in notes

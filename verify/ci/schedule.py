@@ -156,7 +156,10 @@ def run_job(job: Job, ci: CiRun, sessions: Sessions | None = None) -> JobResult:
 def _request(job: Job, **extra: Any) -> execute.RunRequest:
     """The job as a run; `extra` sets the request's other fields (timed, dump, control_probe)."""
     return execute.RunRequest(**{"selection": job.selection, "device": job.target,
-                                 "session": job.options.session, "timed": job.timed, **extra})
+                                 "session": job.options.session, "timed": job.timed,
+                                 "layers_judged": job.layers and bool(
+                                     {"accuracy", "regression"} & set(job.gates)),
+                                 "tol_label": "the testcase's tolerance", **extra})
 
 
 def _outputs(outcome: execute.RunOutcome) -> tuple[TensorError, ...]:

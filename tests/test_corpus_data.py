@@ -184,6 +184,32 @@ def test_given_outputs_this_host_already_differs_from_are_flagged(cls, tmp_path,
     assert verify(capsys, "run", tmp_path / "o.vtc", "--iter", "1")[0] == 1
 
 
+def test_given_outputs_are_judged_as_run_judges_them_saturation_floor_included(tmp_path, capsys):
+    """A Softmax output 5e-7 off in one element: run passes it (the saturation floor of a
+    probability), so pack's check of the given outputs must not warn about it."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["prob"], axis=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1000])],
+                              [helper.make_tensor_value_info("prob", TensorProto.FLOAT,
+                                                             [1, 1000])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "sm.onnx")
+    x = np.random.default_rng(0).uniform(-0.1, 0.1, (1, 1000)).astype(np.float32)
+    e = np.exp(x.astype(np.float64))
+    p = (e / e.sum()).astype(np.float32)
+    p[0, 5] += 5e-7
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "p.npy", p)
+    code, out, err = verify(capsys, "pack", tmp_path / "sm.onnx", "-d", f"x:{tmp_path / 'x.npy'}",
+                            "--expected", f"prob:{tmp_path / 'p.npy'}", "-o", tmp_path / "s.vtc")
+    assert code == 0, err
+    assert "matches the given outputs within the archive's tolerances" in out
+    assert "WARNING" not in out
+    assert verify(capsys, "run", tmp_path / "s.vtc", "--iter", "1")[0] == 0
+
+
 def test_inspect_counts_the_weights_constant_nodes_hold(capsys):
     """PP-OCRv4 det (PaddlePaddle's export) keeps most weights in Constant nodes, not
     initializers: they count as parameters, and the text says how many such nodes there are."""

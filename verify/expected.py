@@ -159,10 +159,12 @@ def check_expected(given: Mapping[str, np.ndarray], host: Mapping[str, np.ndarra
 
 def host_agreement(given: Sequence[Mapping[str, np.ndarray]],
                    host: Sequence[Mapping[str, np.ndarray]],
-                   tolerances: Mapping[str, Any]) -> dict[str, Any]:
-    """How onnxruntime on this host compares with the given outputs, under the archive's
-    tolerances (a provenance record): where it already differs, a device run will differ there
-    too, and the given ground truth or the export is the first thing to look at."""
+                   tolerances: Mapping[str, Any],
+                   floors: Mapping[str, float]) -> dict[str, Any]:
+    """How onnxruntime on this host compares with the given outputs, judged as `run` judges
+    (the archive's tolerances, the outputs' saturation `floors`; a provenance record): where
+    it already differs, a device run will differ there too, and the given ground truth or the
+    export is the first thing to look at."""
     from verify.compare import compare
     from verify.tolerance import tolerance_set
 
@@ -171,7 +173,8 @@ def host_agreement(given: Sequence[Mapping[str, np.ndarray]],
     first: dict[str, Any] | None = None
     for i, (ref, ours) in enumerate(zip(given, host)):
         for name, value in ours.items():
-            verdict = compare(name, value, ref[name], rules.rule_for(name))
+            rule = rules.rule_for(name, floors.get(name, 0.0))
+            verdict = compare(name, value, ref[name], rule)
             if verdict.passed:
                 continue
             err = float(verdict.max_abs)

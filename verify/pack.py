@@ -14,7 +14,7 @@ import onnx
 
 from verify import __version__
 from verify.capture import HostCapture
-from verify.graph import load_model, sha256_bytes, tensor_order
+from verify.graph import load_model, saturation_floors, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
 from verify import schema
 from verify.expected import (check_expected, host_agreement, read_case_sources,
@@ -104,7 +104,8 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
         [*(foreign.labels if foreign is not None and foreign.has_outputs else []),
          *options.expected]) + " (checked for names, shapes and dtypes against onnxruntime "
         "on this host)", schema.PROV_HOST_VS_GIVEN: host_agreement(
-            [c.outputs for c in cases], host, options.tolerances)} if given else {})
+            [c.outputs for c in cases], host, options.tolerances, saturation_floors(model))}
+        if given else {})
     tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
                   tensor_order=tuple(tensor_order(model)),
                   tolerances=dict(options.tolerances),

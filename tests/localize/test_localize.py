@@ -100,6 +100,10 @@ def test_report_shows_path_suspect_and_verdicts(cnn_vtc: Path, faulty_profile, t
     assert any(ln.split()[:2] == ["block2/bn1", "BatchNormalization"] and
                ln.endswith("propagated") for ln in lines)
     assert f"wrote repro: {tmp_path / 'cnn.repro-block2_conv1.vtc'}" in lines
+    # the reference is the ground truth's own settings (optimizations off), not the replay again
+    at = lines.index(f"wrote repro: {tmp_path / 'cnn.repro-block2_conv1.vtc'}")
+    assert lines[at + 2] == (f"  reference: verify run {tmp_path / 'cnn.repro-block2_conv1.vtc'} "
+                             "--device local --opt-level disable")
     assert lines[-1].startswith("device round trips: 2 (per-layer run of 37 tensors; ")
 
 

@@ -233,7 +233,8 @@ def _print_suspect(r: "LocalizeResult") -> None:
     if r.repro is not None:
         echo(f"wrote repro: {r.repro}")
         echo(f"  replay:    verify run {r.repro} --device {r.device} --opt-level {r.opt_level}")
-        echo(f"  reference: verify run {r.repro} --device local")
+        # the ground truth's own settings: onnxruntime's CPU kernels, optimizations off
+        echo(f"  reference: verify run {r.repro} --device local --opt-level disable")
 
 
 def localize_document(r: "LocalizeResult") -> dict[str, Any]:

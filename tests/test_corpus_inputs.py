@@ -44,11 +44,16 @@ def test_ppocr_cls_minus_one_batch_takes_a_fitting_array(tmp_path, capsys):
                                          "declared as (?,3,?,?); only dynamic dims can be set")
 
 
-@pytest.mark.parametrize("name", ["ppocr_det", "yolov8n", "magika"])
-def test_random_data_hint_is_a_working_command(tmp_path, capsys, name):
+@pytest.mark.parametrize("name, hint", [("ppocr_det", "x:1x3x224x224"),
+                                        ("yolov8n", "images:1x3x224x224"),
+                                        ("magika", "bytes:1x2048")])
+def test_random_data_hint_is_a_working_command(tmp_path, capsys, name, hint):
+    """The hint is a shape the model runs with here; an image input gets an image's size
+    (it was 1x3x1x1, which a detector runs but which is no image)."""
     code, _, err = verify(capsys, "pack", model_path(name), "-o", tmp_path / "m.vtc")
     line = only_line(err)
     assert code == 2 and "has dynamic dims" in line and line.endswith("(the model runs with it here)")
+    assert f"pass --shape {hint} (" in line, line
     code, _, err = verify(capsys, "pack", model_path(name), *_hint_args(line),
                           "-o", tmp_path / "m.vtc")
     assert code == 0, err

@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 import onnx
@@ -179,8 +180,20 @@ def _build(inputs: Sequence[InputInfo], data: Sequence[str],
 
 # Sizes tried for dynamic dims when looking for a --shape to suggest: the leading dim of each
 # input takes 1 (a batch), the others one of these (1 first: sequence models; then the
-# multiples of 32 detectors need, the usual classifier and audio-frame sizes).
+# multiples of 32 detectors need, the usual classifier and audio-frame sizes). An image
+# input (a channel dim fixed at 1 or 3 beside dynamic height and width) starts at the usual
+# image sizes instead: 1x1 "runs" a detector but is no image (PP-OCR det, rec and cls).
 PROBE_SIZES = (1, 32, 64, 224, 256, 512, 640)
+IMAGE_PROBE_SIZES = (224, 320, 640, 256, 512, 64, 32)
+
+
+def _image_like(shapes: Sequence[tuple[Any, ...]]) -> bool:
+    """Every input needing sizes is (N,C,H,W) or (N,H,W,C), C fixed at 1 or 3, H and W not."""
+    def one(shape: tuple[Any, ...]) -> bool:
+        return len(shape) == 4 and any(
+            shape[c] in (1, 3) and not any(isinstance(shape[i], int) for i in hw)
+            for c, hw in ((1, (2, 3)), (3, (1, 2))))
+    return bool(shapes) and all(one(tuple(s)) for s in shapes)
 
 
 def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[str],
@@ -188,7 +201,8 @@ def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[
             base_dir: Path | None, probe: Probe) -> MissingShapeError:
     """The same error with a hint the model was seen to run with, or saying none ran."""
     randint = exc.random_ints
-    for size in PROBE_SIZES:
+    sizes = IMAGE_PROBE_SIZES if _image_like([s for _, s in exc.needed]) else PROBE_SIZES
+    for size in sizes:
         fill = dict(shapes)
         for name, shape in exc.needed:
             fill[name] = tuple(d if isinstance(d, int) else 1 if i == 0 else size
@@ -203,7 +217,7 @@ def _probed(exc: MissingShapeError, inputs: Sequence[InputInfo], data: Sequence[
                                      exc.needed, randint)
     names = " ".join(f"--shape {n}:{'x'.join('N' if not isinstance(d, int) else str(d) for d in s)}"
                      for n, s in exc.needed)
-    tried = ", ".join(map(str, PROBE_SIZES))
+    tried = ", ".join(map(str, sizes))
     hint = (f"; pass {names} with the sizes it expects (random data of size {tried} in those "
             "dims did not run here")
     if randint:

@@ -210,22 +210,35 @@ def test_given_outputs_are_judged_as_run_judges_them_saturation_floor_included(t
     assert verify(capsys, "run", tmp_path / "s.vtc", "--iter", "1")[0] == 0
 
 
-def test_inspect_counts_the_weights_constant_nodes_hold(capsys):
-    """PP-OCRv4 det (PaddlePaddle's export) keeps most weights in Constant nodes, not
-    initializers: they count as parameters, and the text says how many such nodes there are."""
-    path = model_path("ppocr_det")
-    graph = onnx.load(path).graph
-    constants = [n for n in graph.node if n.op_type == "Constant"]
+def _bodies(graph):
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _bodies(sub)
+
+
+@pytest.mark.parametrize("name", ["ppocr_det", "silero_vad"])
+def test_inspect_counts_the_weights_constant_nodes_hold(name, capsys):
+    """PP-OCRv4 det (PaddlePaddle's export) keeps most weights in Constant nodes, silero VAD
+    all of them, inside its If bodies: they count as parameters, and the text says how many
+    such nodes there are and how many nodes the bodies hold."""
+    graphs = list(_bodies(onnx.load(model_path(name)).graph))
+    constants = [n for g in graphs for n in g.node if n.op_type == "Constant"]
     held = sum(int(np.prod(a.t.dims)) for n in constants for a in n.attribute if a.name == "value")
-    assert held > 0 and len(constants) > 100
-    code, out, _ = verify(capsys, "inspect", path, "--json")
+    inits = sum(int(np.prod(i.dims)) for g in graphs for i in g.initializer)
+    assert held > 100_000 and len(constants) > 100
+    code, out, _ = verify(capsys, "inspect", model_path(name), "--json")
     model = json.loads(out)["model"]
     assert code == 0
-    assert model["parameters"] == held + sum(int(np.prod(i.dims)) for i in graph.initializer)
+    assert model["parameters"] == held + inits
     assert model["constant_nodes"] == len(constants)
-    code, out, _ = verify(capsys, "inspect", path)
+    inner = sum(len(g.node) for g in graphs[1:])
+    assert model["subgraph_nodes"] == inner and (inner > 0) == (name == "silero_vad")
+    code, out, _ = verify(capsys, "inspect", model_path(name))
     assert (f"initializers + {len(constants)} Constant nodes ({model['parameters']:,} "
             "parameters)") in out
+    assert (f" (+ {inner} in If/Loop/Scan bodies)" in out) == (inner > 0)
 
 
 def test_inspect_takes_a_plain_onnx_model(cls, capsys):

@@ -111,8 +111,8 @@ def test_export_never_replaces_a_changed_model_without_force(tmp_path: Path, cap
     model.write_bytes(edited)
     code, _, err = verify(capsys, "export", vtc)
     assert (code, only_line(err)) == (
-        2, f"error: {model}: already exists and differs from the archive's copy; pass -o to "
-           "write the model elsewhere, or --force to replace it")
+        2, f"error: {model}: already exists and differs from the archive's copy; pass another -o "
+           "to write the model elsewhere, or --force to replace it")
     assert model.read_bytes() == edited
     assert verify(capsys, "export", vtc, "--force")[0] == 0
     assert model.read_bytes() == exported
@@ -140,7 +140,7 @@ def test_export_never_replaces_a_changed_external_data_file(tmp_path: Path, caps
     code, _, err = verify(capsys, "export", vtc, "-o", out / "m.onnx")
     assert (code, only_line(err)) == (
         2, f"error: {out / 'm.bin'}: already exists and differs from the archive's copy; pass "
-           "-o to write the model elsewhere, or --force to replace it")
+           "another -o to write the model elsewhere, or --force to replace it")
     assert (out / "m.bin").read_bytes() == b"someone else's weights"
     assert not (out / "m.onnx").exists()
     assert verify(capsys, "export", vtc, "-o", out / "m.onnx", "--force")[0] == 0

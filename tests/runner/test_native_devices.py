@@ -53,6 +53,8 @@ def run_dump_and_diff(spec: str, vtc: Path, tmp_path: Path, capsys: pytest.Captu
                               "--bin-io-dump", native], capsys)
     assert code == 0, err
     assert "each node run once, in " in err + out  # segments, as the Python runner
+    device_line = next(line for line in out.splitlines() if line.startswith(f"device {spec}"))
+    assert "python" not in device_line and "onnxruntime 1.30.0" in device_line  # no Python there
     check = run_json(["run", vtc, "--device", "local", "--iter", "1", "--opt-level", opt,
                       "--bin-io-dump", python], capsys)
     assert check["passed"] is True

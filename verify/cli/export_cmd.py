@@ -98,7 +98,7 @@ def _refuse_to_replace(tc: "Testcase", target: Path) -> None:
             clash = dest
     if clash is not None:
         raise UsageError(f"{clash}: already exists and differs from the archive's copy; pass "
-                         "-o to write the model elsewhere, or --force to replace it")
+                         "another -o to write the model elsewhere, or --force to replace it")
 
 
 def _write_test_data(tc: "Testcase", folder: Path) -> Path:

@@ -96,8 +96,10 @@ class RunPrinter:
         r = o.run
         dev = r.device
         echo = click.echo
-        echo(f"device {r.spec}: {dev.get('arch', '?')} {dev.get('os', '')}, python "
-             f"{dev.get('python', '?')}, onnxruntime {dev.get('onnxruntime', '?')}; "
+        # a native runner has no Python (its describe says null): nothing to show for it
+        python = f"python {dev['python']}, " if dev.get("python") else ""
+        echo(f"device {r.spec}: {dev.get('arch', '?')} {dev.get('os', '')}, {python}"
+             f"onnxruntime {dev.get('onnxruntime', '?')}; "
              f"providers {','.join(r.providers)}; opt-level {r.options.session.opt_level}"
              + (f"; threads {r.options.session.threads}" if r.options.session.threads else ""))
         t = r.transfers

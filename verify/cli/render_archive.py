@@ -25,7 +25,10 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
     model = parse_model(model_bytes, where, external)  # corrupt: one ModelError line, exit 2
     g = model.graph
     inits = {i.name for i in g.initializer}
-    constants = [n for n in g.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
+    graphs = list(_graphs(g))  # subgraph bodies too: silero VAD keeps its weights in If bodies
+    initializers = [i for sub in graphs for i in sub.initializer]
+    constants = [n for sub in graphs for n in sub.node
+                 if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
 
     def io(values: Any) -> list[dict[str, Any]]:
         out = []
@@ -41,14 +44,24 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
 
     return {"ir_version": model.ir_version, "opset": opset_of(model),
             "producer": f"{model.producer_name} {model.producer_version}".strip(),
-            "nodes": len(g.node), "initializers": len(g.initializer),
+            "nodes": len(g.node), "subgraph_nodes": sum(len(sub.node) for sub in graphs[1:]),
+            "initializers": len(initializers),
             "constant_nodes": len(constants),
             # weights held by Constant nodes count too (PaddlePaddle's exports keep them there)
-            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in g.initializer)
+            "parameters": int(sum(np.prod(i.dims, dtype=np.int64) for i in initializers)
                               + sum(_constant_elements(n) for n in constants)),
             "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
             "size_bytes": len(model_bytes),
             "external_data": [{"location": f.location, "bytes": f.size} for f in external]}
+
+
+def _graphs(graph: Any) -> Any:
+    """`graph` and every If/Loop/Scan body in it, nested ones included."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graphs(sub)
 
 
 def _constant_elements(node: Any) -> int:
@@ -196,7 +209,9 @@ def _print_model_part(con: Any, m: Mapping[str, Any]) -> None:
     from rich.table import Table
 
     held = (f" + {m['constant_nodes']} Constant nodes" if m.get("constant_nodes") else "")
-    con.print(f"model: {m['nodes']} nodes, {m['initializers']} initializers{held} "
+    inner = (f" (+ {m['subgraph_nodes']} in If/Loop/Scan bodies)" if m.get("subgraph_nodes")
+             else "")
+    con.print(f"model: {m['nodes']} nodes{inner}, {m['initializers']} initializers{held} "
               f"({m['parameters']:,} parameters), opset {m['opset']}, IR {m['ir_version']}, "
               f"{fmt_bytes(m['size_bytes'])}, producer {m['producer'] or '?'}")
     if m.get("external_data"):

@@ -347,7 +347,10 @@ def test_missing_baselines_are_reported_not_created(device_env, tmp_path: Path, 
     assert run.gate("two_io/local/opt-all", "latency")["status"] == "no-baseline"
     assert run.report["missing_baselines"] == ["two_io/local/opt-all"]
     assert "### Missing baselines" in (tmp_path / "ci.md").read_text()
-    assert "1 job(s) have no baseline; record them with" in run.err
+    # the advice records them where this run looked for them, --baselines included
+    record = f"`verify ci {suite} --baselines {empty} --update-goldens`"
+    assert f"1 job(s) have no baseline; record them with {record}" in run.err
+    assert f"Record baselines on purpose with {record}" in (tmp_path / "ci.md").read_text()
     assert not empty.exists()
     strict = run_ci([suite, "--baselines", empty, "--only", "two_io", "--require-baselines",
                      "--junit", tmp_path / "ci.xml"], capsys, tmp_path)
@@ -657,3 +660,41 @@ tensors = {{ "block3/relu:0" = "atol=1e-30,rtol=0", "block3/rleu:0" = "atol=1" }
     assert not any("'block3/relu:0:" in n for n in notes), notes
     assert ("the testcase's tolerance 'block3/rleu:0:atol=1' matches no output or layer of the "
             "archive (prob); the glob must match a whole name") in notes
+
+
+def test_a_report_never_lands_on_an_unselected_testcase_or_a_baseline(
+        device_env, tmp_path: Path, capsys) -> None:
+    """--only picks one testcase; a report path naming another testcase of the suite, or a
+    file in its baselines folder, would destroy it: exit 2 before any job, both left as they
+    were."""
+    cnn = tmp_path / "tc" / "cnn.vtc"
+    cnn.parent.mkdir()
+    shutil.copy(TESTCASES / "cnn.vtc", cnn)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    before = cnn.read_bytes()
+    run = run_ci([suite, "--only", "int_bool", "--markdown", cnn], capsys, tmp_path)
+    assert run.code == 2 and cnn.read_bytes() == before
+    assert f"--markdown {cnn}: is testcase 'cnn' of the suite" in run.err
+    base = tmp_path / "bl"
+    assert run_ci([suite, "--only", "int_bool", "--baselines", base, "--update-goldens"],
+                  capsys, tmp_path).code == 0
+    recorded = next(base.rglob("*.json"))
+    kept = recorded.read_bytes()
+    run = run_ci([suite, "--only", "int_bool", "--baselines", base, "--junit", recorded],
+                 capsys, tmp_path)
+    assert run.code == 2 and recorded.read_bytes() == kept
+    assert f"--junit {recorded}: is inside the baselines folder {base.resolve()}" in run.err
+
+
+def test_the_markdown_regression_cell_of_a_zero_baseline_shows_the_error_not_inf() -> None:
+    from types import SimpleNamespace
+
+    from verify.ci.report import _gate_cell
+
+    gate = SimpleNamespace(gate="regression", status="fail", details={
+        "worse_outputs": [{"tensor": "y", "max_abs": 2.5e-6, "baseline_max_abs": 0.0,
+                           "limit": 1e-6, "ratio": "inf"}], "worse_layers": []})
+    cell = _gate_cell(SimpleNamespace(gates=[gate]), "regression")  # type: ignore[arg-type]
+    assert cell.endswith(" 2.5e-06 vs 0 (2.5x the limit)") and "inf" not in cell
+    gate.details["worse_outputs"][0].update(baseline_max_abs=1e-6, limit=2e-6, ratio=2.5)
+    assert _gate_cell(SimpleNamespace(gates=[gate]), "regression").endswith(" 2.5x")

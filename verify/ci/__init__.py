@@ -81,7 +81,8 @@ def run_suite(request: CiRequest,
     results = run_jobs(jobs, ci, on_result)
     info = RunInfo(suite_name=suite.name, suite_file=str(request.suite), total_jobs=total,
                    shard=request.shard, only=tuple(request.only),
-                   update_goldens=request.update_goldens, seconds=time.monotonic() - started)
+                   update_goldens=request.update_goldens, seconds=time.monotonic() - started,
+                   baselines=str(request.baselines) if request.baselines else "")
     return CiOutcome(tuple(results), info)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,12 @@ class RunInfo:
     seconds: float = 0.0
     created_utc: str = field(default_factory=lambda: _dt.datetime.now(
         _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    baselines: str = ""  # the --baselines folder given, if any
+
+    def record_command(self) -> str:
+        """The command that records the missing baselines where this run looked for them."""
+        where = f" --baselines {shlex.quote(self.baselines)}" if self.baselines else ""
+        return f"verify ci {shlex.quote(self.suite_file)}{where} --update-goldens"
 
     def scope(self, ran: int) -> str:
         parts = [f"{ran} of {self.total_jobs} job(s)"]
@@ -115,7 +122,16 @@ def _gate_cell(result: JobResult, gate: str) -> str:
         return f"{mark} {fmt3(g.details['median_ms'])} ms ({fmt3(g.details['ratio'])}x)"
     if gate == "regression" and g.status == FAIL:
         worst = [*g.details["worse_outputs"], *g.details["worse_layers"]]
-        return f"{mark} {fmt3(worst[0]['ratio'])}x" if worst else mark
+        if not worst:
+            return mark
+        w = worst[0]
+        if isinstance(w["ratio"], (int, float)):
+            return f"{mark} {fmt3(w['ratio'])}x"
+        # a baseline error of 0: no ratio to it; the error, and how far over the limit
+        over = (f" ({fmt3(w['max_abs'] / w['limit'])}x the limit)"
+                if isinstance(w["max_abs"], (int, float)) and
+                isinstance(w["limit"], (int, float)) and w["limit"] > 0 else "")
+        return f"{mark} {fmt3(w['max_abs'])} vs 0{over}"
     return mark
 
 
@@ -170,7 +186,7 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
         lines += ["", "### Missing baselines", "",
                   f"{len(missing)} job(s) have no baseline; regression and latency were not "
                   f"judged for them. Record baselines on purpose with "
-                  f"`verify ci {info.suite_file} --update-goldens` and commit them:", ""]
+                  f"`{info.record_command()}` and commit them:", ""]
         lines += [f"- `{m}`" for m in missing]
     recorded = recorded_latencies(results)
     if recorded:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from verify.cli import CONTEXT, cli, emit_json, json_option
-from verify.errors import EXIT_DEVICE, EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
+from verify.errors import (EXIT_DEVICE, EXIT_INTERNAL, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE,
+                           UsageError)
 
 if TYPE_CHECKING:
     from verify.ci.results import JobResult
@@ -106,11 +107,18 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
                ("--html", html_path))
     taken: list[tuple[str, Path | str | None]] = [("the suite file", suite)]
     if any(path is not None for _, path in reports):
+        # every testcase of the suite, selected by --only/--shard or not, and its baselines
+        suite_doc = ci_lib.plan(request)[0]
         taken += [(f"testcase {job.testcase!r} of the suite", job.archive)
-                  for job in ci_lib.plan(request)[1]]
+                  for job in ci_lib.expand(suite_doc)]
+        kept = (baselines or suite_doc.baselines).resolve()
     for option, path in reports:  # before any job runs: a bad path costs no device time
         if path is not None:
             check_output_file(path, option, taken)
+            if kept in path.resolve().parents:
+                raise UsageError(f"{option} {path}: is inside the baselines folder {kept}; "
+                                 "writing there could replace a baseline, give another file "
+                                 "name")
             taken.append((f"the {option} report", path))
     ci_lib.check_report_dependencies([option for option, path in reports
                                       if path and option in ci_lib.REPORT_LIBRARIES])
@@ -132,7 +140,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
         missing = missing_baselines(outcome.results)
         if missing and not update_goldens:
             click.echo(f"{len(missing)} job(s) have no baseline; record them with "
-                       f"`verify ci {suite} --update-goldens` and commit them", err=True)
+                       f"`{outcome.info.record_command()}` and commit them", err=True)
         recorded = recorded_latencies(outcome.results)
         if recorded:
             fps = sorted({r.machine for r in outcome.results if r.job.id in recorded})

@@ -127,10 +127,11 @@ def run_json(argv: Sequence[str], capsys: pytest.CaptureFixture[str]) -> dict[st
 
 
 def verify_process(argv: Sequence[str], env: Mapping[str, str], **kwargs: Any) -> subprocess.Popen[str]:
-    """`verify ARGV` as a child process (python -m verify.cli's entry point)."""
+    """`verify ARGV` as a child process, through the `verify` command's own entry point
+    (main() reading sys.argv, which also decides how the process ends)."""
     # SIGINT as at a terminal, even when the test runner's own SIGINT is ignored (background).
     code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "from verify.cli import main; sys.exit(main(sys.argv[1:]))")
+            "from verify.cli import main; main()")
     options = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE,
                "stderr": subprocess.PIPE, "text": True, "cwd": str(REPO), **kwargs}
     return subprocess.Popen([sys.executable, "-c", code, *map(str, argv)], env=dict(env),

@@ -289,3 +289,29 @@ def test_profile_from_the_emulated_arm64_target(capsys: pytest.CaptureFixture[st
     assert len(convs) == 10 and all(r["computation"] and r["flops"] for r in convs)
     code, out, _ = verify(capsys, "profile", trace, "--model", cnn_two_cases)
     assert code == 0 and out.startswith("runs analyzed") and "│ #2 " in out
+
+
+def test_model_counts_the_nodes_the_nchwc_layout_pass_renamed(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """YOLOv8n at --opt-level all: onnxruntime's NCHWc pass runs MaxPool and Resize (as
+    Upsample) under names made from their outputs ('..._output_0_nchwc'). With --model they
+    are found and counted as at disable, where the nodes keep their names; no node is left
+    unknown (the hint promised '--model may tell', and it did not)."""
+    from corpus import model_path
+
+    vtc = tmp_path / "y.vtc"
+    code, _, err = verify(capsys, "pack", model_path("yolov8n"), "--shape",
+                          "images:1x3x320x320", "-o", vtc)
+    assert code == 0, err
+    by_type = {}
+    for level in ("all", "disable"):
+        trace = tmp_path / f"{level}.json"
+        code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--warmup", "0",
+                              "--opt-level", level, "--profile", trace)
+        assert code == 0, err
+        got = doc(capsys, trace, "--model", vtc, "--aggregate-by", "type", "-t", "0")
+        assert got["summary"]["unknown_computation"] == 0, level
+        by_type[level] = {r["type"]: r["computation"] for r in got["rows"]}
+    assert by_type["all"]["MaxPool"] == by_type["disable"]["MaxPool"] > 0
+    assert by_type["all"]["Upsample"] == 0  # nearest: a gather, as Resize at disable
+    assert by_type["disable"]["Resize"] == 0

@@ -38,7 +38,9 @@ divide of a mean) are ignored: they are small beside the per-element work.
                       and unknown modes are unknown.
   reductions          in (ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/LogSum/LogSumExp,
                       ArgMax, ArgMin).
-  data movement       0 (Reshape, Transpose, Concat, Slice, Gather, Pad, Expand, Identity ...).
+  Range               1 per output element.
+  data movement       0 (Reshape, Transpose, Concat, Slice, Gather, Pad, Expand, Identity,
+                      ConstantOfShape ...).
   anything else       unknown (None). Never guessed.
 
 Bytes: bytes_read is the sum of the sizes of the node's inputs, initializers included;
@@ -300,7 +302,7 @@ DATA_MOVEMENT = (
     "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Identity", "Concat", "Split",
     "Slice", "Gather", "GatherElements", "GatherND", "Pad", "Expand", "Tile", "DepthToSpace",
     "SpaceToDepth", "Shape", "Size", "Dropout", "ReorderInput", "ReorderOutput",
-    "MemcpyToHost", "MemcpyFromHost",
+    "MemcpyToHost", "MemcpyFromHost", "ConstantOfShape",
 )
 
 _FLOPS: dict[str, _FlopFn] = {
@@ -331,6 +333,7 @@ _FLOPS: dict[str, _FlopFn] = {
     "Min": _variadic(0),
     "Mean": _variadic(1),
     **{op: _per_output_element(1) for op in ELEMENTWISE},
+    "Range": _per_output_element(1),  # start + i * delta
     **{op: _per_input_element for op in REDUCTIONS},
     **{op: _zero for op in DATA_MOVEMENT},
 }

@@ -46,6 +46,11 @@ def _is_hdf5(path: Path) -> bool:
         return False
 
 
+NCHWC_SUFFIX = "_nchwc"
+# (model op, the op onnxruntime's layout pass runs for it) with the same attributes' meaning
+_RENAMED_OPS = frozenset({("Resize", "Upsample")})
+
+
 @dataclass(frozen=True)
 class _ModelNode:
     op_type: str
@@ -72,8 +77,12 @@ class ModelIndex:
             for init in graph.initializer:
                 inits.setdefault(init.name, initializer_spec(init))
             for i, node in enumerate(graph.node):
-                nodes.setdefault(ort_node_name(node, i), _ModelNode(
-                    node.op_type, tuple(node.input), node_attrs(node)))
+                entry = _ModelNode(node.op_type, tuple(node.input), node_attrs(node))
+                nodes.setdefault(ort_node_name(node, i), entry)
+                if node.output and node.output[0]:
+                    # onnxruntime's NCHWc layout pass replaces the node by one named after its
+                    # output ('/model.9/m/MaxPool_output_0_nchwc'), same op and attributes
+                    nodes.setdefault(node.output[0] + NCHWC_SUFFIX, entry)
                 if node.op_type == "Constant" and node.output:  # weights as Paddle exports them
                     value = next((a.t for a in node.attribute if a.name == "value"
                                   and a.type == onnx.AttributeProto.TENSOR), None)
@@ -99,7 +108,8 @@ def variant_cost(stats: NodeStats, variant: ShapeVariant, model: ModelIndex | No
     onnxruntime created, only the trace's shapes are (see _align_trace).
     """
     mnode = model.nodes.get(stats.name) if model is not None else None
-    if mnode is not None and mnode.op_type == stats.op_type:
+    if mnode is not None and (mnode.op_type == stats.op_type
+                              or (mnode.op_type, stats.op_type) in _RENAMED_OPS):
         inputs = _align_model(mnode, variant.inputs, model.initializers)
         return node_cost(stats.op_type, inputs, variant.outputs, mnode.attrs)
     return node_cost(stats.op_type, _align_trace(stats.op_type, variant), variant.outputs)

@@ -16,6 +16,7 @@ from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 
 from helpers_cli import only_line, verify
 from verify.compare import ToleranceSet
 from verify.diff import diff_captures
+from verify.errors import DumpError
 
 
 @pytest.fixture
@@ -286,3 +287,15 @@ def test_a_tol_glob_that_matches_no_compared_tensor_is_said(
     assert code == 0 and out.splitlines()[-1].startswith("=== PASS")
     assert only_line(err) == ("note: --tol 'stem/relu:atol=1' matches no tensor compared; the "
                               "glob must match a whole tensor name (diff --json lists them)")
+
+
+def test_a_case_without_tensors_is_named_as_such_not_as_a_filter_or_model_mismatch() -> None:
+    from verify.diff import _walk
+    from verify.diff_sources import Side, Tensor
+
+    full = Side(label="good", tensors=[Tensor("y", "n", "Relu", 0.0, True)],
+                load=lambda name: np.zeros(2, np.float32), model_sha256="abc")
+    empty = Side(label="damaged", tensors=[], load=lambda name: None, model_sha256="abc")
+    with pytest.raises(DumpError) as caught:
+        _walk(empty, full, ToleranceSet(), 3, "auto")
+    assert str(caught.value) == "damaged: case 3 holds no tensor to compare"

@@ -188,6 +188,9 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     computed = {t.name for t in ref.tensors if t.op != INPUT_OP} & {
         t.name for t in act.tensors if t.op != INPUT_OP}
     if not computed:
+        empty = next((side for side in (act, ref) if not side.tensors), None)
+        if empty is not None:  # a damaged capture, not a mismatch of filters or models
+            raise DumpError(f"{empty.label}: case {case} holds no tensor to compare")
         if act.model_sha256 and act.model_sha256 == ref.model_sha256:
             raise DumpError(f"{act.label} and {ref.label} are captures of the same model but "
                             "share no computed tensor (each dumped with another --dump-filter?)")

@@ -242,7 +242,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
     gate_failed = any(g.status == FAIL for g in verdicts)
     if ci.update_goldens:
         if gate_failed:
-            notes.append(f"baseline not written: a gate failed ({shown} left as it was)")
+            kept = f"{shown} left as it was" if path.exists() else f"no {shown} was written"
+            notes.append(f"baseline not written: a gate failed ({kept})")
         else:
             baselines.write(path, baselines.document(result, ci.suite_name, sha, cases))
             if "regression" in job.gates:

@@ -394,19 +394,26 @@ def test_ir3_light_model_dumps_at_all_and_disable_and_diffs_clean(
 
 def _constant_weight_model(path: Path) -> np.ndarray:
     """x -> Relu -> MatMul by a Constant node's (288, 2) weight -> y; returns the weight."""
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper, numpy_helper
 
     w = np.random.default_rng(3).standard_normal((288, 2)).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Constant", [], ["w"], name="weight", value=numpy_helper.from_array(w)),
-         helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("MatMul", ["r", "w"], ["y"], name="head")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 288])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    _save_graph(path, [
+        helper.make_node("Constant", [], ["w"], name="weight", value=numpy_helper.from_array(w)),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w"], ["y"], name="head")], [1, 288], [1, 2])
+    return w
+
+
+def _save_graph(path: Path, nodes: list[Any], x: list[int], y: list[int]) -> None:
+    """A float model of `nodes` from input x to output y (opset 13, IR 8) saved at `path`."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(nodes, "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, path)
-    return w
 
 
 def test_a_constant_node_read_by_a_later_segment_is_copied_not_fed(tmp_path: Path) -> None:
@@ -468,16 +475,11 @@ def _cast_through(path: Path, elem: int) -> None:
     """x -> Cast to `elem` -> Cast back -> + Relu(x) -> y: a tensor of that type in between."""
     from onnx import TensorProto, helper
 
-    graph = helper.make_graph(
-        [helper.make_node("Cast", ["x"], ["b"], to=elem, name="to"),
-         helper.make_node("Relu", ["x"], ["r"], name="relu"),
-         helper.make_node("Cast", ["b"], ["c"], to=TensorProto.FLOAT, name="back"),
-         helper.make_node("Add", ["c", "r"], ["y"], name="add")], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    _save_graph(path, [
+        helper.make_node("Cast", ["x"], ["b"], to=elem, name="to"),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Cast", ["b"], ["c"], to=TensorProto.FLOAT, name="back"),
+        helper.make_node("Add", ["c", "r"], ["y"], name="add")], [1, 8], [1, 8])
 
 
 @pytest.mark.parametrize("runner", ["python", "native"])
@@ -528,18 +530,13 @@ def test_the_dump_note_names_an_over_budget_tensor_only_when_a_node_made_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A 3.8 MB input reduced to one value, under a 1 MB budget: the input is no node's
     output, so nothing ran alone for it, and the note does not say so."""
-    from onnx import TensorProto, helper
+    from onnx import helper
 
     from fixtures_devices import run_cli
 
-    graph = helper.make_graph(
-        [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1),
-         helper.make_node("Relu", ["m"], ["y"])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1_000_000])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "big_in.onnx")
+    _save_graph(tmp_path / "big_in.onnx", [
+        helper.make_node("ReduceMean", ["x"], ["m"], keepdims=1),
+        helper.make_node("Relu", ["m"], ["y"])], [1, 1_000_000], [1, 1])
     assert run_cli(["pack", tmp_path / "big_in.onnx", "-o", tmp_path / "b.vtc"], capsys)[0] == 0
     code, out, err = run_cli(["run", tmp_path / "b.vtc", "--iter", "1", "--opt-level", "disable",
                               "--bin-io-dump", tmp_path / "d", "--dump-budget-mb", "1"], capsys)

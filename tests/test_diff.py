@@ -299,3 +299,16 @@ def test_a_case_without_tensors_is_named_as_such_not_as_a_filter_or_model_mismat
     with pytest.raises(DumpError) as caught:
         _walk(empty, full, ToleranceSet(), 3, "auto")
     assert str(caught.value) == "damaged: case 3 holds no tensor to compare"
+
+
+@pytest.mark.parametrize("edit, said", [
+    (lambda m: m["cases"][0].pop("tensors"), "(case entry 0 has no tensor list)"),
+    (lambda m: m.update(cases=[]), "(no cases)")])
+def test_a_manifest_without_cases_or_tensor_lists_says_which(
+        dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str],
+        edit: Callable[[dict], object], said: str) -> None:
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    edit(m)
+    (dump_copy / "manifest.json").write_text(json.dumps(m))
+    code, _, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    assert (code, only_line(err)) == (2, f"error: {dump_copy}: corrupt manifest.json {said}")

@@ -362,9 +362,12 @@ def open_dump(path: Path) -> Dump:
         raise DumpError(f"{path}: incomplete dump (the manifest is not marked complete); "
                         "re-run it")
     cases = manifest.get(M.CASES)
-    if not isinstance(cases, list) or not cases or not all(
-            isinstance(c, dict) and isinstance(c.get(MC.TENSORS), list) for c in cases):
+    if not isinstance(cases, list) or not cases:
         raise DumpError(f"{path}: corrupt {MANIFEST} (no cases)")
+    bad = next((i for i, c in enumerate(cases)
+                if not (isinstance(c, dict) and isinstance(c.get(MC.TENSORS), list))), None)
+    if bad is not None:
+        raise DumpError(f"{path}: corrupt {MANIFEST} (case entry {bad} has no tensor list)")
     problem = manifest_problem(manifest)
     if problem:
         raise DumpError(f"{path}: corrupt {MANIFEST} ({problem})")

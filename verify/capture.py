@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError, ModelError, UsageError
-from verify.graph import (TensorInfo, fused_away, output_names, parse_model,
+from verify.graph import (TensorInfo, fused_away, graph_and_bodies, output_names, parse_model,
                           saturation_floors, tensor_order)
 from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
@@ -67,13 +67,14 @@ class HostCapture:
     def close(self) -> None:
         self._scratch.cleanup()
 
-    def layers(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None
-               ) -> Iterator[tuple[str, np.ndarray]]:
+    def layers(self, feeds: Mapping[str, np.ndarray], names: Sequence[str] | None = None,
+               *, with_missing: bool = False) -> Iterator[tuple[str, np.ndarray | None]]:
         """Reference values of `names` (default: every tensor of `graph.tensor_order`, graph
         inputs included) for one case, yielded in topological order, computed in segments of
         at most the budget of marked activations. Names not in the graph are a UsageError.
-        A tensor of a type numpy has no form for (bfloat16, float8, string) is left out.
-        Drop each value once used to keep memory bounded."""
+        A tensor of a type numpy has no form for (bfloat16, float8, string) is left out, or
+        with `with_missing` yielded with the value None (a reader going by name learns that it
+        went by). Drop each value once used to keep memory bounded."""
         wanted = self._order
         if names is not None:
             known = set(self._order)
@@ -93,8 +94,10 @@ class HostCapture:
                                       self._scratch.name, sizes=self._sizes[key])
         try:
             for _case, name, value in _host_errors(chunks):
-                if value is not None:  # None: a type numpy has no form for (bfloat16, ...)
+                if value is not None:
                     yield name, np.asarray(value)
+                elif with_missing:  # a type numpy has no form for (bfloat16, ...)
+                    yield name, None
         finally:
             chunks.close()
 
@@ -203,15 +206,8 @@ def subgraph_tensor_count(model: onnx.ModelProto) -> int:
     """How many tensors the nodes inside If/Loop/Scan bodies compute (nested bodies included):
     onnxruntime can mark only the top-level graph's tensors as outputs, so a dump cannot
     capture these; reports say how many there are."""
-    def count(graph: onnx.GraphProto) -> int:
-        n = 0
-        for node in graph.node:
-            for attr in node.attribute:
-                for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                    n += sum(1 for b in body.node for o in b.output if o) + count(body)
-        return n
-
-    return count(model.graph)
+    bodies = list(graph_and_bodies(model.graph))[1:]
+    return sum(1 for body in bodies for node in body.node for o in node.output if o)
 
 
 def _reindex(infos: Sequence[TensorInfo]) -> list[TensorInfo]:

@@ -209,7 +209,7 @@ def streamed(host: Any, feeds: Mapping[str, np.ndarray]
     walk does, on whichever side computes here) it costs one pass, holding one chunk at a
     time; a name asked for after the pass went by it is computed on its own. None for a tensor
     the capture leaves out (a type numpy has no form for)."""
-    stream = host.layers(feeds)
+    stream = host.layers(feeds, with_missing=True)  # a tensor without a value goes by too
     passed: set[str] = set()
 
     def load(name: str) -> np.ndarray | None:
@@ -218,8 +218,7 @@ def streamed(host: Any, feeds: Mapping[str, np.ndarray]
                 passed.add(got)
                 if got == name:
                     return value
-        # None: the capture has no value for it (a type numpy has no form for, bfloat16, ...)
-        return dict(host.layers(feeds, [name])).get(name)
+        return dict(host.layers(feeds, [name], with_missing=True))[name]
 
     return load
 

@@ -253,7 +253,6 @@ def _dump_note(capture: DumpCapture) -> str:
                    f"captured in {capture.seconds:.2f} s")
 
 
-
 def _dump_spec(request: DumpOptions) -> DumpSpec | None:
     if not request.wanted:
         if request.stats_only or request.dump_filter is not None \

@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -165,24 +165,22 @@ def host_agreement(given: Sequence[Mapping[str, np.ndarray]],
     (the archive's tolerances, the outputs' saturation `floors`; a provenance record): where
     it already differs, a device run will differ there too, and the given ground truth or the
     export is the first thing to look at."""
-    from verify.compare import compare
+    from verify.check import check_outputs
     from verify.tolerance import tolerance_set
 
     rules = tolerance_set(dict(tolerances))
     failing: dict[str, float | None] = {}
     first: dict[str, Any] | None = None
     for i, (ref, ours) in enumerate(zip(given, host)):
-        for name, value in ours.items():
-            rule = rules.rule_for(name, floors.get(name, 0.0))
-            verdict = compare(name, value, ref[name], rule)
+        for verdict in check_outputs(ours, ref, rules, floors, "this host"):
             if verdict.passed:
                 continue
             err = float(verdict.max_abs)
             err = err if math.isfinite(err) else None
-            old = failing.get(name)
-            failing[name] = err if old is None else max(old, err or 0.0)
+            old = failing.get(verdict.name)
+            failing[verdict.name] = err if old is None else max(old, err or 0.0)
             if first is None:
-                first = {"tensor": name, "case": i, "max_abs": err}
+                first = {"tensor": verdict.name, "case": i, "max_abs": err}
     return {"passed": not failing, "compared": "outputs", "failing": list(failing),
             "first": first}
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,6 +158,15 @@ def opset_of(model: onnx.ModelProto) -> int:
         if imp.domain in ("", "ai.onnx"):
             return int(imp.version)
     return 0
+
+
+def graph_and_bodies(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """`graph`, then every If/Loop/Scan body in it, nested ones included."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                yield from graph_and_bodies(body)
 
 
 def count_ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:

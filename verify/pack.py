@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from verify import __version__
+from verify import __version__, schema
 from verify.capture import HostCapture
 from verify.graph import load_model, saturation_floors, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
-from verify import schema
 from verify.expected import (check_expected, host_agreement, read_case_sources,
                              read_expected)
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs

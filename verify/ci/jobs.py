@@ -64,7 +64,8 @@ def expand(suite: Suite) -> list[Job]:
                     timeout=_first(tc.timeout, device.timeout, suite.timeout),
                     retries=suite.retries,
                     gates=_first(tc.gates, device.gates, suite.gates),
-                    tolerance=tc.tolerance.over(suite.tolerance, shared=True), settings=suite.settings,
+                    tolerance=tc.tolerance.over(suite.tolerance, shared=True),
+                    settings=suite.settings,
                     layers=tc.layers))
     return jobs
 

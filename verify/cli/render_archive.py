@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) -> dict[str, Any]:
     import onnx
 
-    from verify.graph import count_ops, opset_of, parse_model
+    from verify.graph import count_ops, graph_and_bodies, opset_of, parse_model
 
     model = parse_model(model_bytes, where, external)  # corrupt: one ModelError line, exit 2
     g = model.graph
     inits = {i.name for i in g.initializer}
-    graphs = list(_graphs(g))  # subgraph bodies too: silero VAD keeps its weights in If bodies
+    graphs = list(graph_and_bodies(g))  # bodies too: silero VAD's weights are in If bodies
     initializers = [i for sub in graphs for i in sub.initializer]
     constants = [n for sub in graphs for n in sub.node
                  if n.op_type == "Constant" and n.domain in ("", "ai.onnx")]
@@ -53,15 +53,6 @@ def _model_info(model_bytes: bytes, where: str, external: Sequence[Any] = ()) ->
             "ops": count_ops(g.node), "inputs": io(g.input), "outputs": io(g.output),
             "size_bytes": len(model_bytes),
             "external_data": [{"location": f.location, "bytes": f.size} for f in external]}
-
-
-def _graphs(graph: Any) -> Any:
-    """`graph` and every If/Loop/Scan body in it, nested ones included."""
-    yield graph
-    for node in graph.node:
-        for a in node.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _graphs(sub)
 
 
 def _constant_elements(node: Any) -> int:

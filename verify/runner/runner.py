@@ -896,9 +896,10 @@ def capture_segments(np, ort, model, tensors, cases, budget, session_job, scratc
     as in `session_job`, on the case's inputs and the boundary values earlier segments left:
     every node runs once per case. With `copy` false, values view onnxruntime's buffers and are
     valid only until the next item. A value of a type numpy has no form for (NO_NPY_TYPES:
-    bfloat16, float8, string) is None (it still crosses boundaries, as onnxruntime's value). `stats` (a dict), when given, receives the C.DumpResult
-    fields but its cases and time: the budget, the segments (the [first, last) node spans run
-    for the first case), the nodes, those measured, and the tensors inside subgraphs."""
+    bfloat16, float8, string) is None (it still crosses boundaries, as onnxruntime's value).
+    `stats` (a dict), when given, receives the C.DumpResult fields but its cases and time: the
+    budget, the segments (the [first, last) node spans run for the first case), the nodes,
+    those measured, and the tensors inside subgraphs."""
     with open(model, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         buf = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ) if size else b""
@@ -1007,8 +1008,7 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                 if sess is None:
                     types = {}
                     for n, (value, owner) in boundary.items():
-                        kind = (str(value.dtype) if value is not None
-                                else owner[0].data_type()[len("tensor("):-1])
+                        kind = str(value.dtype) if value is not None else _elem_name(owner[0])
                         elem = ELEM_TYPES.get(kind, NO_NPY_TYPES.get(kind))
                         if elem is None:
                             raise JobError("runtime", "tensor %r (%s) cannot cross a segment "
@@ -1064,9 +1064,9 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
     out = []
     for i in range(len(fetch)):
         v = owners[i]
-        kind = v.data_type()
-        dtype = _NP_TYPES.get(kind[len("tensor("):-1]) if kind.startswith("tensor(") else None
-        if kind[len("tensor("):-1] in NO_NPY_TYPES:
+        kind = _elem_name(v)
+        dtype = _NP_TYPES.get(kind)
+        if kind in NO_NPY_TYPES:
             out.append((None, (v, owners)))  # fed on as it is, where a later segment reads it
             continue
         if dtype is None or v.device_name().lower() != "cpu":
@@ -1090,6 +1090,13 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
             owner = (v, owners)
         out.append((array.copy(), None) if copy else (array, owner))
     return out
+
+
+def _elem_name(value):
+    """onnxruntime's element type name of an OrtValue ('float', 'bfloat16'; '' for a value
+    that is no tensor, a sequence or a map)."""
+    kind = value.data_type()
+    return kind[len("tensor("):-1] if kind.startswith("tensor(") else ""
 
 
 def _return_freed_memory():

@@ -171,9 +171,9 @@ def test_host_values_cost_one_capture_pass_whichever_side_computes_them(
     passes: list[object] = []
     layers = HostCapture.layers
 
-    def counted(self, feeds, names=None):  # type: ignore[no-untyped-def]
+    def counted(self, feeds, names=None, **kwargs):  # type: ignore[no-untyped-def]
         passes.append(names)
-        return layers(self, feeds, names)
+        return layers(self, feeds, names, **kwargs)
 
     monkeypatch.setattr(HostCapture, "layers", counted)
     for sides in ((dump, plain), (plain, dump)):
@@ -198,7 +198,8 @@ def test_host_values_asked_once_out_of_order_cost_one_more_pass(
         passes: list[object] = []
         layers = HostCapture.layers
         monkeypatch.setattr(HostCapture, "layers",
-                            lambda self, f, n=None: passes.append(n) or layers(self, f, n))
+                            lambda self, f, n=None, **kw: passes.append(n) or layers(self, f, n,
+                                                                                   **kw))
         load = diff_sources.streamed(host, feeds)
         for name in [names[0], names[2], names[1], *names[3:]]:
             assert np.array_equal(load(name), expected[name]), name

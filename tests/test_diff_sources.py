@@ -214,7 +214,8 @@ class _Host:
         self.order = order
         self.passes: list[list[str] | None] = []
 
-    def layers(self, feeds: dict, names: list[str] | None = None):
+    def layers(self, feeds: dict, names: list[str] | None = None, *,
+               with_missing: bool = False):
         self.passes.append(names)
         return ((n, np.full(1, i)) for i, n in enumerate(self.order) if not names or n in names)
 

@@ -192,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                              "--bin-io-dump", str(out)], env=env)
             c_capture += CPU["cpu"]
             dumps.append(out)
-        nbytes = sum(p.stat().st_size for d in dumps for p in d.glob("*.npy"))
+        nbytes = sum(p.stat().st_size for d in dumps for p in d.iterdir()
+                     if p.name != "manifest.json")
         print(f"dumps: 2 x {nbytes / 2 / 1e6:.0f} MB")
         for engine in ("numpy", "numba", "native", "auto"):
             if engine not in ("numpy", "auto", *FUSED):
@@ -208,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"1-thread read, {gbs / two:.0%} of 2-thread read; CPU {cpu:.3f} s, "
                   f"{nbytes / cpu / 1e9:.2f} GB per CPU second = "
                   f"{nbytes / cpu / 1e9 / one_cpu:.0%} of np.sum's")
-        pairs = [(np.load(a, allow_pickle=False), np.load(dumps[1] / a.name, allow_pickle=False))
-                 for a in sorted(dumps[0].glob("*.npy"))]
+        da, db = open_dump(dumps[0]), open_dump(dumps[1])
+        pairs = [(np.array(da.load(a)), np.array(db.load(b)))
+                 for a, b in zip(da.entries(0), db.entries(0), strict=True)]
         for engine in ("numpy", *FUSED):  # numpy: an install without a compiler or numba
             secs = best_seconds(lambda e=engine: [compare("t", a, r, MagnitudeRule(), engine=e)
                                                   for a, r in pairs], 3)

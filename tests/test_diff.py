@@ -14,6 +14,7 @@ import pytest
 from fixtures_dump import CNN, REPO
 from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 (fixtures)
 from helpers_cli import only_line, verify
+from helpers_dump import get_tensor, put_tensor, to_format_1
 from verify.compare import ToleranceSet
 from verify.diff import diff_captures
 from verify.errors import DumpError
@@ -73,15 +74,13 @@ def test_tight_tolerance_fails_names_the_first_divergent_and_exits_1(
 def test_shape_and_dtype_mismatches_are_rows_not_errors(dump_copy: Path) -> None:
     m = json.loads((dump_copy / "manifest.json").read_text())
     t = m["cases"][0]["tensors"][3]
-    np.save(dump_copy / t["file"], np.zeros((2, 2), np.float64), allow_pickle=False)
     t["shape"], t["dtype"] = [2, 2], "float64"
-    (dump_copy / "manifest.json").write_text(json.dumps(m))
+    put_tensor(dump_copy, m, t, np.zeros((2, 2), np.float64))
     # the damaged copy against an intact dump: one failing row, everything else compared
     intact = dump_copy.parent / "intact"
     shutil.copytree(dump_copy, intact)
-    np.save(intact / t["file"], np.zeros((1, 8, 112, 112), np.float32), allow_pickle=False)
     m["cases"][0]["tensors"][3].update(shape=[1, 8, 112, 112], dtype="float32")
-    (intact / "manifest.json").write_text(json.dumps(m))
+    put_tensor(intact, m, t, np.zeros((1, 8, 112, 112), np.float32))
     report = diff_captures(dump_copy, intact, ToleranceSet())
     assert not report.passed
     assert report.first_divergent is not None and report.first_divergent.name == t["name"]
@@ -113,37 +112,43 @@ def _damage(kind: str, d: Path) -> str:
     """Damage the dump copy `d`; returns the expected error line."""
     m = json.loads((d / "manifest.json").read_text())
     t = m["cases"][0]["tensors"][5]
-    f = d / t["file"]
+    f, at = d / t["file"], t["offset"]
     if kind == "missing file":
-        f.unlink()
-        return f"error: {d}: tensor 'block1/conv1:0': file {f.name} is missing (an incomplete or damaged dump; re-run it)"
-    if kind == "truncated":
-        data = f.read_bytes()
-        f.write_bytes(data[:len(data) // 2])
-        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is truncated ({len(data) // 2} "
-                f"bytes, expected {len(data)})")
+        f.unlink()  # the case's pack: the first tensor read names it
+        return f"error: {d}: tensor 'data': file {f.name} is missing (an incomplete or damaged dump; re-run it)"
+    if kind == "truncated":  # the pack cut inside this tensor's data
+        end = at + 128 + 8 * 56 * 56 * 4  # its header is 128 bytes
+        with open(f, "r+b") as fh:
+            fh.truncate(end - 1000)
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is truncated ({end - 1000} "
+                f"bytes, expected at least {end})")
     if kind == "other shape":
-        np.save(f, np.zeros((3, 4), np.float32), allow_pickle=False)
+        put_tensor(d, m, t, np.zeros((3, 4), np.float32))
         return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds float32 (3,4) but the "
                 "manifest says float32 (1,8,56,56)")
     if kind == "pickled":
-        np.save(f, np.array([{"evil": 1}], dtype=object), allow_pickle=True)
         t["dtype"], t["shape"] = "object", [1]
-        (d / "manifest.json").write_text(json.dumps(m))
+        put_tensor(d, m, t, np.array([{"evil": 1}], dtype=object), pickle=True)
         return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds Python objects (a pickled "
                 ".npy); refusing to load it")
+    if kind == "offset past the end":  # an edited offset
+        t["offset"] = size = f.stat().st_size
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy image at "
+                f"byte {size} (EOF: reading magic string, expected 8 bytes got 0)")
     if kind == "mangled header":  # numpy's header tokenizer raises its own error on this
-        data = bytearray(f.read_bytes())
-        data[10:20] = b"xxxxxxxxxx"
-        f.write_bytes(bytes(data))
-        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy file "
-                "(('EOF in multi-line statement', (2, 0)))")
+        with open(f, "r+b") as fh:
+            fh.seek(at + 10)
+            fh.write(b"xxxxxxxxxx")
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy image at "
+                f"byte {at} (('EOF in multi-line statement', (2, 0)))")
     if kind == "huge header":  # numpy's three-line refusal, which advises allow_pickle=True
-        data = bytearray(f.read_bytes())
-        data[8:10] = (65535).to_bytes(2, "little")
-        f.write_bytes(bytes(data) + b" " * 70000)
-        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy file "
-                "(Header info length (65535) is large and may not be safe to load securely.)")
+        with open(f, "r+b") as fh:
+            fh.seek(at + 8)
+            fh.write((65535).to_bytes(2, "little"))
+        return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy image at "
+                f"byte {at} (Header info length (65535) is large and may not be safe to load "
+                "securely.)")
     if kind == "manifest not json":
         (d / "manifest.json").write_text("{not json")
         return (f"error: {d}: manifest.json is not valid JSON (Expecting property name "
@@ -169,12 +174,12 @@ def _damage(kind: str, d: Path) -> str:
         m["format_version"] = 99
         (d / "manifest.json").write_text(json.dumps(m))
         return (f"error: {d}: dump format version 99 is newer than this verify 0.1.0 reads "
-                "(up to 1): upgrade verify")
+                "(up to 2): upgrade verify")
     raise ValueError(kind)
 
 
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
-                                  "mangled header", "huge header", "manifest not json",
+                                  "offset past the end", "mangled header", "huge header", "manifest not json",
                                   "incomplete", "empty", "no tensors", "listed twice",
                                   "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
@@ -184,6 +189,21 @@ def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
     code, out, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
     assert (code, out) == (2, "")
     assert err.strip() == expected
+
+
+def test_a_format_1_dump_one_file_per_tensor_is_still_read(
+        dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    to_format_1(dump_copy)
+    assert not list(dump_copy.glob("*.npys")) and len(list(dump_copy.glob("c0_t*.npy"))) == 38
+    code, out, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    assert code == 0, err
+    assert out.splitlines()[-1] == "=== PASS: 38 tensors within tolerance"
+    # its one-file checks hold: a byte after the data is refused
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    f = dump_copy / m["cases"][0]["tensors"][5]["file"]
+    f.write_bytes(f.read_bytes() + b"x")
+    code, _, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    assert code == 2 and err.strip().endswith(f"{f.name} has 1 bytes of trailing data")
 
 
 def test_pickle_payload_is_never_executed(dump_copy: Path, cnn_dumps: dict[str, Path],
@@ -196,7 +216,7 @@ def test_pickle_payload_is_never_executed(dump_copy: Path, cnn_dumps: dict[str, 
 
     m = json.loads((dump_copy / "manifest.json").read_text())
     t = m["cases"][0]["tensors"][2]
-    np.save(dump_copy / t["file"], np.array([Evil()], dtype=object), allow_pickle=True)
+    put_tensor(dump_copy, m, t, np.array([Evil()], dtype=object), pickle=True)
     code, _, err = verify(capsys, "diff", cnn_dumps["disable"], dump_copy)
     assert code == 2 and "a pickled .npy" in err
     assert not marker.exists()
@@ -255,9 +275,9 @@ def test_top_shows_a_tensor_failing_only_on_nan_positions(
         dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     m = json.loads((dump_copy / "manifest.json").read_text())
     t = m["cases"][0]["tensors"][5]
-    value = np.load(dump_copy / t["file"])
+    value = get_tensor(dump_copy, t)
     value.flat[5] = np.nan  # its numbers all agree: a NaN where the reference has one is all
-    np.save(dump_copy / t["file"], value, allow_pickle=False)
+    put_tensor(dump_copy, m, t, value)
     code, out, _ = verify(capsys, "diff", dump_copy, cnn_dumps["disable"], "--top", "3")
     assert code == 1
     shown = [line for line in out.splitlines() if t["name"] in line]

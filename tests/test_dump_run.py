@@ -43,14 +43,23 @@ def test_dump_final_outputs_are_bit_identical_to_the_plain_run(
     assert d.manifest["options"]["opt_level"] == level
 
 
-def test_dump_manifest_lists_tensors_in_order_files_by_index(cnn_dumps: dict[str, Path]) -> None:
+def test_dump_manifest_lists_tensors_in_order_in_one_pack_per_case(
+        cnn_dumps: dict[str, Path]) -> None:
     d = open_dump(cnn_dumps["disable"])
     entries = d.entries(0)
     order = [t.name for t in __import__("verify.graph", fromlist=["x"]).tensor_order(onnx.load(CNN))]
     assert [e.name for e in entries] == order
-    assert [e.file for e in entries] == [f"c0_t{i:05d}.npy" for i in range(len(order))]
+    assert {e.file for e in entries} == {"c0.npys"}
     files = sorted(p.name for p in cnn_dumps["disable"].iterdir())
-    assert files == sorted([e.file for e in entries] + ["manifest.json"])
+    assert files == ["c0.npys", "manifest.json"]
+    # the images in capture order, each at a multiple of 64, any numpy reading one back
+    offsets = [e.offset for e in entries]
+    assert offsets[0] == 0 and offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+    assert all(o is not None and o % 64 == 0 for o in offsets)
+    with open(cnn_dumps["disable"] / "c0.npys", "rb") as fh:
+        for e in entries:
+            fh.seek(e.offset or 0)
+            assert np.load(fh).tobytes() == np.asarray(d.load(e)).tobytes()
     first = entries[1]
     assert (first.name, first.node, first.op) == ("stem/conv:0", "stem/conv", "Conv")
     assert first.stats["nan"] == 0 and first.stats["std"] > 0
@@ -268,7 +277,7 @@ def test_a_killed_runs_staging_folder_goes_with_the_next_dump(
     out = make_dump(cnn_vtc, tmp_path / "d", "disable")
     killed = out / ".verify-staging-abc123"  # its run died: nothing holds the folder's lock
     killed.mkdir()
-    (killed / "c0_t00000.npy").write_bytes(b"partial")
+    (killed / "c0.npys").write_bytes(b"partial")
     make_dump(cnn_vtc, out, "disable")
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
     assert open_dump(out).n_cases == 1  # the new dump, complete
@@ -349,10 +358,8 @@ def test_awkward_tensor_names_round_trip(tmp_path: Path,
     dump = dump_factory(model.SerializeToString(), "disable")
     d = open_dump(dump)
     assert [e.name for e in d.entries(0)] == ["in", *names, "out"]
-    assert sorted(p.name for p in dump.iterdir()) == ["c0_t00000.npy", "c0_t00001.npy",
-                                                     "c0_t00002.npy", "c0_t00003.npy",
-                                                     "c0_t00004.npy", "c0_t00005.npy",
-                                                     "c0_t00006.npy", "manifest.json"]
+    assert sorted(p.name for p in dump.iterdir()) == ["c0.npys", "manifest.json"]
+    assert len({e.offset for e in d.entries(0)}) == 7
     x = np.asarray(d.load(d.entries(0)[0]))
     assert np.array_equal(np.asarray(d.load(d.entries(0)[3])), -np.maximum(-x, 0))  # Neg(Relu(Neg))
     assert json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"][3]["name"] \
@@ -362,9 +369,10 @@ def test_awkward_tensor_names_round_trip(tmp_path: Path,
 def test_a_new_dump_replaces_an_old_one_in_the_same_folder(cnn_vtc: Path, tmp_path: Path) -> None:
     out = tmp_path / "d"
     make_dump(cnn_vtc, out, "disable")
-    (out / "c0_t00099.npy").write_bytes(b"stale")
+    (out / "c0_t00099.npy").write_bytes(b"stale")  # a format-1 file: the old dump's too
+    (out / "c1.npys").write_bytes(b"stale")
     make_dump(cnn_vtc, out, "disable", "--dump-filter", "^prob$")
-    assert sorted(p.name for p in out.iterdir()) == ["c0_t00000.npy", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["c0.npys", "manifest.json"]
     assert [e.name for e in open_dump(out).entries(0)] == ["prob"]
 
 

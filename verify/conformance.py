@@ -126,16 +126,23 @@ class _Session:
         finally:
             self.session.remove(workdir, quiet=True)
 
-    def get_npy(self, workdir: str, rel: str) -> np.ndarray:
+    def get_npy(self, workdir: str, rel: str, offset: Any = None) -> np.ndarray:
+        """The .npy file `rel` of the job's folder, or the .npy image at `offset` in it (a
+        dump's pack)."""
         if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/"):
             raise _Fail(f"the result names a file {rel!r} outside its work directory")
+        if offset is not None and not (isinstance(offset, int) and offset >= 0):
+            raise _Fail(f"the result gives {rel} the offset {offset!r}")
         self.n += 1
         local = self.tmp / f"o{self.n}.npy"
         self.session.pull(f"{workdir}/{rel}", local)
         try:
-            return np.load(local, allow_pickle=False)
+            with open(local, "rb") as fh:
+                fh.seek(offset or 0)
+                return np.load(fh, allow_pickle=False)
         except NPY_READ_ERRORS as exc:
-            raise _Fail(f"{rel} is not a readable .npy: {npy_reason(exc)}") from None
+            where = f" at offset {offset}" if offset is not None else ""
+            raise _Fail(f"{rel}{where} is not a readable .npy: {npy_reason(exc)}") from None
 
 
 def _ok_result(status: int, result: dict[str, Any] | None) -> dict[str, Any]:
@@ -248,7 +255,8 @@ def _check_dump(s: _Session) -> str:
         for rec in ((result.get(Result.DUMP) or {}).get(DumpResult.CASES) or [[]])[0]:
             if isinstance(rec, dict) and rec.get(Record.NAME) in plan.outputs \
                     and rec.get(Record.FILE):
-                dumped[rec[Record.NAME]] = s.get_npy(workdir, rec[Record.FILE])
+                dumped[rec[Record.NAME]] = s.get_npy(workdir, rec[Record.FILE],
+                                                     Record.OFFSET.of(rec))
 
     once = {Job.OPT_LEVEL: "disable", Job.WARMUP: 0, Job.ITERATIONS: 1}
     _ok_result(*s.run(s.job(once), pull_plain))

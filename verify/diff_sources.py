@@ -2,8 +2,8 @@
 
 A capture is a `Source` (the case numbers it holds, one case's `Side`, an archive's stored
 tolerance record and its PyTorch attribution); a `Side` is one case of it, its tensors in order
-with a loader per name. A dump's .npy files are read into one reused buffer per side
-(`dump.Scratch`), an archive's datasets likewise and checked against their digests; an archive
+with a loader per name. A dump's tensors are read from its pack files (kept open) into one
+reused buffer per side (`dump.Scratch`), an archive's datasets likewise and checked against their digests; an archive
 packed without `--layers` has every layer computed on this host (`capture.HostCapture`,
 chunked, `streamed` in topological order), so neither capture is ever held whole.
 """
@@ -83,6 +83,7 @@ def open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
         raise UsageError(f"{path}: no such file or folder")
     if path.is_dir():
         dump = open_dump(path)
+        stack.callback(dump.close)
         return Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
     title = f"# {IO_TITLE}".encode()
     if read_head(path, len(title)) == title:

@@ -4,23 +4,24 @@ A dump is a directory:
     manifest.json        written last (a dump without it is incomplete): format, version, the
                          device, provider, options, versions, the model's sha256, which graph
                          was captured, and per case the tensors in topological order (index,
-                         name, node, op, dtype, shape, file, summary stats)
-    c<case>_t<index>.npy one file per tensor, named by index, never by tensor name
+                         name, node, op, dtype, shape, file, offset, summary stats)
+    c<case>.npys         the case's tensors, one .npy image each at its manifest offset (a
+                         multiple of 64): `fh.seek(offset); numpy.load(fh)` reads one
+Format 1 (still read) had one file per tensor instead, c<case>_t<index>.npy, and no offsets.
 Tensor names (which may hold '/', '..', spaces or unicode) live only inside the manifest.
 Files are read back without pickle, checked against the manifest (dtype, shape, length),
-and memory-mapped or read into a reusable buffer (`Scratch`), one tensor at a time; the
-manifest's fields are checked first (`dump_check`). The text io-dump is `iodump`.
+and memory-mapped or read into a reusable buffer (`Scratch`), one tensor at a time
+(`dump_read`); the manifest's fields are checked first (`dump_check`). The text io-dump is
+`iodump`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import mmap
-import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,8 @@ import numpy as np
 
 from verify import __version__
 from verify.dump_check import is_int, manifest_problem
+from verify.dump_read import OpenFiles, Scratch, load_npy, read_npy, shape_text
 from verify.errors import DumpError, UsageError
-from verify.files import NPY_READ_ERRORS, npy_reason
 from verify.runner.contract import (DUMP_FORMAT, DUMP_FORMAT_VERSION, FusedAway,
                                     ManifestCase, ManifestOptions, ManifestTensor,
                                     ManifestVersions)
@@ -40,7 +41,8 @@ FORMAT = DUMP_FORMAT
 FORMAT_VERSION = DUMP_FORMAT_VERSION
 MC, MT, V = ManifestCase, ManifestTensor, ManifestVersions
 MANIFEST = "manifest.json"
-_FILE_RE = re.compile(r"c\d+_t\d+\.npy")
+_FILE_RE = re.compile(r"c\d+(_t\d+\.npy|\.npys)")  # format 2's pack, or format 1's file
+__all__ = ["Scratch", "load_npy", "shape_text"]  # read here, kept in dump_read
 
 
 def is_tensor_file(name: str) -> bool:
@@ -94,6 +96,7 @@ class DumpEntry:
     stats: Mapping[str, Any]
     floor: float = 0.0
     origin: str = "model"
+    offset: int | None = None  # where its .npy image starts in `file` (None: all of it)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Dump:
 
     path: Path
     manifest: Mapping[str, Any]
+    files: OpenFiles = field(default_factory=OpenFiles, compare=False, repr=False)
 
     @property
     def n_cases(self) -> int:
@@ -190,7 +194,8 @@ class Dump:
             return [DumpEntry(int(t[MT.INDEX]), str(t[MT.NAME]), str(MT.NODE.of(t)),
                               str(MT.OP.of(t)), str(t[MT.DTYPE]),
                               tuple(int(d) for d in t[MT.SHAPE]), t.get(MT.FILE),
-                              MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)))
+                              MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)),
+                              MT.OFFSET.of(t))
                     for t in self.manifest[M.CASES][numbers.index(case)][MC.TENSORS]]
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "
@@ -205,115 +210,15 @@ class Dump:
                             "--dump-stats-only")
         if "/" in entry.file or "\\" in entry.file or entry.file.startswith("."):
             raise DumpError(f"{self.path}: corrupt {MANIFEST}: bad file name {entry.file!r}")
-        return load_npy(self.path / entry.file, entry, f"{self.path}: tensor {entry.name!r}",
-                        scratch)
+        what = f"{self.path}: tensor {entry.name!r}"
+        if entry.offset is None:
+            return load_npy(self.path / entry.file, entry, what, scratch)
+        fh, size = self.files.get(self.path / entry.file, what)
+        return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch)
 
-
-class Scratch:
-    """A reusable read buffer, grown to the largest tensor read through it. Reading a tensor
-    into it costs one copy from the page cache; a fresh memory map of each file would fault
-    every page in again (2x slower for a whole ResNet-50 dump here)."""
-
-    def __init__(self) -> None:
-        self._buf = np.empty(0, np.uint8)
-
-    def take(self, nbytes: int) -> np.ndarray:
-        if self._buf.size < nbytes:
-            self._buf = np.empty(0, np.uint8)  # drop the old one first
-            self._buf = np.empty(nbytes, np.uint8)
-        return self._buf[:nbytes]
-
-
-def load_npy(path: Path, entry: DumpEntry, what: str,
-             scratch: Scratch | None = None) -> np.ndarray:
-    """Read an .npy without pickle; refuse object arrays, truncation and manifest mismatches.
-    The header is parsed by numpy's own reader (never pickle), then the data is mapped in
-    place (`map_readonly`: zero copy, pages mapped up front), or with `scratch` read into it
-    (the array is then valid until the scratch's next use)."""
-    try:
-        fh = open(path, "rb")
-    except FileNotFoundError:
-        raise DumpError(f"{what}: file {path.name} is missing (an incomplete or damaged "
-                        "dump; re-run it)") from None
-    except OSError as exc:
-        raise DumpError(f"{what}: {path.name} is not a valid .npy file ({exc})") from None
-    with fh:
-        try:
-            known = _expected_header(fh, entry)
-            if known is not None:
-                shape, fortran, dtype = known
-            else:
-                fh.seek(0)
-                version = np.lib.format.read_magic(fh)
-                if version == (1, 0):
-                    shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
-                else:
-                    shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
-            offset = fh.tell()
-            size = os.fstat(fh.fileno()).st_size
-        except NPY_READ_ERRORS as exc:
-            raise DumpError(f"{what}: {path.name} is not a valid .npy file "
-                            f"({npy_reason(exc)})") from None
-        if dtype.hasobject:
-            raise DumpError(f"{what}: {path.name} holds Python objects (a pickled .npy); "
-                            "refusing to load it")
-        if tuple(shape) != tuple(entry.shape) or str(dtype) != entry.dtype:
-            raise DumpError(f"{what}: {path.name} holds {dtype} {shape_text(shape)} but the "
-                            f"manifest says {entry.dtype} {shape_text(entry.shape)}")
-        expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if size != expected:
-            raise DumpError(f"{what}: {path.name} is truncated ({size} bytes, expected "
-                            f"{expected})" if size < expected else
-                            f"{what}: {path.name} has {size - expected} bytes of trailing data")
-        if expected == offset:
-            return np.zeros(shape, dtype)
-        order = "F" if fortran else "C"
-        if scratch is None:
-            data = map_readonly(fh, offset, expected - offset)
-            return np.frombuffer(data, dtype=dtype).reshape(shape, order=order)
-        buf = scratch.take(expected - offset)
-        got = fh.readinto(memoryview(buf))
-    if got != buf.size:
-        raise DumpError(f"{what}: {path.name} is truncated (read {got} of {buf.size} bytes)")
-    return buf.view(dtype).reshape(shape, order=order)
-
-
-def _expected_header(fh: Any, entry: DumpEntry) -> tuple[tuple[int, ...], bool, np.dtype] | None:
-    """(shape, fortran order, dtype) when the file's .npy 1.0 header is, byte for byte, the one
-    `np.save` writes for the manifest's dtype and shape, with the file positioned at the data;
-    else None (the caller parses it with numpy's reader). numpy's reader evaluates the header
-    with `ast.literal_eval`: 38 ms for det-640's 673 files, against 12 ms here (~2% of a
-    whole diff's CPU time; issue 14)."""
-    head = fh.read(10)
-    if len(head) < 10 or head[:8] != b"\x93NUMPY\x01\x00":
-        return None
-    try:
-        dtype = np.dtype(entry.dtype)
-    except TypeError:
-        return None
-    shape = tuple(int(d) for d in entry.shape)
-    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
-        np.lib.format.dtype_to_descr(dtype), shape)
-    length = int.from_bytes(head[8:10], "little")
-    got = fh.read(length)
-    if got.rstrip(b" \n") != text.encode("latin1") or not got.endswith(b"\n"):
-        return None
-    return shape, False, dtype
-
-
-def map_readonly(fh: Any, offset: int, length: int) -> memoryview:
-    """`length` bytes of the open file from `offset`, memory-mapped read-only. On Linux the
-    pages are mapped in one go (MAP_POPULATE): a ResNet-50 dump pair maps in ~6 ms, where
-    copying it into a buffer takes ~45 ms and faulting a plain map page by page twice the
-    compare time. The map lives as long as the returned view (and arrays made from it)."""
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    if hasattr(mmap, "MAP_POPULATE"):
-        mm = mmap.mmap(fh.fileno(), offset + length - start, flags=mmap.MAP_SHARED
-                       | mmap.MAP_POPULATE, prot=mmap.PROT_READ, offset=start)
-    else:
-        mm = mmap.mmap(fh.fileno(), offset + length - start, access=mmap.ACCESS_READ,
-                       offset=start)
-    return memoryview(mm)[offset - start:]
+    def close(self) -> None:
+        """Close the files the reads opened (a dump is read pack by pack, kept open)."""
+        self.files.close()
 
 
 def not_captured_text(names: Sequence[str]) -> str:
@@ -321,11 +226,6 @@ def not_captured_text(names: Sequence[str]) -> str:
     shown = ", ".join(repr(n) for n in names[:5]) + (" …" if len(names) > 5 else "")
     return (f"{len(names)} tensor(s) not captured, their type having no .npy form (bfloat16, "
             f"float8, string): {shown}")
-
-
-def shape_text(shape: Iterable[int]) -> str:
-    dims = list(shape)
-    return "(" + ",".join(map(str, dims)) + ("," if len(dims) == 1 else "") + ")"
 
 
 def open_dump(path: Path) -> Dump:

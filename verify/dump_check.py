@@ -55,6 +55,7 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
                   and isinstance(t.get(MT.SHAPE), list) and len(t[MT.SHAPE]) <= 64
                   and all(is_int(d) for d in t[MT.SHAPE])
                   and (t.get(MT.FILE) is None or isinstance(t.get(MT.FILE), str))
+                  and (t.get(MT.OFFSET) is None or is_int(t.get(MT.OFFSET)))
                   and all(isinstance(t.get(k, ""), str) for k in (MT.NODE, MT.OP, MT.ORIGIN))
                   and isinstance(t.get(MT.STATS, {}), dict)
                   and isinstance(t.get(MT.FLOOR, 0.0), (int, float))

@@ -17,6 +17,7 @@ import numpy as np
 
 from verify.capture import DumpPlan, plan_dump
 from verify.dump import is_tensor_file, manifest_header
+from verify.dump_check import is_int
 from verify.errors import RunnerError, UsageError
 from verify.graph import INPUT_OP
 from verify.runner.contract import (STAT_KEYS, DumpFirst, DumpResult, FusedAway, Job,
@@ -32,7 +33,8 @@ DUMP_RESULT = DumpFirst.RESULT.default
 
 @dataclass(frozen=True)
 class DumpSpec:
-    """A per-layer capture after the run: `dest` receives the .npy files (None: stats only)."""
+    """A per-layer capture after the run: `dest` receives the tensor files (None: stats
+    only)."""
 
     dest: Path | None = None
     budget_bytes: int | None = None
@@ -132,6 +134,7 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
                           "result has no 'dump'); use verify's own runner.py for dumps")
     records = []
     missing: dict[str, None] = {}  # in order, once
+    pulled: set[str] = set()  # a case's pack file holds all its tensors: pulled once
     for case_records in info[DumpResult.CASES]:
         kept = []
         for i, rec in enumerate(case_records):
@@ -142,11 +145,17 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
             rec = dict(rec)
             if rec.get(Record.FILE) and dump.dest is not None:
                 name = str(rec[Record.FILE]).rsplit("/", 1)[-1]
+                offset = Record.OFFSET.of(rec)
                 if not is_tensor_file(name):  # the device names it: never a path of its choice
                     raise RunnerError(f"{session.spec}: the runner named a dump file "
-                                      f"{rec[Record.FILE]!r}, not c<case>_t<index>.npy")
-                session.pull(f"{workdir}/{rec[Record.FILE]}", dump.dest / name,  # atomic
-                             move=not keep)
+                                      f"{rec[Record.FILE]!r}, not c<case>.npys")
+                if offset is not None and not is_int(offset):
+                    raise RunnerError(f"{session.spec}: the runner gave tensor "
+                                      f"{rec.get(Record.NAME)!r} the offset {offset!r}")
+                if name not in pulled:  # atomic
+                    session.pull(f"{workdir}/{rec[Record.FILE]}", dump.dest / name,
+                                 move=not keep)
+                    pulled.add(name)
                 rec[Record.FILE] = name
             kept.append(rec)
         records.append(tuple(kept))
@@ -175,6 +184,7 @@ def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[st
                 T.ORIGIN: "optimized" if t.name in optimized_only else "model",
                 T.FLOOR: plan.floors.get(t.name, 0.0), T.DTYPE: rec[Record.DTYPE],
                 T.SHAPE: rec[Record.SHAPE], T.FILE: rec.get(Record.FILE),
+                T.OFFSET: Record.OFFSET.of(rec),
                 T.STATS: {k: rec.get(k) for k in STAT_KEYS}})
         cases.append({ManifestCase.CASE: ci, ManifestCase.TENSORS: tensors})
     return cases

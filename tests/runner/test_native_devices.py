@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from fixtures_devices import DeviceEnv, run_cli, run_json
+from helpers_dump import get_tensor
 from fixtures_native import arm64_native, bundle, minimal_root, native_bin, validate  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +113,7 @@ def test_native_dump_of_a_real_model_diffs_clean(opt: str, device_env: DeviceEnv
     dump = tmp_path / "nat-dump"
     tensors = json.loads((dump / "manifest.json").read_text())["cases"][0]["tensors"]
     (rec,) = [t for t in tensors if t["name"] == "output0"]
-    assert np.load(dump / rec["file"]).tobytes() == plain.tobytes()  # bit-identical
+    assert get_tensor(dump, rec).tobytes() == plain.tobytes()  # bit-identical
 
 
 def test_native_runner_reads_external_data(device_env: DeviceEnv, tmp_path: Path,

@@ -162,9 +162,12 @@ def test_dump_final_outputs_are_bit_identical_to_the_plain_run(kind: str, tmp_pa
             assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
             if budget == 1:  # a budget below every tensor: the nodes run one by one
                 assert len(spans) == len(graph.node)
+        if kind != "third":  # the shipped runners: one pack per case, images at 64-byte steps
+            assert {r["file"] for r in records} == {"dump/c0.npys"}
+            assert [r["offset"] % 64 for r in records] == [0] * len(records)
+            assert sorted(r["offset"] for r in records) == [r["offset"] for r in records]
         for k, rec in enumerate(records):
-            assert rec["file"] == "dump/c0_t%05d.npy" % k
-            value = np.load(work / rec["file"])
+            value = _record_value(work, rec)
             assert rec["shape"] == list(value.shape) and rec["dtype"] == str(value.dtype)
             assert rec["size"] == value.size and len(rec["first"]) == min(4, value.size)
             if value.dtype.kind == "f" and value.size:
@@ -175,11 +178,18 @@ def test_dump_final_outputs_are_bit_identical_to_the_plain_run(kind: str, tmp_pa
                                                    rel=1e-9, abs=1e-12)
         for name in outputs:
             k = tensors.index(name)
-            dumped = np.load(work / records[k]["file"])
+            dumped = _record_value(work, records[k])
             plain_out = np.load(plain / timed["cases"][0]["outputs"][name])
             assert dumped.tobytes() == plain_out.tobytes()  # bit-identical
         records_by_budget.append([{k: v for k, v in r.items()} for r in records])
     assert records_by_budget[0] == records_by_budget[1]
+
+
+def _record_value(work: Path, rec: dict) -> np.ndarray:
+    """A dump record's values: the .npy image at its offset (null: the file is its own)."""
+    with open(work / rec["file"], "rb") as fh:
+        fh.seek(rec.get("offset") or 0)
+        return np.load(fh, allow_pickle=False)
 
 
 def test_dumps_agree_across_runners(tmp_path: Path) -> None:
@@ -342,6 +352,15 @@ def test_native_npy_against_numpy(tmp_path: Path) -> None:
     assert np.load(tmp_path / "bool.npy").tolist() == [True, False, True]
     np.testing.assert_array_equal(np.load(tmp_path / "f16.npy"), np.array([[1, -2]], np.float16))
     assert np.load(tmp_path / "empty.npy").shape == (0, 5)
+    # the pack writer (a dump's c<case>.npys): the same arrays at 64-byte offsets, zeros between
+    offsets = json.loads((tmp_path / "pack.json").read_text())
+    assert offsets == sorted(offsets) and [o % 64 for o in offsets] == [0] * 5
+    with open(tmp_path / "pack.npys", "rb") as fh:
+        for name, at in zip(("f32", "scalar_i64", "bool", "f16", "empty"), offsets):
+            fh.seek(at)
+            packed, own = np.load(fh), np.load(tmp_path / f"{name}.npy")
+            assert (packed.dtype, packed.shape, packed.tobytes()) == \
+                (own.dtype, own.shape, own.tobytes())
     cases = {"v1": (np.arange(6, dtype=np.int32).reshape(2, 3), (1, 0)),
              "v2": (np.array([0.5, -1.25], np.float64), (2, 0)),
              "v3": (np.array([[True], [False]]), (3, 0)),

@@ -17,7 +17,7 @@ the value a reader takes: the document's, or the default where the key is absent
 CONTRACT = "verify-runner"
 VERSION = 1
 DUMP_FORMAT = "verify-dump"
-DUMP_FORMAT_VERSION = 1
+DUMP_FORMAT_VERSION = 2  # 2: one pack file per case (Record.OFFSET); 1: one .npy per tensor
 
 OPT_LEVELS = ("disable", "basic", "extended", "layout", "all")  # onnxruntime's, in order
 ERROR_KINDS = ("model", "input", "provider", "runtime")
@@ -200,7 +200,9 @@ class Record(Document):
     """A captured tensor's summary (and file), in a dump result."""
 
     NAME = Field("name", "string")
-    FILE = Field("file", "string|null", doc="DIR/c<case>_t<index>.npy, or null without save")
+    FILE = Field("file", "string|null", doc="DIR/c<case>.npys (a pack), or null without save")
+    OFFSET = Field("offset", "integer|null", None, doc="where its .npy image starts in file "
+                   "(a multiple of 64); null: file is its own .npy, DIR/c<case>_t<index>.npy")
     DTYPE = Field("dtype", "string")
     SHAPE = Field("shape", "array")
     SIZE = Field("size", "integer")
@@ -330,6 +332,8 @@ class ManifestTensor(Document):
     DTYPE = Field("dtype", "string")
     SHAPE = Field("shape", "array")
     FILE = Field("file", "string|null", doc="the tensor's file in the folder, or null")
+    OFFSET = Field("offset", "integer|null", None, doc="where its .npy image starts in file "
+                   "(c<case>.npys); null: file is its own .npy (format 1)")
     STATS = Field("stats", "object", {}, doc="the Record's summary (STAT_KEYS)")
 
 

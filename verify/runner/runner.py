@@ -21,8 +21,9 @@ replace it.
 A job with a "dump" entry captures intermediate tensors instead of timing: the graph is cut
 into consecutive segments whose live tensors fit the memory budget, each built here as a model
 of its own at the protobuf wire level (no onnx package needed) and run on the boundary values
-the previous segment left, so every node runs once; each tensor is streamed to an .npy file
-named by index (see capture_segments and docs/runner-contract.md, "Segments").
+the previous segment left, so every node runs once; each tensor is streamed as an .npy image
+into its case's pack file (NpyPack; see capture_segments and docs/runner-contract.md,
+"Segments").
 A timed job with a "dump_first" entry (a dump entry plus its result file's name) first runs
 that dump in a forked child, then times as usual (see forked_dump).
 """
@@ -1131,8 +1132,35 @@ def _libc():
         return None
 
 
+class NpyPack(object):
+    """One case's dump file, DIR/c<case>.npys: the tensors' .npy images one after another, each
+    starting at a multiple of 64 bytes (zeros between), so `fh.seek(offset); np.load(fh)` reads
+    one back. One file per case instead of one per tensor: creating PP-OCRv4 det 640's 673
+    tensor files cost 0.88 s of CPU in a fresh folder, one file 0.15 s (issue 14)."""
+
+    ALIGN = 64
+
+    def __init__(self, workdir, rel):
+        self.rel = rel
+        self.fh = open(os.path.join(workdir, rel), "wb")
+        self.end = 0
+
+    def append(self, np, value):
+        """Write `value` as the next .npy image; its offset."""
+        offset = -(-self.end // self.ALIGN) * self.ALIGN
+        if offset > self.end:
+            self.fh.write(b"\0" * (offset - self.end))
+        np.lib.format.write_array(self.fh, np.asarray(value), allow_pickle=False)
+        self.end = self.fh.tell()
+        return offset
+
+    def close(self):
+        self.fh.close()
+
+
 def run_dump(np, ort, job, workdir, result):
-    """Capture the job's dump tensors into .npy files named by index, with per-tensor stats.
+    """Capture the job's dump tensors into one pack of .npy images per case (`NpyPack`), with
+    per-tensor stats.
 
     job["dump"] is a C.DumpSpec: the tensors in topological order, the budget (null:
     default_budget), where to write them and whether to, how many leading values a summary
@@ -1172,19 +1200,25 @@ def run_dump(np, ort, job, workdir, result):
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     stats = {DR.BUDGET_BYTES: budget}
-    for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget, session_job,
-                                            out_dir, sizes=DS.SIZES.of(spec), copy=False,
-                                            stats=stats):
-        if value is None:  # no numpy form (bfloat16, float8, string): not captured, a null
-            continue       # record, as the contract says of a tensor that cannot be written
-        rec = tensor_stats(np, value, first)
-        rec[C.Record.NAME] = name
-        rec[C.Record.FILE] = None
-        if save:
-            rec[C.Record.FILE] = "%s/c%d_t%05d.npy" % (out_rel, ci, index[name])
-            np.save(os.path.join(workdir, rec[C.Record.FILE]), np.asarray(value),
-                    allow_pickle=False)
-        records[ci][index[name]] = rec
+    packs = {}
+    try:
+        for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget,
+                                                session_job, out_dir, sizes=DS.SIZES.of(spec),
+                                                copy=False, stats=stats):
+            if value is None:  # no numpy form (bfloat16, float8, string): not captured, a
+                continue       # null record, as the contract says of a tensor not written
+            rec = tensor_stats(np, value, first)
+            rec[C.Record.NAME] = name
+            rec[C.Record.FILE] = None
+            if save:
+                if ci not in packs:
+                    packs[ci] = NpyPack(workdir, "%s/c%d.npys" % (out_rel, ci))
+                rec[C.Record.FILE] = packs[ci].rel
+                rec[C.Record.OFFSET] = packs[ci].append(np, value)
+            records[ci][index[name]] = rec
+    finally:
+        for pack in packs.values():
+            pack.close()
     dump = dict((f, f.of(stats)) for f in DR.fields() if not f.required)
     dump.update({DR.BUDGET_BYTES: stats[DR.BUDGET_BYTES], DR.MS: _now_ms(t0),
                  DR.CASES: records})

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -50,5 +51,26 @@ std::string header(const DType& dtype, const std::vector<int64_t>& shape);
 // Write a .npy file; throws Error when it cannot be written.
 void save(const std::string& path, const DType& dtype, const std::vector<int64_t>& shape,
           const void* data, size_t nbytes);
+
+// A pack of .npy images in one file (a dump's c<case>.npys): each image (header and data, as
+// save writes it) starts at a multiple of 64 bytes, zeros between, so a reader seeks to its
+// offset and reads an .npy. One file for a case's hundreds of tensors (docs/runner-contract.md).
+class Pack {
+ public:
+  explicit Pack(std::string path);  // creates (truncates) the file; throws Error
+  ~Pack();
+  Pack(const Pack&) = delete;
+  Pack& operator=(const Pack&) = delete;
+  // Append one array's image; its offset in the file. Throws Error when it cannot be written.
+  uint64_t append(const DType& dtype, const std::vector<int64_t>& shape, const void* data,
+                  size_t nbytes);
+  // Flush and close; throws Error when the file could not be written out.
+  void close();
+
+ private:
+  std::string path_;
+  std::FILE* f_ = nullptr;
+  uint64_t end_ = 0;
+};
 
 }  // namespace npy

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "dump.hpp"
@@ -293,6 +295,8 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   json records = json::array();
   for (size_t c = 0; c < cases.size(); ++c)
     records.push_back(json(std::vector<json>(tensors.size(), nullptr)));
+  // one pack file per case, DIR/c<case>.npys: the tensors' .npy images at 64-byte offsets
+  std::map<size_t, std::unique_ptr<npy::Pack>> packs;
   auto emit = [&](size_t ci, const std::string& name, const npy::DType& dt,
                   const std::vector<int64_t>& shape, const void* data) {
     size_t ti = index[name];
@@ -300,12 +304,12 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
     rec["name"] = name;
     rec["file"] = nullptr;
     if (save) {
-      char file[64];
-      std::snprintf(file, sizeof file, "/c%zu_t%05zu.npy", ci, ti);
-      std::string rel = out_rel + file;
+      std::string rel = out_rel + "/c" + std::to_string(ci) + ".npys";
+      auto& pack = packs[ci];
+      if (!pack) pack = std::make_unique<npy::Pack>(join_path(workdir, rel));
       size_t count = 1;
       for (int64_t d : shape) count *= static_cast<size_t>(d);
-      npy::save(join_path(workdir, rel), dt, shape, data, count * dt.itemsize);
+      rec["offset"] = pack->append(dt, shape, data, count * dt.itemsize);
       rec["file"] = rel;
     }
     records[ci][ti] = std::move(rec);
@@ -391,13 +395,15 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
         Ort::Value& v = got[k];
         if (wanted.count(name) && v.IsTensor()) {
           auto info = v.GetTensorTypeAndShapeInfo();
+          std::optional<npy::DType> dt;
           try {
-            npy::DType dt = dtype_of(info.GetElementType());
-            emit(ci, name, dt, info.GetShape(),
-                 info.GetElementCount() ? v.GetTensorRawData() : nullptr);
+            dt = dtype_of(info.GetElementType());
           } catch (const npy::Error&) {
             // no .npy form: recorded as not captured
           }
+          if (dt)  // a write that fails is the job's error, never a tensor quietly left out
+            emit(ci, name, *dt, info.GetShape(),
+                 info.GetElementCount() ? v.GetTensorRawData() : nullptr);
         }
         if (last_read.count(name) && last_read[name] >= last) held.emplace(name, std::move(v));
       }
@@ -407,6 +413,7 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
       first = last;
     }
   }
+  for (auto& [ci, pack] : packs) pack->close();
   result["dump"] = {{"budget_bytes", budget}, {"ms", ms_since(t0)}, {"cases", records},
                     {"segments", spans}, {"nodes", n}, {"measured", measured},
                     {"subgraph_tensors", g.body_tensors}};

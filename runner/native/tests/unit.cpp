@@ -6,6 +6,7 @@
 //   verify-runner-tests read FILE    print FILE's dtype, shape and values as JSON (for numpy's files)
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "dump.hpp"
@@ -128,6 +129,16 @@ int write_files(const std::string& dir) {
   uint16_t h[2] = {0x3c00, 0xc000};
   npy::save(dir + "/f16.npy", npy::dtype_from_name("float16"), {1, 2}, h, 4);
   npy::save(dir + "/empty.npy", npy::dtype_from_name("float32"), {0, 5}, nullptr, 0);
+  // the same arrays as one pack (a dump's c<case>.npys), their offsets in pack.json
+  npy::Pack pack(dir + "/pack.npys");
+  vr::json offsets = vr::json::array();
+  offsets.push_back(pack.append(npy::dtype_from_name("float32"), {2, 3}, f, sizeof f));
+  offsets.push_back(pack.append(npy::dtype_from_name("int64"), {}, &s, 8));
+  offsets.push_back(pack.append(npy::dtype_from_name("bool"), {3}, b, 3));
+  offsets.push_back(pack.append(npy::dtype_from_name("float16"), {1, 2}, h, 4));
+  offsets.push_back(pack.append(npy::dtype_from_name("float32"), {0, 5}, nullptr, 0));
+  pack.close();
+  std::ofstream(dir + "/pack.json") << offsets.dump();
   return 0;
 }
 

@@ -213,8 +213,10 @@ class Dump:
         what = f"{self.path}: tensor {entry.name!r}"
         if entry.offset is None:
             return load_npy(self.path / entry.file, entry, what, scratch)
-        fh, size = self.files.get(self.path / entry.file, what)
-        return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch)
+        path = self.path / entry.file
+        fh, size = self.files.get(path, what)
+        return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch,
+                        mapper=lambda at, n: self.files.mapped(path, at, n))
 
     def close(self) -> None:
         """Close the files the reads opened (a dump is read pack by pack, kept open)."""

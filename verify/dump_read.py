@@ -12,8 +12,10 @@ CPU in a fresh folder, one file 0.15 s (issue 14). A format-1 dump has one .npy 
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -52,8 +54,10 @@ class OpenFiles:
     """A dump folder's tensor files, each opened once and kept open (with its size) while the
     dump is read: a pack is read tensor by tensor, hundreds of times."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int = 16 << 20) -> None:
         self._files: dict[Path, tuple[IO[bytes], int]] = {}
+        self._maps: dict[Path, tuple[int, int, memoryview]] = {}  # path -> (start, end, map)
+        self.window = window
 
     def get(self, path: Path, what: str) -> tuple[IO[bytes], int]:
         got = self._files.get(path)
@@ -62,7 +66,21 @@ class OpenFiles:
             got = self._files[path] = (fh, os.fstat(fh.fileno()).st_size)
         return got
 
+    def mapped(self, path: Path, offset: int, length: int) -> memoryview:
+        """`length` bytes of the open file `path` from `offset`, from a read-only map of the
+        file kept while reads fall inside it: a tensor and those after it up to `window`
+        bytes in one map, mapped in one go (`map_readonly`)."""
+        start, end, view = self._maps.get(path, (0, -1, memoryview(b"")))
+        if not (start <= offset and offset + length <= end):
+            fh, size = self._files[path]
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            end = max(offset + length, min(size, offset + self.window))
+            view = map_readonly(fh, start, end - start)
+            self._maps[path] = (start, end, view)
+        return view[offset - start:offset - start + length]
+
     def close(self) -> None:
+        self._maps.clear()
         for fh, _ in self._files.values():
             fh.close()
         self._files.clear()
@@ -88,7 +106,8 @@ def load_npy(path: Path, entry: Entry, what: str,
 
 
 def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what: str,
-             scratch: Scratch | None = None, whole: bool = False) -> np.ndarray:
+             scratch: Scratch | None = None, whole: bool = False,
+             mapper: Callable[[int, int], memoryview] | None = None) -> np.ndarray:
     """The .npy image at byte `start` of the open file `fh` (`size` bytes long, named `name`),
     without pickle; object arrays, truncation and manifest mismatches are refused, and with
     `whole` bytes after it too. The header is parsed by numpy's own reader (never pickle),
@@ -127,7 +146,7 @@ def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what
         return np.zeros(shape, dtype)
     order = "F" if fortran else "C"
     if scratch is None:
-        data = map_readonly(fh, offset, expected - offset)
+        data = (mapper or functools.partial(map_readonly, fh))(offset, expected - offset)
         return np.frombuffer(data, dtype=dtype).reshape(shape, order=order)
     buf = scratch.take(expected - offset)
     got = fh.readinto(memoryview(buf))

@@ -4,6 +4,7 @@ message), and the report's table, --top, --only-failing, --json."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -132,10 +133,24 @@ def _damage(kind: str, d: Path) -> str:
         return (f"error: {d}: tensor 'block1/conv1:0': {f.name} holds Python objects (a pickled "
                 ".npy); refusing to load it")
     if kind == "offset past the end":  # an edited offset
-        t["offset"] = size = f.stat().st_size
+        t["offset"] = size = -(-f.stat().st_size // 64) * 64
         (d / "manifest.json").write_text(json.dumps(m))
         return (f"error: {d}: tensor 'block1/conv1:0': {f.name} is not a valid .npy image at "
                 f"byte {size} (EOF: reading magic string, expected 8 bytes got 0)")
+    if kind == "overlapping":  # an edited offset: two tensors' images would share bytes
+        t["offset"] = m["cases"][0]["tensors"][4]["offset"] + 64
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: corrupt manifest.json (tensors 'stem/pool:0' and "
+                "'block1/conv1:0' overlap in c0.npys)")
+    if kind == "unaligned":
+        t["offset"] = at + 3
+        (d / "manifest.json").write_text(json.dumps(m))
+        return (f"error: {d}: corrupt manifest.json (tensor 'block1/conv1:0': offset {at + 3} "
+                "into c0.npys is not a multiple of 64)")
+    if kind == "fifo":  # a named pipe in the pack's place: refused, never waited on
+        f.unlink()
+        os.mkfifo(f)
+        return f"error: {d}: tensor 'data': c0.npys is not a regular file"
     if kind == "mangled header":  # numpy's header tokenizer raises its own error on this
         with open(f, "r+b") as fh:
             fh.seek(at + 10)
@@ -179,7 +194,8 @@ def _damage(kind: str, d: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
-                                  "offset past the end", "mangled header", "huge header", "manifest not json",
+                                  "offset past the end", "overlapping", "unaligned", "fifo",
+                                  "mangled header", "huge header", "manifest not json",
                                   "incomplete", "empty", "no tensors", "listed twice",
                                   "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from verify.devices import Profile
+from verify.dump_check import is_int
 from verify.errors import DeviceError
 from verify.files import NPY_READ_ERRORS, npy_reason
 from verify.layerdump import DumpSpec, dump_entry
@@ -131,8 +132,8 @@ class _Session:
         dump's pack)."""
         if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/"):
             raise _Fail(f"the result names a file {rel!r} outside its work directory")
-        if offset is not None and not (isinstance(offset, int) and offset >= 0):
-            raise _Fail(f"the result gives {rel} the offset {offset!r}")
+        if offset is not None and not (is_int(offset) and offset % 64 == 0):
+            raise _Fail(f"the result gives {rel} the offset {offset!r} (not a multiple of 64)")
         self.n += 1
         local = self.tmp / f"o{self.n}.npy"
         self.session.pull(f"{workdir}/{rel}", local)

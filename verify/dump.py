@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from verify import __version__
-from verify.dump_check import is_int, manifest_problem
+from verify.dump_check import FILE_RE, is_int, manifest_problem
 from verify.dump_read import OpenFiles, Scratch, load_npy, read_npy, shape_text
 from verify.errors import DumpError, UsageError
 from verify.runner.contract import (DUMP_FORMAT, DUMP_FORMAT_VERSION, FusedAway,
@@ -41,13 +40,12 @@ FORMAT = DUMP_FORMAT
 FORMAT_VERSION = DUMP_FORMAT_VERSION
 MC, MT, V = ManifestCase, ManifestTensor, ManifestVersions
 MANIFEST = "manifest.json"
-_FILE_RE = re.compile(r"c\d+(_t\d+\.npy|\.npys)")  # format 2's pack, or format 1's file
 __all__ = ["Scratch", "load_npy", "shape_text"]  # read here, kept in dump_read
 
 
 def is_tensor_file(name: str) -> bool:
     """Whether `name` is a dump tensor file's name (and so safe to write inside a dump)."""
-    return _FILE_RE.fullmatch(name) is not None
+    return FILE_RE.fullmatch(name) is not None
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -216,7 +214,7 @@ class Dump:
         path = self.path / entry.file
         fh, size = self.files.get(path, what)
         return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch,
-                        mapper=lambda at, n: self.files.mapped(path, at, n))
+                        mapper=lambda at, n: self.files.mapped(path, at, n, what))
 
     def close(self) -> None:
         """Close the files the reads opened (a dump is read pack by pack, kept open)."""
@@ -240,7 +238,7 @@ def open_dump(path: Path) -> Dump:
                         "`verify run --bin-io-dump`)")
     manifest_path = path / MANIFEST
     if not manifest_path.is_file():
-        if any(_FILE_RE.fullmatch(p.name) for p in path.iterdir()):
+        if any(FILE_RE.fullmatch(p.name) for p in path.iterdir()):
             raise DumpError(f"{path}: incomplete dump (tensor files but no {MANIFEST}: the "
                             "dump was interrupted); re-run it")
         if (path / "outputs.json").is_file():

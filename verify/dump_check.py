@@ -5,13 +5,19 @@ one `DumpError` line)."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from verify.runner.contract import FusedAway, ManifestCase, ManifestTensor
 from verify.runner.contract import Manifest as M
 
 MC, MT = ManifestCase, ManifestTensor
+FILE_RE = re.compile(r"c\d+(_t\d+\.npy|\.npys)")  # format 2's pack, or format 1's own file
+ALIGN = 64  # where each .npy image in a pack starts
 
 
 def is_int(v: Any, low: int = 0) -> bool:
@@ -21,6 +27,39 @@ def is_int(v: Any, low: int = 0) -> bool:
 
 def _is_strs(v: Any) -> bool:
     return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def file_problem(name: str, offset: Any) -> str | None:
+    """What is wrong with a tensor's file name and offset, or None: a pack (c<case>.npys)
+    with an offset that is a multiple of 64, or a tensor's own .npy (c<case>_t<index>.npy)
+    with none."""
+    if FILE_RE.fullmatch(name) is None:
+        return f"file {name[:60]!r} is not c<case>.npys (nor c<case>_t<index>.npy)"
+    if name.endswith(".npys"):
+        if not is_int(offset) or offset % ALIGN:
+            return f"offset {offset!r} into {name} is not a multiple of {ALIGN}"
+    elif offset is not None:
+        return f"{name} is a tensor's own file, yet an offset ({offset!r}) is given"
+    return None
+
+
+def _overlap(tensors: list[Any]) -> str | None:
+    """Two tensors of a case whose images in one pack overlap (each image is a header of at
+    least 64 bytes, then its data), or None."""
+    spans: dict[str, list[tuple[int, int, str]]] = {}
+    for t in tensors:
+        if isinstance(t.get(MT.FILE), str) and is_int(t.get(MT.OFFSET)):
+            try:
+                size = math.prod(t[MT.SHAPE]) * np.dtype(t[MT.DTYPE]).itemsize
+            except TypeError:  # a dtype numpy does not know: the reader refuses it
+                size = 0
+            spans.setdefault(t[MT.FILE], []).append((t[MT.OFFSET], size, t[MT.NAME]))
+    for file, found in spans.items():
+        found.sort()
+        for (at, size, name), (nxt, _, other) in zip(found, found[1:]):
+            if nxt < at + ALIGN + size:
+                return f"tensors {name[:60]!r} and {other[:60]!r} overlap in {file}"
+    return None
 
 
 def manifest_problem(m: Mapping[str, Any]) -> str | None:
@@ -65,4 +104,11 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
             if t[MT.NAME] in names:  # a reader keeps one: the other could hide a divergence
                 return f"tensor {t[MT.NAME][:60]!r} is listed twice in case {number}"
             names.add(t[MT.NAME])
+            if t.get(MT.FILE) is not None:
+                problem = file_problem(t[MT.FILE], t.get(MT.OFFSET))
+                if problem:
+                    return f"tensor {t[MT.NAME][:60]!r}: {problem}"
+        problem = _overlap(case[MC.TENSORS])
+        if problem:
+            return problem
     return None

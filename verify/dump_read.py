@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -51,49 +52,66 @@ class Scratch:
 
 
 class OpenFiles:
-    """A dump folder's tensor files, each opened once and kept open (with its size) while the
-    dump is read: a pack is read tensor by tensor, hundreds of times."""
+    """The pack files a dump is being read from, kept open (with their sizes) while it is read
+    tensor by tensor, hundreds of times; at most `keep` of them (the most recently opened: a
+    diff reads case after case), so a dump of a thousand cases holds no more descriptors or
+    maps than one of a single case."""
 
-    def __init__(self, window: int = 16 << 20) -> None:
-        self._files: dict[Path, tuple[IO[bytes], int]] = {}
+    def __init__(self, window: int = 16 << 20, keep: int = 2) -> None:
+        self._files: dict[Path, tuple[IO[bytes], int]] = {}  # in the order opened
         self._maps: dict[Path, tuple[int, int, memoryview]] = {}  # path -> (start, end, map)
-        self.window = window
+        self.window, self.keep = window, keep
 
     def get(self, path: Path, what: str) -> tuple[IO[bytes], int]:
         got = self._files.get(path)
         if got is None:
+            while len(self._files) >= self.keep:
+                self._drop(next(iter(self._files)))
             fh = _open(path, what)
             got = self._files[path] = (fh, os.fstat(fh.fileno()).st_size)
         return got
 
-    def mapped(self, path: Path, offset: int, length: int) -> memoryview:
-        """`length` bytes of the open file `path` from `offset`, from a read-only map of the
-        file kept while reads fall inside it: a tensor and those after it up to `window`
+    def mapped(self, path: Path, offset: int, length: int, what: str = "") -> memoryview:
+        """`length` bytes of `path` (opened by `get`) from `offset`, from a read-only map of
+        the file kept while reads fall inside it: a tensor and those after it up to `window`
         bytes in one map, mapped in one go (`map_readonly`)."""
         start, end, view = self._maps.get(path, (0, -1, memoryview(b"")))
         if not (start <= offset and offset + length <= end):
             fh, size = self._files[path]
             start = offset - offset % mmap.ALLOCATIONGRANULARITY
             end = max(offset + length, min(size, offset + self.window))
-            view = map_readonly(fh, start, end - start)
+            try:
+                view = map_readonly(fh, start, end - start)
+            except (OSError, ValueError) as exc:
+                raise DumpError(f"{what or path}: {path.name} cannot be mapped ({exc})") from None
             self._maps[path] = (start, end, view)
         return view[offset - start:offset - start + length]
 
+    def _drop(self, path: Path) -> None:
+        """Close `path` and let go of its map (arrays made from it keep their pages)."""
+        self._maps.pop(path, None)
+        fh, _ = self._files.pop(path)
+        fh.close()
+
     def close(self) -> None:
-        self._maps.clear()
-        for fh, _ in self._files.values():
-            fh.close()
-        self._files.clear()
+        for path in list(self._files):
+            self._drop(path)
 
 
 def _open(path: Path, what: str) -> IO[bytes]:
+    """`path` opened for reading, a regular file only: a FIFO or a device in a dump's place is
+    refused, never waited on or read without end."""
     try:
-        return open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise DumpError(f"{what}: file {path.name} is missing (an incomplete or damaged "
                         "dump; re-run it)") from None
     except OSError as exc:
-        raise DumpError(f"{what}: {path.name} cannot be read ({exc})") from None
+        raise DumpError(f"{what}: {path.name} cannot be read ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DumpError(f"{what}: {path.name} is not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def load_npy(path: Path, entry: Entry, what: str,

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from verify.capture import DumpPlan, plan_dump
-from verify.dump import is_tensor_file, manifest_header
-from verify.dump_check import is_int
+from verify.dump import manifest_header
+from verify.dump_check import file_problem
 from verify.errors import RunnerError, UsageError
 from verify.graph import INPUT_OP
 from verify.runner.contract import (STAT_KEYS, DumpFirst, DumpResult, FusedAway, Job,
@@ -134,7 +134,7 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
                           "result has no 'dump'); use verify's own runner.py for dumps")
     records = []
     missing: dict[str, None] = {}  # in order, once
-    pulled: set[str] = set()  # a case's pack file holds all its tensors: pulled once
+    pulled: dict[str, str] = {}  # local name -> the device's file: a pack is pulled once
     for case_records in info[DumpResult.CASES]:
         kept = []
         for i, rec in enumerate(case_records):
@@ -144,18 +144,17 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
                 continue
             rec = dict(rec)
             if rec.get(Record.FILE) and dump.dest is not None:
-                name = str(rec[Record.FILE]).rsplit("/", 1)[-1]
-                offset = Record.OFFSET.of(rec)
-                if not is_tensor_file(name):  # the device names it: never a path of its choice
-                    raise RunnerError(f"{session.spec}: the runner named a dump file "
-                                      f"{rec[Record.FILE]!r}, not c<case>.npys")
-                if offset is not None and not is_int(offset):
-                    raise RunnerError(f"{session.spec}: the runner gave tensor "
-                                      f"{rec.get(Record.NAME)!r} the offset {offset!r}")
+                device_file = str(rec[Record.FILE])
+                name = device_file.rsplit("/", 1)[-1]
+                # the device names it: never a path of its choice, an offset where it belongs
+                problem = file_problem(name, Record.OFFSET.of(rec))
+                if problem or pulled.get(name, device_file) != device_file:
+                    raise RunnerError(f"{session.spec}: the runner's dump record for "
+                                      f"{str(rec.get(Record.NAME))[:60]!r} is wrong: "
+                                      f"{problem or f'a second file named {name}'}")
                 if name not in pulled:  # atomic
-                    session.pull(f"{workdir}/{rec[Record.FILE]}", dump.dest / name,
-                                 move=not keep)
-                    pulled.add(name)
+                    session.pull(f"{workdir}/{device_file}", dump.dest / name, move=not keep)
+                    pulled[name] = device_file
                 rec[Record.FILE] = name
             kept.append(rec)
         records.append(tuple(kept))

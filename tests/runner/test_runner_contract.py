@@ -192,6 +192,29 @@ def _record_value(work: Path, rec: dict) -> np.ndarray:
         return np.load(fh, allow_pickle=False)
 
 
+@pytest.mark.parametrize("kind", [k for k in RUNNERS if k != "third"])
+def test_a_dump_of_more_cases_than_open_files_allowed_completes(kind: str, tmp_path: Path) -> None:
+    """One pack per case, one open at a time: 150 cases under a limit of 64 descriptors."""
+    import resource
+
+    work = job_dir(tmp_path, MODELS / "two_io.onnx", two_io_feeds(), warmup=0, iterations=1,
+                   dump={"tensors": [], "outputs": [], "budget_bytes": None, "dir": "dump",
+                         "save": True, "first": 2})
+    job = json.loads((work / "job.json").read_text())
+    sess = ort.InferenceSession(str(MODELS / "two_io.onnx"), providers=["CPUExecutionProvider"])
+    job["dump"]["tensors"] = [o.name for o in sess.get_outputs()]
+    job["cases"] = job["cases"] * 150
+    (work / "job.json").write_text(json.dumps(job))
+    proc = subprocess.run([*runner_argv(kind), str(work / "job.json")], cwd=work, text=True,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=300,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)))
+    result = json.loads((work / "result.json").read_text())
+    assert result["status"] == "ok", (proc.stderr, result.get("error"))
+    cases = result["dump"]["cases"]
+    assert len(cases) == 150 and {r["file"] for r in cases[149]} == {"dump/c149.npys"}
+    assert _record_value(work, cases[149][0]).tobytes() == _record_value(work, cases[0][0]).tobytes()
+
+
 def test_dumps_agree_across_runners(tmp_path: Path) -> None:
     """The same dump job, every runner: the Python runner's records (stats to float tolerance)."""
     model = MODELS / "cnn.onnx"

@@ -31,8 +31,10 @@ def _dump(bin_io_dump: Path | None, io_dump: Path | None, dump_budget_mb: float 
 
 dump_options = option_group("dump", _dump, (
     click.option("--bin-io-dump", type=click.Path(path_type=Path), default=None, metavar="DIR",
-                 help="Capture every layer's output into DIR (manifest.json + c<case>.npys, "
-                      "each case's tensors as .npy images at the manifest's offsets) after the timed run, each node run once, in segments whose live "
+                 help="Capture every layer's output into DIR (manifest.json, and per case "
+                      "captured one c<k>.npys holding its tensors as .npy images at the "
+                      "manifest's offsets) after the timed run, each node run once, in "
+                      "segments whose live "
                       "tensors fit the budget; compare two with `verify diff`. DIR: new, "
                       "empty or an earlier dump, which is replaced only once the run has "
                       "succeeded."),

@@ -1155,7 +1155,7 @@ class NpyPack(object):
         return offset
 
     def close(self):
-        self.fh.close()
+        self.fh.close()  # again: nothing
 
 
 def run_dump(np, ort, job, workdir, result):
@@ -1211,7 +1211,9 @@ def run_dump(np, ort, job, workdir, result):
             rec[C.Record.NAME] = name
             rec[C.Record.FILE] = None
             if save:
-                if ci not in packs:
+                if ci not in packs:  # cases come one after the other: one pack open at a time
+                    for pack in packs.values():
+                        pack.close()
                     packs[ci] = NpyPack(workdir, "%s/c%d.npys" % (out_rel, ci))
                 rec[C.Record.FILE] = packs[ci].rel
                 rec[C.Record.OFFSET] = packs[ci].append(np, value)

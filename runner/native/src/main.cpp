@@ -155,6 +155,8 @@ int execute_job(const json& job, const std::string& workdir) {
     result = run_job(job, workdir);
   } catch (const JobError& e) {
     result = error_result(e.kind, e.what());
+  } catch (const npy::WriteError& e) {
+    result = error_result("runtime", std::string("output file: ") + e.what());
   } catch (const npy::Error& e) {
     result = error_result("runtime", std::string("input file: ") + e.what());
   } catch (const Ort::Exception& e) {

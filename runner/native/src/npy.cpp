@@ -175,7 +175,7 @@ std::string header(const DType& dtype, const std::vector<int64_t>& shape) {
 void save(const std::string& path, const DType& dtype, const std::vector<int64_t>& shape,
           const void* data, size_t nbytes) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  if (!f) throw WriteError("cannot write " + path + ": " + std::strerror(errno));
   std::string head = header(dtype, shape);
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
   if (ok && nbytes) ok = std::fwrite(data, 1, nbytes, f) == nbytes;
@@ -184,12 +184,12 @@ void save(const std::string& path, const DType& dtype, const std::vector<int64_t
     ok = false;
     err = errno;
   }
-  if (!ok) throw Error("cannot write " + path + ": " + std::strerror(err));
+  if (!ok) throw WriteError("cannot write " + path + ": " + std::strerror(err));
 }
 
 Pack::Pack(std::string path) : path_(std::move(path)) {
   f_ = std::fopen(path_.c_str(), "wb");
-  if (!f_) throw Error("cannot write " + path_ + ": " + std::strerror(errno));
+  if (!f_) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));
 }
 
 Pack::~Pack() {
@@ -198,14 +198,14 @@ Pack::~Pack() {
 
 uint64_t Pack::append(const DType& dtype, const std::vector<int64_t>& shape, const void* data,
                       size_t nbytes) {
-  if (!f_) throw Error("cannot write " + path_ + ": closed");
+  if (!f_) throw WriteError("cannot write " + path_ + ": closed");
   static const char zeros[64] = {0};
   uint64_t offset = (end_ + 63) / 64 * 64;
   std::string head = header(dtype, shape);
   bool ok = offset == end_ || std::fwrite(zeros, 1, offset - end_, f_) == offset - end_;
   if (ok) ok = std::fwrite(head.data(), 1, head.size(), f_) == head.size();
   if (ok && nbytes) ok = std::fwrite(data, 1, nbytes, f_) == nbytes;
-  if (!ok) throw Error("cannot write " + path_ + ": " + std::strerror(errno));
+  if (!ok) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));
   end_ = offset + head.size() + nbytes;
   return offset;
 }
@@ -214,7 +214,7 @@ void Pack::close() {
   if (!f_) return;
   std::FILE* f = f_;
   f_ = nullptr;
-  if (std::fclose(f) != 0) throw Error("cannot write " + path_ + ": " + std::strerror(errno));
+  if (std::fclose(f) != 0) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));
 }
 
 }  // namespace npy

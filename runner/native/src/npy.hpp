@@ -24,6 +24,11 @@ struct DType {
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// Thrown when a file cannot be written (a full disk, no descriptors left): the job's error, not
+// the input's.
+struct WriteError : Error {
+  using Error::Error;
+};
 
 struct Array {
   DType dtype;

@@ -306,7 +306,11 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
     if (save) {
       std::string rel = out_rel + "/c" + std::to_string(ci) + ".npys";
       auto& pack = packs[ci];
-      if (!pack) pack = std::make_unique<npy::Pack>(join_path(workdir, rel));
+      if (!pack) {  // cases come one after the other: one pack open at a time
+        for (auto& [k, other] : packs)
+          if (k != ci && other) other->close();
+        pack = std::make_unique<npy::Pack>(join_path(workdir, rel));
+      }
       size_t count = 1;
       for (int64_t d : shape) count *= static_cast<size_t>(d);
       rec["offset"] = pack->append(dt, shape, data, count * dt.itemsize);

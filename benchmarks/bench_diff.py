@@ -51,7 +51,8 @@ CPU: dict[str, float] = {}  # CPU seconds of the last `sh`'s process tree, under
 from verify.compare import MagnitudeRule, ToleranceSet, compare, numba_available  # noqa: E402
 from verify.scan_native import native_available, native_problem  # noqa: E402
 from verify.diff import diff_captures  # noqa: E402
-from verify.dump import Scratch, open_dump  # noqa: E402
+from verify.dump import open_dump  # noqa: E402
+from verify.dump_read import Scratch  # noqa: E402
 
 from bench_compare import best_seconds  # noqa: E402  (this folder is on sys.path)
 

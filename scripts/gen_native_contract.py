@@ -61,6 +61,7 @@ def render() -> str:
         ("const char*", "kDefaultDumpDir", dump.DIR.default),
         ("bool", "kDefaultDumpSave", dump.SAVE.default),
         ("int", "kStatFirst", dump.FIRST.default),
+        ("int", "kPackAlign", c.PACK_ALIGN),
     ]
     lines = [
         "// The runner contract's defaults (docs/runner-contract.md), generated from their one",

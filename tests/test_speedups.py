@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from fixtures_devices import run_cli
 
-from verify.dump import DumpEntry, Scratch, load_npy, open_dump
+from verify.dump import DumpEntry, open_dump
+from verify.dump_read import Scratch, load_npy
 from verify.errors import DumpError
 
 

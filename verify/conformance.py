@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from verify.devices import Profile
-from verify.dump_check import is_int
+from verify.dump_check import file_problem
 from verify.errors import DeviceError
 from verify.files import NPY_READ_ERRORS, npy_reason
 from verify.layerdump import DumpSpec, dump_entry
@@ -127,13 +127,11 @@ class _Session:
         finally:
             self.session.remove(workdir, quiet=True)
 
-    def get_npy(self, workdir: str, rel: str, offset: Any = None) -> np.ndarray:
+    def get_npy(self, workdir: str, rel: str, offset: int | None = None) -> np.ndarray:
         """The .npy file `rel` of the job's folder, or the .npy image at `offset` in it (a
-        dump's pack)."""
+        dump's pack, its name and offset checked by the caller)."""
         if not isinstance(rel, str) or rel.startswith("/") or ".." in rel.split("/"):
             raise _Fail(f"the result names a file {rel!r} outside its work directory")
-        if offset is not None and not (is_int(offset) and offset % 64 == 0):
-            raise _Fail(f"the result gives {rel} the offset {offset!r} (not a multiple of 64)")
         self.n += 1
         local = self.tmp / f"o{self.n}.npy"
         self.session.pull(f"{workdir}/{rel}", local)
@@ -256,8 +254,11 @@ def _check_dump(s: _Session) -> str:
         for rec in ((result.get(Result.DUMP) or {}).get(DumpResult.CASES) or [[]])[0]:
             if isinstance(rec, dict) and rec.get(Record.NAME) in plan.outputs \
                     and rec.get(Record.FILE):
-                dumped[rec[Record.NAME]] = s.get_npy(workdir, rec[Record.FILE],
-                                                     Record.OFFSET.of(rec))
+                rel, offset = str(rec[Record.FILE]), Record.OFFSET.of(rec)
+                problem = file_problem(rel.rsplit("/", 1)[-1], offset)
+                if problem:
+                    raise _Fail(f"the dump record of {rec[Record.NAME]}: {problem}")
+                dumped[rec[Record.NAME]] = s.get_npy(workdir, rel, offset)
 
     once = {Job.OPT_LEVEL: "disable", Job.WARMUP: 0, Job.ITERATIONS: 1}
     _ok_result(*s.run(s.job(once), pull_plain))

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from verify.dump import Dump, Scratch, not_captured_text, open_dump
+from verify.dump import Dump, not_captured_text, open_dump
+from verify.dump_read import Scratch
 from verify.iodump import TITLE as IO_TITLE
 from verify.errors import DumpError, UsageError
 from verify.files import read_head

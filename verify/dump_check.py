@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
+from verify.runner.contract import PACK_ALIGN as ALIGN
 from verify.runner.contract import FusedAway, ManifestCase, ManifestTensor
 from verify.runner.contract import Manifest as M
 
 MC, MT = ManifestCase, ManifestTensor
 FILE_RE = re.compile(r"c\d+(_t\d+\.npy|\.npys)")  # format 2's pack, or format 1's own file
-ALIGN = 64  # where each .npy image in a pack starts
 
 
 def is_int(v: Any, low: int = 0) -> bool:

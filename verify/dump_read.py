@@ -25,8 +25,6 @@ import numpy as np
 from verify.errors import DumpError
 from verify.files import NPY_READ_ERRORS, npy_reason
 
-ALIGN = 64  # where each .npy image in a pack starts (numpy pads headers to 64 bytes too)
-
 
 class Entry(Protocol):
     """What a reader checks a tensor's file against (dump.DumpEntry)."""

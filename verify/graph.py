@@ -160,13 +160,18 @@ def opset_of(model: onnx.ModelProto) -> int:
     return 0
 
 
+def node_bodies(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The node's own subgraphs (an If's branches, a Loop's or Scan's body), not nested ones."""
+    return [sub for attr in node.attribute
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs)]
+
+
 def graph_and_bodies(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """`graph`, then every If/Loop/Scan body in it, nested ones included."""
     yield graph
     for node in graph.node:
-        for attr in node.attribute:
-            for body in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                yield from graph_and_bodies(body)
+        for body in node_bodies(node):
+            yield from graph_and_bodies(body)
 
 
 def count_ops(nodes: Iterable[onnx.NodeProto]) -> dict[str, int]:

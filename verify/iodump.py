@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from verify.dump import shape_text
+from verify.dump_read import shape_text
 from verify.runner.contract import ManifestCase, ManifestTensor, Record
 
 MC, MT = ManifestCase, ManifestTensor

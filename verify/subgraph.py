@@ -22,7 +22,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from verify.errors import ModelError
-from verify.graph import node_label, topological_nodes
+from verify.graph import node_bodies, node_label, topological_nodes
 
 _REF_SUFFIX = "::ref"
 
@@ -183,15 +183,13 @@ def _constant_tensor(node: onnx.NodeProto) -> onnx.TensorProto:
 def _all_inputs(node: onnx.NodeProto) -> list[str]:
     """The node's inputs plus outer-scope names its subgraphs (If/Loop/Scan bodies) read."""
     names = list(node.input)
-    for attr in node.attribute:
-        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-            inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
-            for n in sub.node:
-                for name in _all_inputs(n):
-                    if name and name not in inner:
-                        names.append(name)
-                inner.update(n.output)
+    for sub in node_bodies(node):
+        inner = {i.name for i in sub.input} | {t.name for t in sub.initializer}
+        for n in sub.node:
+            for name in _all_inputs(n):
+                if name and name not in inner:
+                    names.append(name)
+            inner.update(n.output)
     return names
 
 
@@ -283,11 +281,9 @@ def _rename_inputs(node: onnx.NodeProto, rename: Mapping[str, str]) -> None:
     for k, name in enumerate(node.input):
         if name in rename:
             node.input[k] = rename[name]
-    for attr in node.attribute:
-        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
-                    list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
-            for inner in sub.node:
-                _rename_inputs(inner, rename)
+    for sub in node_bodies(node):
+        for inner in sub.node:
+            _rename_inputs(inner, rename)
 
 
 def split_points(ng: NodeGraph, lo: int, hi: int, fanout: int) -> list[int]:

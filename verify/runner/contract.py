@@ -24,6 +24,7 @@ ERROR_KINDS = ("model", "input", "provider", "runtime")
 STATUS_OK, STATUS_ERROR = "ok", "error"
 CPU_PROVIDER = "CPUExecutionProvider"
 STAT_FIRST = 8  # how many leading values a tensor's summary keeps
+PACK_ALIGN = 64  # where each .npy image in a dump's c<case>.npys starts: a multiple of this
 
 
 class _Required(object):
@@ -332,8 +333,7 @@ class ManifestTensor(Document):
     DTYPE = Field("dtype", "string")
     SHAPE = Field("shape", "array")
     FILE = Field("file", "string|null", doc="the tensor's file in the folder, or null")
-    OFFSET = Field("offset", "integer|null", None, doc="where its .npy image starts in file "
-                   "(c<case>.npys); null: file is its own .npy (format 1)")
+    OFFSET = Field("offset", "integer|null", None, doc="its .npy image's start; null: format 1")
     STATS = Field("stats", "object", {}, doc="the Record's summary (STAT_KEYS)")
 
 

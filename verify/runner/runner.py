@@ -1138,16 +1138,14 @@ class NpyPack(object):
     one back. One file per case instead of one per tensor: creating PP-OCRv4 det 640's 673
     tensor files cost 0.88 s of CPU in a fresh folder, one file 0.15 s (issue 14)."""
 
-    ALIGN = 64
-
-    def __init__(self, workdir, rel):
-        self.rel = rel
+    def __init__(self, workdir, rel, case):
+        self.rel, self.case = rel, case
         self.fh = open(os.path.join(workdir, rel), "wb")
         self.end = 0
 
     def append(self, np, value):
         """Write `value` as the next .npy image; its offset."""
-        offset = -(-self.end // self.ALIGN) * self.ALIGN
+        offset = -(-self.end // C.PACK_ALIGN) * C.PACK_ALIGN
         if offset > self.end:
             self.fh.write(b"\0" * (offset - self.end))
         np.lib.format.write_array(self.fh, np.asarray(value), allow_pickle=False)
@@ -1155,7 +1153,7 @@ class NpyPack(object):
         return offset
 
     def close(self):
-        self.fh.close()  # again: nothing
+        self.fh.close()
 
 
 def run_dump(np, ort, job, workdir, result):
@@ -1200,7 +1198,7 @@ def run_dump(np, ort, job, workdir, result):
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     stats = {DR.BUDGET_BYTES: budget}
-    packs = {}
+    pack = None  # the case's: cases come one after the other, one pack open at a time
     try:
         for ci, name, value in capture_segments(np, ort, model, tensors, cases, budget,
                                                 session_job, out_dir, sizes=DS.SIZES.of(spec),
@@ -1211,15 +1209,15 @@ def run_dump(np, ort, job, workdir, result):
             rec[C.Record.NAME] = name
             rec[C.Record.FILE] = None
             if save:
-                if ci not in packs:  # cases come one after the other: one pack open at a time
-                    for pack in packs.values():
+                if pack is None or pack.case != ci:
+                    if pack is not None:
                         pack.close()
-                    packs[ci] = NpyPack(workdir, "%s/c%d.npys" % (out_rel, ci))
-                rec[C.Record.FILE] = packs[ci].rel
-                rec[C.Record.OFFSET] = packs[ci].append(np, value)
+                    pack = NpyPack(workdir, "%s/c%d.npys" % (out_rel, ci), ci)
+                rec[C.Record.FILE] = pack.rel
+                rec[C.Record.OFFSET] = pack.append(np, value)
             records[ci][index[name]] = rec
     finally:
-        for pack in packs.values():
+        if pack is not None:
             pack.close()
     dump = dict((f, f.of(stats)) for f in DR.fields() if not f.required)
     dump.update({DR.BUDGET_BYTES: stats[DR.BUDGET_BYTES], DR.MS: _now_ms(t0),

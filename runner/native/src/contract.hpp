@@ -21,5 +21,6 @@ constexpr bool kDefaultControlProbe = false;
 constexpr const char* kDefaultDumpDir = "dump";
 constexpr bool kDefaultDumpSave = true;
 constexpr int kStatFirst = 8;
+constexpr int kPackAlign = 64;
 
 }  // namespace contract

@@ -187,7 +187,7 @@ void save(const std::string& path, const DType& dtype, const std::vector<int64_t
   if (!ok) throw WriteError("cannot write " + path + ": " + std::strerror(err));
 }
 
-Pack::Pack(std::string path) : path_(std::move(path)) {
+Pack::Pack(std::string path, uint64_t align) : path_(std::move(path)), align_(align) {
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));
 }
@@ -199,10 +199,10 @@ Pack::~Pack() {
 uint64_t Pack::append(const DType& dtype, const std::vector<int64_t>& shape, const void* data,
                       size_t nbytes) {
   if (!f_) throw WriteError("cannot write " + path_ + ": closed");
-  static const char zeros[64] = {0};
-  uint64_t offset = (end_ + 63) / 64 * 64;
+  uint64_t offset = (end_ + align_ - 1) / align_ * align_;
   std::string head = header(dtype, shape);
-  bool ok = offset == end_ || std::fwrite(zeros, 1, offset - end_, f_) == offset - end_;
+  bool ok = true;
+  for (uint64_t at = end_; ok && at < offset; ++at) ok = std::fputc(0, f_) != EOF;
   if (ok) ok = std::fwrite(head.data(), 1, head.size(), f_) == head.size();
   if (ok && nbytes) ok = std::fwrite(data, 1, nbytes, f_) == nbytes;
   if (!ok) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));

@@ -58,11 +58,12 @@ void save(const std::string& path, const DType& dtype, const std::vector<int64_t
           const void* data, size_t nbytes);
 
 // A pack of .npy images in one file (a dump's c<case>.npys): each image (header and data, as
-// save writes it) starts at a multiple of 64 bytes, zeros between, so a reader seeks to its
-// offset and reads an .npy. One file for a case's hundreds of tensors (docs/runner-contract.md).
+// save writes it) starts at a multiple of `align` bytes, zeros between, so a reader seeks to
+// its offset and reads an .npy. One file for a case's hundreds of tensors
+// (docs/runner-contract.md).
 class Pack {
  public:
-  explicit Pack(std::string path);  // creates (truncates) the file; throws Error
+  Pack(std::string path, uint64_t align);  // creates (truncates) the file; throws WriteError
   ~Pack();
   Pack(const Pack&) = delete;
   Pack& operator=(const Pack&) = delete;
@@ -74,6 +75,7 @@ class Pack {
 
  private:
   std::string path_;
+  uint64_t align_;
   std::FILE* f_ = nullptr;
   uint64_t end_ = 0;
 };

@@ -295,8 +295,10 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   json records = json::array();
   for (size_t c = 0; c < cases.size(); ++c)
     records.push_back(json(std::vector<json>(tensors.size(), nullptr)));
-  // one pack file per case, DIR/c<case>.npys: the tensors' .npy images at 64-byte offsets
-  std::map<size_t, std::unique_ptr<npy::Pack>> packs;
+  // one pack file per case, DIR/c<case>.npys: the tensors' .npy images at aligned offsets;
+  // cases come one after the other, so one pack is open at a time
+  std::unique_ptr<npy::Pack> pack;
+  size_t pack_case = 0;
   auto emit = [&](size_t ci, const std::string& name, const npy::DType& dt,
                   const std::vector<int64_t>& shape, const void* data) {
     size_t ti = index[name];
@@ -305,11 +307,10 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
     rec["file"] = nullptr;
     if (save) {
       std::string rel = out_rel + "/c" + std::to_string(ci) + ".npys";
-      auto& pack = packs[ci];
-      if (!pack) {  // cases come one after the other: one pack open at a time
-        for (auto& [k, other] : packs)
-          if (k != ci && other) other->close();
-        pack = std::make_unique<npy::Pack>(join_path(workdir, rel));
+      if (!pack || pack_case != ci) {
+        if (pack) pack->close();
+        pack = std::make_unique<npy::Pack>(join_path(workdir, rel), contract::kPackAlign);
+        pack_case = ci;
       }
       size_t count = 1;
       for (int64_t d : shape) count *= static_cast<size_t>(d);
@@ -417,7 +418,7 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
       first = last;
     }
   }
-  for (auto& [ci, pack] : packs) pack->close();
+  if (pack) pack->close();
   result["dump"] = {{"budget_bytes", budget}, {"ms", ms_since(t0)}, {"cases", records},
                     {"segments", spans}, {"nodes", n}, {"measured", measured},
                     {"subgraph_tensors", g.body_tensors}};

@@ -130,7 +130,7 @@ int write_files(const std::string& dir) {
   npy::save(dir + "/f16.npy", npy::dtype_from_name("float16"), {1, 2}, h, 4);
   npy::save(dir + "/empty.npy", npy::dtype_from_name("float32"), {0, 5}, nullptr, 0);
   // the same arrays as one pack (a dump's c<case>.npys), their offsets in pack.json
-  npy::Pack pack(dir + "/pack.npys");
+  npy::Pack pack(dir + "/pack.npys", contract::kPackAlign);
   vr::json offsets = vr::json::array();
   offsets.push_back(pack.append(npy::dtype_from_name("float32"), {2, 3}, f, sizeof f));
   offsets.push_back(pack.append(npy::dtype_from_name("int64"), {}, &s, 8));

@@ -173,3 +173,22 @@ def test_tensor_stats_count_nan_and_inf_in_any_block_and_summarize_the_finite_re
     assert (clean["nan"], clean["inf"], clean["min"], clean["max"]) == (0, 0, -2.0, 3.0)
     only_nan = runner.tensor_stats(np, np.full(4, np.nan, np.float32))
     assert (only_nan["nan"], only_nan["min"], only_nan["mean"]) == (4, None, None)
+
+
+@pytest.mark.parametrize("mean, spread, dtype", [
+    (0.0, 1.0, np.float32),      # spread dominates: sum and sum of squares in one pass
+    (3.0, 1.0, np.float32),
+    (1e4, 1e-2, np.float32),     # mean dominates 1e12 to 1: deviations summed instead
+    (-7.5e5, 3.0, np.float64),
+    (2.0, 0.0, np.float32),      # all equal: no spread at all
+])
+def test_tensor_stats_match_float64_two_pass_whatever_the_mean_to_spread_ratio(mean, spread, dtype) -> None:
+    from verify.runner import runner
+
+    rng = np.random.default_rng(7)
+    x = (mean + spread * rng.standard_normal(200_003)).astype(dtype)  # 4 blocks, a ragged one
+    s = runner.tensor_stats(np, x)
+    ref = x.astype(np.float64)
+    assert s["mean"] == pytest.approx(ref.mean(), rel=1e-12, abs=1e-300)
+    assert s["std"] == pytest.approx(ref.std(), rel=1e-9, abs=1e-12 * abs(mean))
+    assert (s["min"], s["max"]) == (float(ref.min()), float(ref.max()))

@@ -94,3 +94,58 @@ def test_the_host_refuses_a_runners_dump_record_with_a_wrong_file_or_offset(tmp_
     with pytest.raises(RunnerError, match="a second file named c0.npys"):
         pull({**rec, "file": "x/c0.npys", "offset": 0},
              {**rec, "name": "b", "file": "y/c0.npys", "offset": 0})
+
+
+def test_a_packed_tensor_reads_the_same_by_the_one_map_path_and_by_numpys_reader(tmp_path: Path) -> None:
+    """np.save's header for the manifest's dtype and shape: header and data from one map, no
+    read of the file. Any other valid .npy image (a 2.0 header, Fortran order, other padding)
+    goes to the reader that parses the header, with the same values."""
+    import io
+    from dataclasses import dataclass
+
+    import verify.dump_read as dr
+
+    @dataclass
+    class E:
+        name: str
+        dtype: str
+        shape: tuple[int, ...]
+
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    images = []
+    for write in (lambda f: np.save(f, a), lambda f: np.save(f, np.float16(a)),
+                  lambda f: np.lib.format.write_array(f, a, version=(2, 0)),
+                  lambda f: np.save(f, np.asfortranarray(a)),
+                  lambda f: np.save(f, np.zeros((0, 3), np.int64))):
+        buf = io.BytesIO()
+        write(buf)
+        images.append(buf.getvalue())
+    path = tmp_path / "c0.npys"
+    offsets, blob = [], b""
+    for image in images:
+        blob += b"\0" * (-len(blob) % 64)
+        offsets.append(len(blob))
+        blob += image
+    path.write_bytes(blob)
+    entries = [E("a", "float32", (2, 3, 4)), E("h", "float16", (2, 3, 4)),
+               E("v2", "float32", (2, 3, 4)), E("f", "float32", (2, 3, 4)),
+               E("z", "int64", (0, 3))]
+    files = OpenFiles()
+    fh, size = files.get(path, "t")
+    fast = [dr.packed_image(files, path, at, e, "t") for at, e in zip(offsets, entries)]
+    assert [f is not None for f in fast] == [True, True, False, False, True]
+    for at, e, f in zip(offsets, entries, fast):
+        slow = dr.read_npy(fh, size, at, path.name, e, "t", mapper=lambda o, n: files.mapped(path, o, n))
+        assert slow.dtype == np.dtype(e.dtype) and slow.shape == e.shape
+        assert np.array_equal(slow, a if e.name != "z" else np.zeros((0, 3)))
+        if f is not None:
+            assert f.dtype == slow.dtype and np.array_equal(f, slow)
+    # a header that is np.save's but for another shape, or data cut short: not taken here
+    assert dr.packed_image(files, path, offsets[0], E("a", "float32", (4, 3, 2)), "t") is None
+    assert dr.packed_image(files, path, offsets[-1] + 64, entries[-1], "t") is None
+    files.close()
+    short = tmp_path / "c1.npys"
+    short.write_bytes(images[0][:-4])
+    files.get(short, "t")
+    assert dr.packed_image(files, short, 0, entries[0], "t") is None
+    files.close()

@@ -28,7 +28,7 @@ import numpy as np
 
 from verify import __version__
 from verify.dump_check import FILE_RE, is_int, manifest_problem
-from verify.dump_read import OpenFiles, Scratch, load_npy, read_npy
+from verify.dump_read import OpenFiles, Scratch, load_npy, packed_image, read_npy
 from verify.errors import DumpError, UsageError
 from verify.runner.contract import (DUMP_FORMAT, DUMP_FORMAT_VERSION, FusedAway,
                                     ManifestCase, ManifestOptions, ManifestTensor,
@@ -103,6 +103,7 @@ class Dump:
     path: Path
     manifest: Mapping[str, Any]
     files: OpenFiles = field(default_factory=OpenFiles, compare=False, repr=False)
+    paths: dict[str, Path] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_cases(self) -> int:
@@ -209,7 +210,13 @@ class Dump:
         what = f"{self.path}: tensor {entry.name!r}"
         if entry.offset is None:
             return load_npy(self.path / entry.file, entry, what, scratch)
-        path = self.path / entry.file
+        path = self.paths.get(entry.file)
+        if path is None:
+            path = self.paths[entry.file] = self.path / entry.file
+        if scratch is None:  # mapped: header and data from one map when np.save wrote it
+            fast = packed_image(self.files, path, entry.offset, entry, what)
+            if fast is not None:
+                return fast
         fh, size = self.files.get(path, what)
         return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch,
                         mapper=lambda at, n: self.files.mapped(path, at, n, what))

@@ -171,6 +171,55 @@ def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what
     return buf.view(dtype).reshape(shape, order=order)
 
 
+_MAGIC_1_0 = b"\x93NUMPY\x01\x00"
+_HEAD_ROOM = 256  # bytes mapped before a packed tensor's data for its header (np.save: 128)
+
+
+@functools.lru_cache(maxsize=32)
+def _npy_form(dtype: str) -> tuple[np.dtype, str] | None:
+    """The numpy dtype a manifest's dtype names and its .npy `descr`; None if numpy has none."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        return None
+    return (None if dt.hasobject else dt), np.lib.format.dtype_to_descr(dt)
+
+
+def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
+                 what: str) -> np.ndarray | None:
+    """The tensor whose .npy image starts at byte `start` of the pack `path` (opened by
+    `files.get`), when its header is byte for byte what `np.save` writes for the manifest's
+    dtype and shape and its data lies inside the file: a view of the mapped window, header
+    and data taken from one map with no read of the file. Else None: `read_npy` then reads
+    it and says what is wrong. (Reading each header through the file cost a third of a
+    diff's time outside the comparison on PP-OCRv4 det 640's 673 tensors.)"""
+    form = _npy_form(entry.dtype)
+    if form is None or form[0] is None:
+        return None
+    dtype, descr = form
+    shape = entry.shape
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    size = files.get(path, what)[1]
+    length = min(size - start, _HEAD_ROOM + nbytes)
+    if start < 0 or length < 10 + nbytes:
+        return None
+    view = files.mapped(path, start, length, what)
+    if view[:8] != _MAGIC_1_0:
+        return None
+    head = 10 + (view[8] | view[9] << 8)
+    if head + nbytes > length:
+        return None
+    got = bytes(view[10:head])
+    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
+    if not got.endswith(b"\n") or got.rstrip(b" \n") != text.encode("latin1"):
+        return None
+    if nbytes == 0:
+        return np.zeros(shape, dtype)
+    return np.frombuffer(view[head:head + nbytes], dtype=dtype).reshape(shape)
+
+
 def _expected_header(fh: Any, entry: Entry) -> tuple[tuple[int, ...], bool, np.dtype] | None:
     """(shape, fortran order, dtype) when the .npy 1.0 header at the file's position is, byte
     for byte, the one `np.save` writes for the manifest's dtype and shape, with the file

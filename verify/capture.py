@@ -54,6 +54,8 @@ class HostCapture:
         self._model = model
         self._sizes: dict[tuple[tuple[str, tuple[int, ...]], ...], dict[str, int | None]] = {}
         self._budget = budget_bytes or int(_rt.default_budget(len(model_bytes)))
+        # the tensors left out so far, in the order met: no .npy form (bfloat16, float8, ...)
+        self.not_captured: dict[str, None] = {}
         self._scratch = tempfile.TemporaryDirectory(prefix="verify-capture-")
         self._path = Path(self._scratch.name) / "model.onnx"
         self._path.write_bytes(model_bytes)
@@ -96,8 +98,10 @@ class HostCapture:
             for _case, name, value in _host_errors(chunks):
                 if value is not None:
                     yield name, np.asarray(value)
-                elif with_missing:  # a type numpy has no form for (bfloat16, ...)
-                    yield name, None
+                else:  # a type numpy has no form for (bfloat16, ...)
+                    self.not_captured.setdefault(name)
+                    if with_missing:
+                        yield name, None
         finally:
             chunks.close()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import getpass
 import platform
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import onnx
 
 from verify import __version__, schema
 from verify.capture import HostCapture
+from verify.dump import not_captured_text
 from verify.graph import load_model, saturation_floors, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
 from verify.expected import (check_expected, host_agreement, read_case_sources,
@@ -64,8 +65,10 @@ def _user() -> str:
         return ""
 
 
-def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
-    """Build the cases, compute ground truth on the host, write the archive atomically."""
+def pack(model_path: Path, out: Path, options: PackOptions,
+         note: Callable[[str], None] = lambda text: None) -> Testcase:
+    """Build the cases, compute ground truth on the host, write the archive atomically.
+    `note` hears what the user should know of the archive written (tensors --layers left out)."""
     model, model_bytes, external = load_model(model_path, options.keep_external)
     folder = model_path.parent if external else None
     infos: list[InputInfo] = model_inputs(model)
@@ -121,6 +124,9 @@ def pack(model_path: Path, out: Path, options: PackOptions) -> Testcase:
     with HostCapture(model_bytes, model=model, external_dir=folder) as capture:
         del model
         write_archive(out, tc, [capture.layers(case.inputs) for case in cases])
+        if capture.not_captured:
+            note(f"{not_captured_text(list(capture.not_captured))}: no per-layer reference "
+                 "stored for them (`verify diff` against this archive leaves them out)")
     return tc
 
 

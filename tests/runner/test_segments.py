@@ -504,6 +504,10 @@ def test_a_tensor_without_npy_form_crosses_segments_and_is_reported_not_captured
     for args in ([model, "-o", vtc], [model, "--layers", "-o", layers]):
         code, out, err = run_cli(["pack", *args], capsys)
         assert code == 0, out + err
+        # pack --layers says which layers it could not store (it said nothing)
+        assert ("note: 1 tensor(s) not captured, their type having no .npy form (bfloat16, "
+                "float8, string): 'b': no per-layer reference stored" in out) == (
+                    "--layers" in args)
     dump = tmp_path / "d"
     code, out, err = run_cli(["run", vtc, *device, "--iter", "1", "--warmup", "0",
                               "--opt-level", "disable", "--bin-io-dump", dump,

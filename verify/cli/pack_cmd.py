@@ -45,7 +45,9 @@ if TYPE_CHECKING:
                    "where this host's values already differ beyond the tolerances, a "
                    "WARNING names the first output.")
 @click.option("--layers", is_flag=True,
-              help="Also store the reference value of every intermediate tensor.")
+              help="Also store the reference value of every intermediate tensor (one of a "
+                   "type numpy has no form for, bfloat16, float8, string, is left out and "
+                   "named in a note).")
 @click.option("--reference", default="onnxruntime", show_default=True, metavar="REF",
               help="Who computes the ground truth: onnxruntime (CPU provider, optimizations "
                    "off) or torch:PROGRAM, PROGRAM a torch.export program saved as .pt2 or "
@@ -100,12 +102,15 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
         data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
         tolerances=tolerance_record(tolerances.atol, tolerances.rtol, tolerances.specs),
         layers=layers, expected=expected, reference=reference, keep_external=keep_external)
-    tc = packing.pack(model, out, options)
-    summary = render_archive.pack_summary(tc, out)
+    notes: list[str] = []
+    tc = packing.pack(model, out, options, note=notes.append)
+    summary = {**render_archive.pack_summary(tc, out), "notes": notes}
     if as_json:
         emit_json(summary, "pack")
     else:
         click.echo(render_archive.pack_text(summary))
+        for text in notes:
+            click.echo(f"note: {text}")
     return EXIT_OK
 
 

@@ -384,6 +384,19 @@ def test_native_npy_against_numpy(tmp_path: Path) -> None:
             packed, own = np.load(fh), np.load(tmp_path / f"{name}.npy")
             assert (packed.dtype, packed.shape, packed.tobytes()) == \
                 (own.dtype, own.shape, own.tobytes())
+    # its headers are np.save's to the byte: diff reads them from the map (packed_image)
+    from types import SimpleNamespace
+
+    from verify.dump_read import OpenFiles, packed_image
+
+    files = OpenFiles()
+    for name, at in zip(("f32", "scalar_i64", "bool", "f16", "empty"), offsets):
+        own = np.load(tmp_path / f"{name}.npy")
+        entry = SimpleNamespace(name=name, dtype=str(own.dtype), shape=own.shape)
+        got = packed_image(files, tmp_path / "pack.npys", at, entry, "t")
+        assert got is not None and (got.dtype, got.shape, got.tobytes()) == \
+            (own.dtype, own.shape, own.tobytes())
+    files.close()
     cases = {"v1": (np.arange(6, dtype=np.int32).reshape(2, 3), (1, 0)),
              "v2": (np.array([0.5, -1.25], np.float64), (2, 0)),
              "v3": (np.array([[True], [False]]), (3, 0)),

@@ -60,6 +60,7 @@ def render() -> str:
         ("bool", "kDefaultControlProbe", job.CONTROL_PROBE.default),
         ("const char*", "kDefaultDumpDir", dump.DIR.default),
         ("bool", "kDefaultDumpSave", dump.SAVE.default),
+        ("bool", "kDefaultDumpStats", dump.STATS.default),
         ("int", "kStatFirst", dump.FIRST.default),
         ("int", "kPackAlign", c.PACK_ALIGN),
     ]

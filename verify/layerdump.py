@@ -34,11 +34,13 @@ DUMP_RESULT = DumpFirst.RESULT.default
 @dataclass(frozen=True)
 class DumpSpec:
     """A per-layer capture after the run: `dest` receives the tensor files (None: stats
-    only)."""
+    only); `stats`: each tensor's summary computed on the device too (for --io-dump's text;
+    without `dest` it always is)."""
 
     dest: Path | None = None
     budget_bytes: int | None = None
     dump_filter: str | None = None
+    stats: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
             DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
             DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,
+            DumpEntry.STATS: dump.stats or dump.dest is None,
             DumpEntry.SIZES: dict(plan.sizes)}
 
 
@@ -184,7 +187,7 @@ def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[st
                 T.FLOOR: plan.floors.get(t.name, 0.0), T.DTYPE: rec[Record.DTYPE],
                 T.SHAPE: rec[Record.SHAPE], T.FILE: rec.get(Record.FILE),
                 T.OFFSET: Record.OFFSET.of(rec),
-                T.STATS: {k: rec.get(k) for k in STAT_KEYS}})
+                T.STATS: {k: rec[k] for k in STAT_KEYS if k in rec}})
         cases.append({ManifestCase.CASE: ci, ManifestCase.TENSORS: tensors})
     return cases
 

@@ -559,3 +559,37 @@ def test_the_dump_note_names_an_over_budget_tensor_only_when_a_node_made_it(
     note = next(line for line in (out + err).splitlines() if "note: layer dump" in line)
     assert "1 segment(s) of at most 1 MB of live tensors," in note
     assert "is over it" not in note
+
+
+@pytest.mark.parametrize("runner", ["python", "native"])
+def test_a_dump_for_diff_has_no_summaries_and_io_dump_has_those_of_the_tensors_written(
+        runner: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--bin-io-dump alone: the tensors, no summary computed (the manifest's stats are {}: only
+    --io-dump's text reads them, and on PP-OCRv4 det they were a third of the capture's CPU).
+    With --io-dump too, the device computes them and the manifest holds them: those of the
+    tensors in the pack. The two dumps hold the same tensors."""
+    from fixtures_devices import run_cli
+    from fixtures_dump import CNN, pack
+    from verify.dump import open_dump
+
+    device = _runner_device(runner, tmp_path, monkeypatch)
+    vtc = pack(CNN, tmp_path / "cnn.vtc")
+    run = ["run", vtc, *device, "--iter", "1", "--warmup", "0", "--opt-level", "disable"]
+    code, out, err = run_cli([*run, "--bin-io-dump", tmp_path / "bare"], capsys)
+    assert code == 0, out + err
+    code, out, err = run_cli([*run, "--bin-io-dump", tmp_path / "full", "--io-dump",
+                              tmp_path / "io.txt"], capsys)
+    assert code == 0, out + err
+    bare, full = open_dump(tmp_path / "bare"), open_dump(tmp_path / "full")
+    assert all(e.stats == {} for e in bare.entries(0))
+    assert [e.name for e in bare.entries(0)] == [e.name for e in full.entries(0)]
+    for b, f in zip(bare.entries(0), full.entries(0)):
+        value = np.asarray(full.load(f), np.float64)
+        assert np.array_equal(np.asarray(bare.load(b)), np.asarray(full.load(f)))
+        s = f.stats
+        assert (s["min"], s["max"], s["nan"], s["inf"]) == (value.min(), value.max(), 0, 0)
+        assert s["mean"] == pytest.approx(value.mean(), rel=1e-9, abs=1e-12)
+        assert s["std"] == pytest.approx(value.std(), rel=1e-9, abs=1e-12)
+        assert s["first"] == value.reshape(-1)[:8].tolist()
+    assert "  min " in (tmp_path / "io.txt").read_text()

@@ -37,10 +37,12 @@ dump_options = option_group("dump", _dump, (
                       "segments whose live "
                       "tensors fit the budget; compare two with `verify diff`. DIR: new, "
                       "empty or an earlier dump, which is replaced only once the run has "
-                      "succeeded."),
+                      "succeeded. The manifest's per-tensor summaries (min, max, mean, std, "
+                      "NaN/Inf, first values) are computed only with --io-dump too."),
     click.option("--io-dump", type=click.Path(path_type=Path), default=None, metavar="FILE",
                  help="Write every layer's summary as text (shape, first values, min, max, "
-                      "mean, std, NaN/Inf), one block per tensor; diffable with diff/vimdiff."),
+                      "mean, std, NaN/Inf), one block per tensor; diffable with diff/vimdiff. "
+                      "With --bin-io-dump, its manifest holds the summaries too."),
     click.option("--dump-budget-mb", type=float, default=None, metavar="MB",
                  help="Live tensors per dump segment (default: 1.5x the model's size, at "
                       "least 16, at most 1/16 of the device's memory, raised to half of what a "

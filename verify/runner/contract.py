@@ -10,8 +10,8 @@ and the native runner's defaults (runner/native/src/contract.hpp, generated from
 it, and that no key is spelled as a string anywhere else in verify/.
 
 A key is a `Field`: a `str` (so `job[Job.THREADS]` and `json.dumps` work as with the plain
-string) that also carries its JSON types, its default and one line of doc. `Field.of(doc)` is
-the value a reader takes: the document's, or the default where the key is absent.
+string) with its JSON types, default and doc. `Field.of(doc)`: the document's value, or the
+default where the key is absent.
 """
 
 CONTRACT = "verify-runner"
@@ -95,8 +95,7 @@ class Job(Document):
     CASES = Field("cases", "array", doc="one entry per input set (JobCase)")
     PROVIDERS = Field("providers", "array", [CPU_PROVIDER],
                       doc="execution providers in priority order")
-    PROVIDER_OPTIONS = Field("provider_options", "object", {},
-                             doc="per provider, options passed to it")
+    PROVIDER_OPTIONS = Field("provider_options", "object", {}, doc="per provider, its options")
     OPT_LEVEL = Field("opt_level", "string", "all",
                       doc="graph optimization level: " + ", ".join(OPT_LEVELS))
     THREADS = Field("threads", "integer", 0, doc="intra-op threads; 0: the runtime's default")
@@ -143,6 +142,7 @@ class DumpSpec(Document):
                          doc="live bytes per segment; null: the runner chooses")
     DIR = Field("dir", "string", "dump", doc="where tensor files go, relative to the job")
     SAVE = Field("save", "boolean", True, doc="false: summaries only, no tensor files")
+    STATS = Field("stats", "boolean", True, doc="false (with save): records carry no summary")
     FIRST = Field("first", "integer", STAT_FIRST, doc="leading values a summary keeps")
     SIZES = Field("sizes", "object|null", None,
                   doc="bytes of each node output (null or absent: unknown, measured)")
@@ -198,7 +198,7 @@ class DumpResult(Document):
 
 
 class Record(Document):
-    """A captured tensor's summary (and file), in a dump result."""
+    """A captured tensor's file and summary (STAT_KEYS: absent where the dump's stats is false)."""
 
     NAME = Field("name", "string")
     FILE = Field("file", "string|null", doc="DIR/c<case>.npys (a pack), or null without save")
@@ -207,13 +207,13 @@ class Record(Document):
     DTYPE = Field("dtype", "string")
     SHAPE = Field("shape", "array")
     SIZE = Field("size", "integer")
-    MIN = Field("min", "number|boolean|null")
-    MAX = Field("max", "number|boolean|null")
-    MEAN = Field("mean", "number|null")
-    STD = Field("std", "number|null")
-    NAN = Field("nan", "integer")
-    INF = Field("inf", "integer")
-    FIRST = Field("first", "array")
+    MIN = Field("min", "number|boolean|null", None)
+    MAX = Field("max", "number|boolean|null", None)
+    MEAN = Field("mean", "number|null", None)
+    STD = Field("std", "number|null", None)
+    NAN = Field("nan", "integer", None)
+    INF = Field("inf", "integer", None)
+    FIRST = Field("first", "array", None)
 
 
 STAT_KEYS = (Record.MIN, Record.MAX, Record.MEAN, Record.STD, Record.NAN, Record.INF,
@@ -334,7 +334,7 @@ class ManifestTensor(Document):
     SHAPE = Field("shape", "array")
     FILE = Field("file", "string|null", doc="the tensor's file in the folder, or null")
     OFFSET = Field("offset", "integer|null", None, doc="its .npy image's start; null: format 1")
-    STATS = Field("stats", "object", {}, doc="the Record's summary (STAT_KEYS)")
+    STATS = Field("stats", "object", {}, doc="the Record's summary (STAT_KEYS), or {}: none")
 
 
 class FusedAway(Document):

@@ -20,6 +20,7 @@ constexpr int kDefaultOrtLogSeverity = 3;
 constexpr bool kDefaultControlProbe = false;
 constexpr const char* kDefaultDumpDir = "dump";
 constexpr bool kDefaultDumpSave = true;
+constexpr bool kDefaultDumpStats = true;
 constexpr int kStatFirst = 8;
 constexpr int kPackAlign = 64;
 

@@ -18,6 +18,9 @@ constexpr int kStatFirst = contract::kStatFirst;
 // least 16 MiB, at most 1/16 of memory (runner.py's default_budget).
 int64_t default_budget(int64_t model_bytes, int64_t memory);
 
+// What every record of a tensor holds, summary or not: {"dtype", "shape", "size"}.
+json tensor_head(const npy::DType& dtype, const std::vector<int64_t>& shape);
+
 // The summary record of one tensor ({"dtype", "shape", "size", "min", "max", "mean", "std",
 // "nan", "inf", "first"}), as runner.py's tensor_stats computes it.
 json tensor_stats(const npy::DType& dtype, const std::vector<int64_t>& shape, const void* data,

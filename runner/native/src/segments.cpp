@@ -252,6 +252,8 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   std::map<std::string, size_t> index;
   for (size_t i = 0; i < tensors.size(); ++i) index.emplace(tensors[i], i);
   bool save = spec.value("save", contract::kDefaultDumpSave);
+  // the summaries only where asked (the text io-dump) or they are all there is
+  bool summarize = spec.value("stats", contract::kDefaultDumpStats) || !save;
   int first_n = spec.value("first", kStatFirst);
   std::vector<std::map<std::string, npy::Array>> cases;
   for (const json& c : job.at("cases")) cases.push_back(load_inputs(c, workdir));
@@ -302,7 +304,7 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   auto emit = [&](size_t ci, const std::string& name, const npy::DType& dt,
                   const std::vector<int64_t>& shape, const void* data) {
     size_t ti = index[name];
-    json rec = tensor_stats(dt, shape, data, first_n);
+    json rec = summarize ? tensor_stats(dt, shape, data, first_n) : tensor_head(dt, shape);
     rec["name"] = name;
     rec["file"] = nullptr;
     if (save) {

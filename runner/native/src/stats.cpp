@@ -76,13 +76,18 @@ struct Reader {
 
 }  // namespace
 
-json tensor_stats(const npy::DType& dtype, const std::vector<int64_t>& shape, const void* data,
-                  int first) {
+json tensor_head(const npy::DType& dtype, const std::vector<int64_t>& shape) {
   size_t size = 1;
   for (int64_t d : shape) size *= static_cast<size_t>(d);
-  json stats = {{"dtype", dtype.name}, {"shape", shape}, {"size", size}, {"nan", 0},
-                {"inf", 0}, {"min", nullptr}, {"max", nullptr}, {"mean", nullptr},
-                {"std", nullptr}, {"first", json::array()}};
+  return {{"dtype", dtype.name}, {"shape", shape}, {"size", size}};
+}
+
+json tensor_stats(const npy::DType& dtype, const std::vector<int64_t>& shape, const void* data,
+                  int first) {
+  json stats = tensor_head(dtype, shape);
+  size_t size = stats["size"].get<size_t>();
+  stats.update({{"nan", 0}, {"inf", 0}, {"min", nullptr}, {"max", nullptr}, {"mean", nullptr},
+                {"std", nullptr}, {"first", json::array()}});
   if (std::string("biuf").find(dtype.kind) == std::string::npos) return stats;
   Reader r{static_cast<const unsigned char*>(data), code_of(dtype.name), dtype.itemsize};
   for (size_t i = 0; i < size && i < static_cast<size_t>(first); ++i)

@@ -207,6 +207,50 @@ def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
     assert err.strip() == expected
 
 
+def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
+    """A .npy 1.0 header as np.save writes it, for any descr and shape (even ones numpy
+    cannot make an array of)."""
+    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (descr, shape)
+    text += " " * (-(10 + len(text) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1")
+
+
+@pytest.mark.parametrize("kind", ["alias dtype", "subarray dtype", "negative subarray",
+                                  "impossible shape", "null options"])
+def test_odd_dtypes_and_shapes_in_a_dump_get_one_line_not_a_traceback(
+        kind: str, dump_copy: Path, cnn_dumps: dict[str, Path],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the one-map read of a pack could take wrongly or crash on (a review's findings):
+    a dtype alias ("f4" for float32, which the file's header is not called), subarray dtypes,
+    a shape whose element count numpy cannot index; and a manifest with null options."""
+    m = json.loads((dump_copy / "manifest.json").read_text())
+    tensors = m["cases"][0]["tensors"]
+    t = tensors[-1]
+    if kind == "alias dtype":
+        for e in tensors:
+            e["dtype"] = "f4"
+    elif kind in ("subarray dtype", "impossible shape"):
+        descr, shape = (("|V8", (1, 5)) if kind == "subarray dtype" else ("<f4", (0, 2**62)))
+        t["dtype"], t["shape"] = ("(2,)f4" if kind == "subarray dtype" else "float32"), list(shape)
+        with open(dump_copy / t["file"], "ab") as fh:
+            end = fh.tell()
+            t["offset"] = end + (-end % 64)
+            fh.write(b"\0" * (-end % 64) + _npy_header(descr, shape) + b"\0" * 40)
+    elif kind == "negative subarray":
+        t["dtype"] = "(-1,)i4"
+    else:
+        m["options"] = None
+    (dump_copy / "manifest.json").write_text(json.dumps(m))
+    code, out, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
+    if kind == "null options":  # nothing a reader needs is missing
+        assert code == 0, err
+        return
+    assert (code, out) == (2, "") and only_line(err).startswith(f"error: {dump_copy}")
+    if kind == "alias dtype":
+        assert err.strip().endswith(
+            "c0.npys holds float32 (1,3,224,224) but the manifest says f4 (1,3,224,224)")
+
+
 def test_a_format_1_dump_one_file_per_tensor_is_still_read(
         dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     to_format_1(dump_copy)

@@ -181,6 +181,8 @@ def test_tensor_stats_count_nan_and_inf_in_any_block_and_summarize_the_finite_re
     (1e4, 1e-2, np.float32),     # mean dominates 1e12 to 1: deviations summed instead
     (-7.5e5, 3.0, np.float64),
     (2.0, 0.0, np.float32),      # all equal: no spread at all
+    (1e160, 0.0, np.float64),    # its square past float64: no NaN from the first block
+    (1.0, 1e-9, np.float64),     # the block mean's rounding corrected (corrected two-pass)
 ])
 def test_tensor_stats_match_float64_two_pass_whatever_the_mean_to_spread_ratio(mean, spread, dtype) -> None:
     from verify.runner import runner

@@ -126,7 +126,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
 def _nbytes(dtype: str, shape: tuple[int, ...]) -> int:
     try:
         return math.prod(shape) * np.dtype(dtype).itemsize
-    except TypeError:  # a dtype numpy does not know: it adds nothing to the estimate
+    except (TypeError, ValueError):  # a dtype numpy does not know: it adds nothing
         return 0
 
 

@@ -110,8 +110,14 @@ class Dump:
         return len(self.manifest[M.CASES])
 
     @property
+    def options(self) -> Mapping[str, Any]:
+        """The run options the dump was taken with (empty where the manifest has none)."""
+        options = self.manifest.get(M.OPTIONS)
+        return options if isinstance(options, dict) else {}
+
+    @property
     def stats_only(self) -> bool:
-        return bool(self.manifest.get(M.OPTIONS, {}).get(ManifestOptions.STATS_ONLY))
+        return self.options.get(ManifestOptions.STATS_ONLY) is True
 
     # the manifest's fields a reader uses, typed (open_dump checked their types)
     @property
@@ -150,7 +156,7 @@ class Dump:
     @property
     def dump_filter(self) -> str | None:
         """The --dump-filter the dump was taken with, where it left tensors out."""
-        value = self.manifest.get(M.OPTIONS, {}).get(ManifestOptions.FILTER)
+        value = self.options.get(ManifestOptions.FILTER)
         left_out = self.manifest.get(M.FILTERED_OUT) or 0
         return value if isinstance(value, str) and is_int(left_out) and left_out > 0 else None
 
@@ -168,12 +174,10 @@ class Dump:
         device = self.manifest.get(M.DEVICE)
         device = device if isinstance(device, dict) else {}
         versions = self.manifest.get(M.VERSIONS)
-        options = self.manifest.get(M.OPTIONS)
         found = {"onnxruntime version": (versions.get(V.ONNXRUNTIME)
                                          if isinstance(versions, dict) else None),
                  "execution providers": ",".join(map(str, self.manifest.get(M.PROVIDERS) or ())),
-                 "opt level": (options.get(ManifestOptions.OPT_LEVEL)
-                               if isinstance(options, dict) else None),
+                 "opt level": self.options.get(ManifestOptions.OPT_LEVEL),
                  "architecture": device.get(D.ARCH), "machine": device.get(D.MACHINE_ID)}
         return {k: str(v) for k, v in found.items()} if all(found.values()) else {}
 

@@ -51,7 +51,8 @@ def _overlap(tensors: list[Any]) -> str | None:
         if isinstance(t.get(MT.FILE), str) and is_int(t.get(MT.OFFSET)):
             try:
                 size = math.prod(t[MT.SHAPE]) * np.dtype(t[MT.DTYPE]).itemsize
-            except TypeError:  # a dtype numpy does not know: the reader refuses it
+            except (TypeError, ValueError):  # a dtype numpy does not know (or "(-1,)i4"):
+                # the reader refuses it
                 size = 0
             spans.setdefault(t[MT.FILE], []).append((t[MT.OFFSET], size, t[MT.NAME]))
     for file, found in spans.items():

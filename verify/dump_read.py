@@ -13,6 +13,7 @@ CPU in a fresh folder, one file 0.15 s (issue 14). A format-1 dump has one .npy 
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 import os
 import stat
@@ -152,14 +153,18 @@ def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what
     if tuple(shape) != tuple(entry.shape) or str(dtype) != entry.dtype:
         raise DumpError(f"{what}: {name} holds {dtype} {shape_text(shape)} but the "
                         f"manifest says {entry.dtype} {shape_text(entry.shape)}")
-    expected = offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected = offset + math.prod(int(d) for d in shape) * dtype.itemsize  # exact, no wrap
     if size < expected:
         raise DumpError(f"{what}: {name} is truncated ({size} bytes, expected "
                         f"{expected if whole else f'at least {expected}'})")
     if whole and size != expected:
         raise DumpError(f"{what}: {name} has {size - expected} bytes of trailing data")
     if expected == offset:
-        return np.zeros(shape, dtype)
+        try:
+            return np.zeros(shape, dtype)
+        except ValueError as exc:  # a zero beside a dimension numpy cannot index
+            raise DumpError(f"{what}: {name} has an impossible shape "
+                            f"{shape_text(shape)} ({exc})") from None
     order = "F" if fortran else "C"
     if scratch is None:
         data = (mapper or functools.partial(map_readonly, fh))(offset, expected - offset)
@@ -177,12 +182,16 @@ _HEAD_ROOM = 256  # bytes mapped before a packed tensor's data for its header (n
 
 @functools.lru_cache(maxsize=32)
 def _npy_form(dtype: str) -> tuple[np.dtype, str] | None:
-    """The numpy dtype a manifest's dtype names and its .npy `descr`; None if numpy has none."""
+    """The numpy dtype a manifest's dtype names, by its own name ("float32", not an alias
+    such as "f4", as `read_npy` requires), and its .npy `descr`; None for any other string,
+    an object or a subarray dtype (left to `read_npy`, which says what is wrong)."""
     try:
         dt = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         return None
-    return (None if dt.hasobject else dt), np.lib.format.dtype_to_descr(dt)
+    if str(dt) != dtype or dt.hasobject or dt.subdtype is not None:
+        return None
+    return dt, np.lib.format.dtype_to_descr(dt)
 
 
 def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
@@ -194,7 +203,7 @@ def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
     it and says what is wrong. (Reading each header through the file cost a third of a
     diff's time outside the comparison on PP-OCRv4 det 640's 673 tensors.)"""
     form = _npy_form(entry.dtype)
-    if form is None or form[0] is None:
+    if form is None:
         return None
     dtype, descr = form
     shape = entry.shape
@@ -215,9 +224,12 @@ def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
     text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
     if not got.endswith(b"\n") or got.rstrip(b" \n") != text.encode("latin1"):
         return None
-    if nbytes == 0:
-        return np.zeros(shape, dtype)
-    return np.frombuffer(view[head:head + nbytes], dtype=dtype).reshape(shape)
+    try:
+        if nbytes == 0:
+            return np.zeros(shape, dtype)
+        return np.frombuffer(view[head:head + nbytes], dtype=dtype).reshape(shape)
+    except ValueError:  # a shape numpy cannot make (a zero beside a dimension of 2**62)
+        return None
 
 
 def _expected_header(fh: Any, entry: Entry) -> tuple[tuple[int, ...], bool, np.dtype] | None:
@@ -231,7 +243,7 @@ def _expected_header(fh: Any, entry: Entry) -> tuple[tuple[int, ...], bool, np.d
         return None
     try:
         dtype = np.dtype(entry.dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         return None
     shape = tuple(int(d) for d in entry.shape)
     text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (

@@ -38,7 +38,8 @@ dump_options = option_group("dump", _dump, (
                       "tensors fit the budget; compare two with `verify diff`. DIR: new, "
                       "empty or an earlier dump, which is replaced only once the run has "
                       "succeeded. The manifest's per-tensor summaries (min, max, mean, std, "
-                      "NaN/Inf, first values) are computed only with --io-dump too."),
+                      "NaN/Inf, first values) are computed only with --io-dump too (or "
+                      "--dump-stats-only)."),
     click.option("--io-dump", type=click.Path(path_type=Path), default=None, metavar="FILE",
                  help="Write every layer's summary as text (shape, first values, min, max, "
                       "mean, std, NaN/Inf), one block per tensor; diffable with diff/vimdiff. "

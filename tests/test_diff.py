@@ -216,7 +216,7 @@ def _npy_header(descr: str, shape: tuple[int, ...]) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["alias dtype", "subarray dtype", "negative subarray",
-                                  "impossible shape", "null options"])
+                                  "impossible shape", "null options", "int providers"])
 def test_odd_dtypes_and_shapes_in_a_dump_get_one_line_not_a_traceback(
         kind: str, dump_copy: Path, cnn_dumps: dict[str, Path],
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -238,6 +238,8 @@ def test_odd_dtypes_and_shapes_in_a_dump_get_one_line_not_a_traceback(
             fh.write(b"\0" * (-end % 64) + _npy_header(descr, shape) + b"\0" * 40)
     elif kind == "negative subarray":
         t["dtype"] = "(-1,)i4"
+    elif kind == "int providers":  # the fuzz's manifest mutant: a traceback in diff
+        m["providers"] = 5
     else:
         m["options"] = None
     (dump_copy / "manifest.json").write_text(json.dumps(m))
@@ -246,6 +248,8 @@ def test_odd_dtypes_and_shapes_in_a_dump_get_one_line_not_a_traceback(
         assert code == 0, err
         return
     assert (code, out) == (2, "") and only_line(err).startswith(f"error: {dump_copy}")
+    if kind == "int providers":
+        assert err.strip().endswith("corrupt manifest.json (field 'providers' has the wrong type)")
     if kind == "alias dtype":
         assert err.strip().endswith(
             "c0.npys holds float32 (1,3,224,224) but the manifest says f4 (1,3,224,224)")

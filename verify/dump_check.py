@@ -66,7 +66,8 @@ def _overlap(tensors: list[Any]) -> str | None:
 def manifest_problem(m: Mapping[str, Any]) -> str | None:
     """What is wrong with a manifest's fields (every one a reader uses, by type and range),
     or None. A manifest is a file anyone can edit: nothing is trusted before this."""
-    optional: dict[str, Any] = {M.OPTIONS: dict, M.OUTPUTS: _is_strs,
+    optional: dict[str, Any] = {M.OPTIONS: dict, M.OUTPUTS: _is_strs, M.PROVIDERS: _is_strs,
+                                M.DEVICE: dict, M.VERSIONS: dict,
                                 M.OPTIMIZED_ONLY: _is_strs, M.FUSED_AWAY: list,
                                 M.FUSED_INTO: dict, M.MODEL_SHA256: str, M.GRAPH: str,
                                 M.FILTERED_OUT: is_int}

@@ -103,7 +103,6 @@ class Dump:
     path: Path
     manifest: Mapping[str, Any]
     files: OpenFiles = field(default_factory=OpenFiles, compare=False, repr=False)
-    paths: dict[str, Path] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_cases(self) -> int:
@@ -214,9 +213,7 @@ class Dump:
         what = f"{self.path}: tensor {entry.name!r}"
         if entry.offset is None:
             return load_npy(self.path / entry.file, entry, what, scratch)
-        path = self.paths.get(entry.file)
-        if path is None:
-            path = self.paths[entry.file] = self.path / entry.file
+        path = self.path / entry.file
         if scratch is None:  # mapped: header and data from one map when np.save wrote it
             fast = packed_image(self.files, path, entry.offset, entry, what)
             if fast is not None:

@@ -184,7 +184,8 @@ _HEAD_ROOM = 256  # bytes mapped before a packed tensor's data for its header (n
 def _npy_form(dtype: str) -> tuple[np.dtype, str] | None:
     """The numpy dtype a manifest's dtype names, by its own name ("float32", not an alias
     such as "f4", as `read_npy` requires), and its .npy `descr`; None for any other string,
-    an object or a subarray dtype (left to `read_npy`, which says what is wrong)."""
+    an object or a subarray dtype (left to numpy's header reader; `read_npy` then says what
+    is wrong)."""
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
@@ -192,6 +193,22 @@ def _npy_form(dtype: str) -> tuple[np.dtype, str] | None:
     if str(dt) != dtype or dt.hasobject or dt.subdtype is not None:
         return None
     return dt, np.lib.format.dtype_to_descr(dt)
+
+
+def _saved_form(entry: Entry) -> tuple[np.dtype, tuple[int, ...], bytes] | None:
+    """(dtype, shape, header dict text) of the .npy image `np.save` writes for the manifest
+    entry's dtype and shape, or None where numpy has no such dtype (see _npy_form)."""
+    form = _npy_form(entry.dtype)
+    if form is None:
+        return None
+    shape = tuple(int(d) for d in entry.shape)
+    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (form[1], shape)
+    return form[0], shape, text.encode("latin1")
+
+
+def _is_saved_header(got: bytes, text: bytes) -> bool:
+    """Whether a 1.0 header's dict `got` is `text` as np.save pads it (spaces, then "\\n")."""
+    return got.endswith(b"\n") and got.rstrip(b" \n") == text
 
 
 def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
@@ -202,14 +219,11 @@ def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
     and data taken from one map with no read of the file. Else None: `read_npy` then reads
     it and says what is wrong. (Reading each header through the file cost a third of a
     diff's time outside the comparison on PP-OCRv4 det 640's 673 tensors.)"""
-    form = _npy_form(entry.dtype)
+    form = _saved_form(entry)
     if form is None:
         return None
-    dtype, descr = form
-    shape = entry.shape
-    nbytes = dtype.itemsize
-    for d in shape:
-        nbytes *= d
+    dtype, shape, text = form
+    nbytes = math.prod(shape) * dtype.itemsize
     size = files.get(path, what)[1]
     length = min(size - start, _HEAD_ROOM + nbytes)
     if start < 0 or length < 10 + nbytes:
@@ -220,9 +234,7 @@ def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
     head = 10 + (view[8] | view[9] << 8)
     if head + nbytes > length:
         return None
-    got = bytes(view[10:head])
-    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (descr, tuple(shape))
-    if not got.endswith(b"\n") or got.rstrip(b" \n") != text.encode("latin1"):
+    if not _is_saved_header(bytes(view[10:head]), text):
         return None
     try:
         if nbytes == 0:
@@ -239,18 +251,11 @@ def _expected_header(fh: Any, entry: Entry) -> tuple[tuple[int, ...], bool, np.d
     reader evaluates the header with `ast.literal_eval`: 38 ms for det-640's 673 tensors,
     against 12 ms here (~2% of a whole diff's CPU time; issue 14)."""
     head = fh.read(10)
-    if len(head) < 10 or head[:8] != b"\x93NUMPY\x01\x00":
+    form = _saved_form(entry)
+    if len(head) < 10 or head[:8] != _MAGIC_1_0 or form is None:
         return None
-    try:
-        dtype = np.dtype(entry.dtype)
-    except (TypeError, ValueError):
-        return None
-    shape = tuple(int(d) for d in entry.shape)
-    text = "{'descr': %r, 'fortran_order': False, 'shape': %r, }" % (
-        np.lib.format.dtype_to_descr(dtype), shape)
-    length = int.from_bytes(head[8:10], "little")
-    got = fh.read(length)
-    if got.rstrip(b" \n") != text.encode("latin1") or not got.endswith(b"\n"):
+    dtype, shape, text = form
+    if not _is_saved_header(fh.read(int.from_bytes(head[8:10], "little")), text):
         return None
     return shape, False, dtype
 

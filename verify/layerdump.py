@@ -35,7 +35,7 @@ DUMP_RESULT = DumpFirst.RESULT.default
 class DumpSpec:
     """A per-layer capture after the run: `dest` receives the tensor files (None: stats
     only); `stats`: each tensor's summary computed on the device too (for --io-dump's text;
-    without `dest` it always is)."""
+    the runner computes it without `dest` whatever this says: it is all such a dump holds)."""
 
     dest: Path | None = None
     budget_bytes: int | None = None
@@ -92,7 +92,7 @@ def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
             DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
             DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,
-            DumpEntry.STATS: dump.stats or dump.dest is None,
+            DumpEntry.STATS: dump.stats,
             DumpEntry.SIZES: dict(plan.sizes)}
 
 

@@ -201,8 +201,8 @@ uint64_t Pack::append(const DType& dtype, const std::vector<int64_t>& shape, con
   if (!f_) throw WriteError("cannot write " + path_ + ": closed");
   uint64_t offset = (end_ + align_ - 1) / align_ * align_;
   std::string head = header(dtype, shape);
-  bool ok = true;
-  for (uint64_t at = end_; ok && at < offset; ++at) ok = std::fputc(0, f_) != EOF;
+  std::string pad(offset - end_, '\0');
+  bool ok = pad.empty() || std::fwrite(pad.data(), 1, pad.size(), f_) == pad.size();
   if (ok) ok = std::fwrite(head.data(), 1, head.size(), f_) == head.size();
   if (ok && nbytes) ok = std::fwrite(data, 1, nbytes, f_) == nbytes;
   if (!ok) throw WriteError("cannot write " + path_ + ": " + std::strerror(errno));

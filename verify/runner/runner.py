@@ -764,7 +764,8 @@ class WireModel(object):
 
     def segment_pieces(self, first, last, boundary_types, outputs):
         """The pieces of a model of nodes[first:last]: inputs are the graph inputs they read and
-        `boundary_types` (name -> TensorProto element type), outputs are `outputs` (by name)."""
+        `boundary_types` (name -> TensorProto element type, or a serialized TypeProto), outputs
+        are `outputs` (by name)."""
         buf = self.buf
         nodes = self.nodes[first:last]
         reads = set(n for node in nodes for n in node.reads)
@@ -783,9 +784,8 @@ class WireModel(object):
                 graph.append(buf[self.inits[name][0]:self.inits[name][1]])
             elif name in self.inputs and name not in boundary_types:
                 graph.append(buf[self.inputs[name][0]:self.inputs[name][1]])
-        for name, elem in boundary_types.items():
-            tensor = b"\x08" + _varint(elem)                       # TypeProto.Tensor.elem_type
-            tp = b"\x0a" + _varint(len(tensor)) + tensor           # TypeProto.tensor_type
+        for name, kind in boundary_types.items():
+            tp = _tensor_type(kind) if isinstance(kind, int) else kind
             raw = name.encode("utf-8")
             vi = _NAME_TAG + _varint(len(raw)) + raw + b"\x12" + _varint(len(tp)) + tp
             graph.append(b"\x5a" + _varint(len(vi)) + vi)         # GraphProto.input (11)
@@ -796,6 +796,28 @@ class WireModel(object):
         length = sum(len(p) for p in graph)
         head = _varint((_GRAPH_FIELD << 3) | 2) + _varint(length)
         return [buf[:self.head], head] + graph + [buf[self.gend:]]
+
+
+def _tensor_type(elem):
+    """A serialized TypeProto of a tensor of TensorProto element type `elem`, any shape."""
+    tensor = b"\x08" + _varint(elem)                  # TypeProto.Tensor.elem_type
+    return b"\x0a" + _varint(len(tensor)) + tensor    # TypeProto.tensor_type
+
+
+def _value_type(kind):
+    """A serialized TypeProto for onnxruntime's name of a value's type ("tensor(bfloat16)",
+    "seq(tensor(float))"), or None for one a segment cannot take as an input (a map)."""
+    if kind.startswith("tensor(") and kind.endswith(")"):
+        name = kind[len("tensor("):-1]
+        elem = NO_NPY_TYPES.get(name, ELEM_TYPES.get(_NP_TYPES.get(name, "")))
+        return None if elem is None else _tensor_type(elem)
+    if kind.startswith("seq(") and kind.endswith(")"):
+        inner = _value_type(kind[len("seq("):-1])
+        if inner is None:
+            return None
+        seq = b"\x0a" + _varint(len(inner)) + inner       # TypeProto.Sequence.elem_type
+        return b"\x22" + _varint(len(seq)) + seq          # TypeProto.sequence_type
+    return None
 
 
 def _topological(nodes, available):
@@ -957,8 +979,12 @@ def measure_sizes(np, ort, model, cases, session_job, scratch):
     sess = make_session(ort, model, job)
     names = [o.name for o in sess.get_outputs()]
     wanted = set(i.name for i in sess.get_inputs())
-    for feeds in cases:
-        run_once(sess, dict((k, v) for k, v in feeds.items() if k in wanted), names)
+    try:
+        for feeds in cases:
+            run_once(sess, dict((k, v) for k, v in feeds.items() if k in wanted), names)
+    except BaseException:  # the profile a dropped session would write on its own: not left
+        _remove_quietly(sess.end_profiling())
+        raise
     trace = sess.end_profiling()
     sess = None
     try:
@@ -994,14 +1020,21 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
         # measured on the graph's nodes as one segment, not on the file itself: an optimized
         # model of IR version 3 keeps as graph inputs the initializers its optimizer folded away
         # (Reshape's "X__SHAPE", "OC2_DUMMY_N"), which no node reads and nothing feeds
+        # (and with the outputs nodes make: one that is an initializer or an input has none)
+        made = set(o for node in nodes for o in node.outputs if o)
         whole = os.path.join(scratch, "_whole.onnx")
-        with open(whole, "wb") as out:
-            for piece in wire.segment_pieces(0, len(nodes), {}, wire.outputs):
-                out.write(piece)
         try:
+            outputs = [o for o in wire.outputs if o in made]
+            with open(whole, "wb") as out:
+                for piece in wire.segment_pieces(0, len(nodes), {}, outputs or [
+                        o for o in nodes[-1].outputs if o]):
+                    out.write(piece)
             measured = measure_sizes(np, ort, whole, cases, session_job, scratch)
+        except JobError as exc:  # said of the model, not of a scratch file
+            raise JobError(exc.kind, "%s (measuring the tensors' sizes)"
+                           % str(exc).replace(whole, "model"))
         finally:
-            os.remove(whole)
+            _remove_quietly(whole)
         for node in unknown:
             got = measured.get(node.name) if node.name and names[node.name] == 1 else None
             for out, size in zip(node.outputs, got or []):
@@ -1023,9 +1056,13 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
             if name in feeds:
                 yield ci, name, feeds[name]
         held = {}  # name -> (array, owner): values later segments read
+        used = set()  # the segments this case ran: a session no case runs again is dropped
         first = 0
         while first < len(nodes):
-            held_bytes = sum(int(v.nbytes) for v, _ in held.values() if v is not None)
+            # held values counted at their planned sizes (the largest over the cases), as the
+            # segment's own outputs are: every case cuts the graph alike and reuses the sessions
+            held_bytes = sum(sizes.get(n) or (int(v.nbytes) if v is not None else 0)
+                             for n, (v, _) in held.items())
             last = next_segment(nodes, first, sizes, captured, last_read, budget, held_bytes)
             if stats is not None and ci == 0:
                 stats[DR.SEGMENTS].append([first, last])
@@ -1034,21 +1071,30 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
             if fetch:
                 reads = [n for node in nodes[first:last] for n in node.reads]
                 boundary = dict((n, held[n]) for n in reads if n in held)
+                used.add((first, last))
                 sess = sessions.get((first, last))
                 if sess is None:
                     types = {}
                     for n, (value, owner) in boundary.items():
-                        kind = str(value.dtype) if value is not None else _elem_name(owner[0])
-                        elem = ELEM_TYPES.get(kind, NO_NPY_TYPES.get(kind))
-                        if elem is None:
-                            raise JobError("runtime", "tensor %r (%s) cannot cross a segment "
-                                           "boundary" % (n, kind))
-                        types[n] = elem
-                    with open(path, "wb") as out:
-                        for piece in wire.segment_pieces(first, last, types, fetch):
-                            out.write(piece)
-                    sess = make_session(ort, path, session_job)
-                    os.remove(path)
+                        kind = (ELEM_TYPES.get(str(value.dtype)) if value is not None
+                                else _value_type(owner[0].data_type()))
+                        if kind is None:
+                            raise JobError("runtime", "value %r (%s) cannot cross a segment "
+                                           "boundary" % (n, value.dtype if value is not None
+                                                         else owner[0].data_type()))
+                        types[n] = kind
+                    try:
+                        with open(path, "wb") as out:
+                            for piece in wire.segment_pieces(first, last, types, fetch):
+                                out.write(piece)
+                        sess = make_session(ort, path, session_job)
+                    except JobError as exc:  # said of the segment, not of a scratch file
+                        raise JobError(exc.kind, "%s (capturing nodes %d-%d: %s ... %s)" % (
+                            str(exc).replace(path, "segment"), first, last - 1,
+                            nodes[first].name or nodes[first].op, nodes[last - 1].name
+                            or nodes[last - 1].op))
+                    finally:
+                        _remove_quietly(path)
                     if len(cases) > 1:
                         sessions[(first, last)] = sess
                 fed = dict((n, (feeds[n], None)) for n in reads if n in feeds and n not in boundary)
@@ -1068,6 +1114,16 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                 del held[name]
             first = last
         held = None
+        for span in [s for s in sessions if s not in used]:
+            del sessions[span]
+
+
+def _remove_quietly(path):
+    """Remove a scratch file of the capture, if it is there."""
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def _run_segment(np, ort, sess, fed, fetch, copy):
@@ -1096,7 +1152,7 @@ def _run_segment(np, ort, sess, fed, fetch, copy):
         v = owners[i]
         kind = _elem_name(v)
         dtype = _NP_TYPES.get(kind)
-        if kind in NO_NPY_TYPES:
+        if kind in NO_NPY_TYPES or not kind:  # no .npy form, or no tensor (a sequence):
             out.append((None, (v, owners)))  # fed on as it is, where a later segment reads it
             continue
         if dtype is None or v.device_name().lower() != "cpu":

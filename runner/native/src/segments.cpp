@@ -197,9 +197,26 @@ Graph parse_graph(const std::string& model) {
 
 std::string raw(const std::string& b, const Field& f) { return b.substr(f.start, f.end - f.start); }
 
+// A serialized TypeProto of a value held for a later segment: a tensor of its element type,
+// or a sequence of tensors (SequenceConstruct's); empty for what a segment cannot take (a map).
+std::string value_type(const Ort::Value& v) {
+  Ort::TypeInfo info = v.GetTypeInfo();
+  auto tensor = [](ONNXTensorElementDataType elem) {
+    return record(1, varint((1 << 3) | 0) + varint(static_cast<uint64_t>(elem)));
+  };
+  if (info.GetONNXType() == ONNX_TYPE_TENSOR)
+    return tensor(info.GetTensorTypeAndShapeInfo().GetElementType());
+  if (info.GetONNXType() == ONNX_TYPE_SEQUENCE) {
+    Ort::TypeInfo elem = info.GetSequenceTypeInfo().GetSequenceElementType();
+    if (elem.GetONNXType() == ONNX_TYPE_TENSOR)
+      return record(4, record(1, tensor(elem.GetTensorTypeAndShapeInfo().GetElementType())));
+  }
+  return "";
+}
+
 // Step 4: the segment's model.
 std::string segment_model(const Graph& g, size_t first, size_t last,
-                          const std::map<std::string, int>& held_types,
+                          const std::map<std::string, std::string>& held_types,
                           const std::vector<std::string>& marked) {
   const std::string& b = g.model;
   std::string graph;
@@ -225,11 +242,8 @@ std::string segment_model(const Graph& g, size_t first, size_t last,
     auto in = g.inputs.find(r);
     if (in != g.inputs.end()) graph += raw(b, in->second);
     auto held = held_types.find(r);
-    if (held != held_types.end() && in == g.inputs.end()) {
-      std::string tensor_type = varint((1 << 3) | 0) + varint(static_cast<uint64_t>(held->second));
-      std::string type = record(1, tensor_type);
-      graph += record(11, record(1, r) + record(2, type));
-    }
+    if (held != held_types.end() && in == g.inputs.end())
+      graph += record(11, record(1, r) + record(2, held->second));
   }
   for (const auto& m : marked) graph += record(12, record(1, m));
   std::string out = b.substr(0, g.graph.start) + record(7, graph) + b.substr(g.graph.end);
@@ -331,6 +345,7 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
     while (first < n) {
       int64_t held_bytes = 0;
       for (auto& [name, v] : held) {
+        if (!v.IsTensor()) continue;  // a sequence: its tensors are not counted
         auto info = v.GetTensorTypeAndShapeInfo();
         size_t item = 4;
         try {
@@ -354,9 +369,12 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
         first = last;
         continue;
       }
-      std::map<std::string, int> held_types;
-      for (auto& [name, v] : held)
-        held_types[name] = static_cast<int>(v.GetTensorTypeAndShapeInfo().GetElementType());
+      std::map<std::string, std::string> held_types;
+      for (auto& [name, v] : held) {
+        held_types[name] = value_type(v);
+        if (held_types[name].empty())
+          throw JobError("runtime", "value " + name + " (a map) cannot cross a segment boundary");
+      }
       std::string seg = segment_model(g, first, last, held_types, marked);
       Ort::Session sess = make_session(session_job, seg.data(), seg.size());
       std::string().swap(seg);

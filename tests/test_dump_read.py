@@ -90,10 +90,34 @@ def test_the_host_refuses_a_runners_dump_record_with_a_wrong_file_or_offset(tmp_
                      ({"file": "dump/c0_t00000.npy", "offset": 128}, "yet an offset"),
                      ({"file": "dump/../../x.npys", "offset": 0}, "is not c<case>.npys")]:
         with pytest.raises(RunnerError, match=why):
-            pull({**rec, **bad})
+            pull({**rec, **bad}, None)
     with pytest.raises(RunnerError, match="a second file named c0.npys"):
         pull({**rec, "file": "x/c0.npys", "offset": 0},
              {**rec, "name": "b", "file": "y/c0.npys", "offset": 0})
+    # one record per planned tensor, in the plan's order, or null: nothing else is taken
+    for records, why in [((rec,), "1 records for 2 tensors"),
+                         ((rec, None, None), "3 records for 2 tensors"),
+                         (({**rec, "name": "bogus"}, None), "'bogus' where 'a' belongs"),
+                         ((None, rec), "'a' where 'b' belongs"),
+                         ((rec, "b"), "'b' where 'b' belongs")]:
+        with pytest.raises(RunnerError, match=why):
+            pull(*records)
+    assert len(pull(rec, None).records[0]) == 1  # b not written (no .npy form): null
+
+
+def test_manifest_cases_refuses_a_dump_of_other_cases_than_were_run() -> None:
+    from types import SimpleNamespace
+
+    import pytest
+
+    from verify.errors import RunnerError
+    from verify.layerdump import manifest_cases
+
+    capture = SimpleNamespace(plan=SimpleNamespace(tensors=[], optimized_only=()),
+                              records=((), ()))
+    with pytest.raises(RunnerError, match="holds 2 case"):
+        manifest_cases(capture, [0])
+    assert len(manifest_cases(capture, [0, 3])) == 2
 
 
 def test_a_packed_tensor_reads_the_same_by_the_one_map_path_and_by_numpys_reader(tmp_path: Path) -> None:
@@ -153,3 +177,92 @@ def test_a_packed_tensor_reads_the_same_by_the_one_map_path_and_by_numpys_reader
     files.get(short, "t")
     assert dr.packed_image(files, short, 0, entries[0], "t") is None
     files.close()
+
+
+def _dump_folder(folder: Path, cases: list[dict], version: int = 2) -> Path:
+    import json
+
+    from verify.dump import manifest_header
+
+    folder.mkdir(exist_ok=True)
+    m = manifest_header(device={}, spec="local", providers=[], options={}, model_sha256="",
+                        graph="model", outputs=[])
+    m["cases"] = cases
+    m["format_version"] = version
+    (folder / "manifest.json").write_text(json.dumps(m))
+    return folder
+
+
+def _entry(i: int, name: str, a: np.ndarray, file: str, offset: int | None) -> dict:
+    return {"index": i, "name": name, "node": "", "op": "Relu", "dtype": str(a.dtype),
+            "shape": list(a.shape), "file": file, "offset": offset, "stats": {}}
+
+
+def test_an_image_running_into_the_next_one_is_refused(tmp_path: Path) -> None:
+    """np.save writes a 128-byte header for a 4-D tensor: B placed 64 bytes before A's data
+    ends passes the manifest's check (which counts 64 bytes of header), and A's last 16 values
+    would be B's header bytes. The read stops at the next image's start, both ways of reading."""
+    import pytest
+
+    from verify.dump import open_dump
+    from verify.dump_read import Scratch
+    from verify.errors import DumpError
+
+    a = np.arange(32, dtype=np.float32).reshape(1, 2, 4, 4)
+    b = np.full((1, 1, 4, 4), 7.0, np.float32)
+    d = tmp_path / "d"
+    d.mkdir()
+    at_b = 64 + a.nbytes
+    with open(d / "c0.npys", "wb") as fh:
+        np.save(fh, a)
+        fh.seek(at_b)
+        np.save(fh, b)
+    _dump_folder(d, [{"case": 0, "tensors": [_entry(0, "A", a, "c0.npys", 0),
+                                             _entry(1, "B", b, "c0.npys", at_b)]}])
+    dump = open_dump(d)
+    a_entry, b_entry = dump.entries(0)
+    assert np.array_equal(dump.load(b_entry), b)
+    for scratch in (None, Scratch()):
+        with pytest.raises(DumpError, match="runs 64 bytes into the next tensor's, at byte 192"):
+            dump.load(a_entry, scratch)
+    # laid out as np.save needs it, A reads back
+    with open(d / "c0.npys", "wb") as fh:
+        np.save(fh, a)
+        fh.seek(128 + a.nbytes)
+        np.save(fh, b)
+    _dump_folder(d, [{"case": 0, "tensors": [_entry(0, "A", a, "c0.npys", 0),
+                                             _entry(1, "B", b, "c0.npys", 128 + a.nbytes)]}])
+    dump = open_dump(d)
+    assert [np.array_equal(dump.load(e), v) for e, v in zip(dump.entries(0), (a, b))] == [
+        True, True]
+
+
+def test_a_case_reading_another_case_s_image_or_two_tensors_one_file_are_refused(
+        tmp_path: Path) -> None:
+    """Case 1's entry at case 0's image (diff would compare case 0's values under case 1), and
+    in format 1 two tensors naming one file (one's values read under the other's name)."""
+    import pytest
+
+    from verify.dump import open_dump
+    from verify.errors import DumpError
+
+    a = np.ones((2, 2), np.float32)
+    d = tmp_path / "d2"
+    d.mkdir()
+    with open(d / "c0.npys", "wb") as fh:
+        np.save(fh, a)
+    same = [_entry(0, "t", a, "c0.npys", 0)]
+    _dump_folder(d, [{"case": 0, "tensors": same}, {"case": 1, "tensors": same}])
+    with pytest.raises(DumpError, match="tensors 't' and 't' overlap in c0.npys"):
+        open_dump(d)
+    f1 = tmp_path / "d1"
+    f1.mkdir()
+    np.save(f1 / "c0_t00000.npy", a)
+    _dump_folder(f1, [{"case": 0, "tensors": [_entry(0, "t", a, "c0_t00000.npy", None),
+                                              _entry(1, "u", a, "c0_t00000.npy", None)]}],
+                 version=1)
+    with pytest.raises(DumpError, match="tensors 't' and 'u' share c0_t00000.npy"):
+        open_dump(f1)
+    _dump_folder(f1, [{"case": 0, "tensors": [_entry(0, "t", a, "c0_t00000.npy", None)]}],
+                 version=1)
+    assert np.array_equal(open_dump(f1).load(open_dump(f1).entries(0)[0]), a)

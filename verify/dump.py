@@ -17,6 +17,7 @@ and memory-mapped or read into a reusable buffer (`Scratch`), one tensor at a ti
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import json
 from collections.abc import Mapping, Sequence
@@ -103,6 +104,8 @@ class Dump:
     path: Path
     manifest: Mapping[str, Any]
     files: OpenFiles = field(default_factory=OpenFiles, compare=False, repr=False)
+    # pack -> where its images start, over every case (built on the first read from a pack)
+    starts: dict[str, list[int]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_cases(self) -> int:
@@ -214,13 +217,29 @@ class Dump:
         if entry.offset is None:
             return load_npy(self.path / entry.file, entry, what, scratch)
         path = self.path / entry.file
+        # the image ends where the pack's next one starts (a header can be longer than the 64
+        # bytes manifest_problem counts): bytes beyond it are another tensor's, refused
+        end = self._next_start(entry.file, entry.offset)
         if scratch is None:  # mapped: header and data from one map when np.save wrote it
-            fast = packed_image(self.files, path, entry.offset, entry, what)
+            fast = packed_image(self.files, path, entry.offset, entry, what, end)
             if fast is not None:
                 return fast
         fh, size = self.files.get(path, what)
         return read_npy(fh, size, entry.offset, entry.file, entry, what, scratch,
-                        mapper=lambda at, n: self.files.mapped(path, at, n, what))
+                        mapper=lambda at, n: self.files.mapped(path, at, n, what), end=end)
+
+    def _next_start(self, file: str, offset: int) -> int | None:
+        """Where the next image in the pack `file` starts after `offset`, or None."""
+        if not self.starts:
+            for case in self.manifest[M.CASES]:
+                for t in case[MC.TENSORS]:
+                    if t.get(MT.FILE) is not None and t.get(MT.OFFSET) is not None:
+                        self.starts.setdefault(t[MT.FILE], []).append(t[MT.OFFSET])
+            for starts in self.starts.values():
+                starts.sort()
+        starts = self.starts.get(file, ())
+        i = bisect.bisect_right(starts, offset)
+        return starts[i] if i < len(starts) else None
 
     def close(self) -> None:
         """Close the files the reads opened (a dump is read pack by pack, kept open)."""

@@ -44,10 +44,17 @@ def file_problem(name: str, offset: Any) -> str | None:
 
 
 def _overlap(tensors: list[Any]) -> str | None:
-    """Two tensors of a case whose images in one pack overlap (each image is a header of at
-    least 64 bytes, then its data), or None."""
+    """Two tensors (of any cases) whose images in one pack overlap (each image is a header of
+    at least 64 bytes, then its data), or that name one tensor file of their own, or None.
+    (A header longer than 64 bytes is checked as the image is read: `Dump.load`.)"""
     spans: dict[str, list[tuple[int, int, str]]] = {}
+    own: dict[str, Any] = {}  # a format-1 file -> the entry naming it
     for t in tensors:
+        if isinstance(t.get(MT.FILE), str) and t.get(MT.OFFSET) is None:
+            first = own.setdefault(t[MT.FILE], t)
+            if first is not t:
+                return (f"tensors {first[MT.NAME][:60]!r} and {t[MT.NAME][:60]!r} share "
+                        f"{t[MT.FILE]}")
         if isinstance(t.get(MT.FILE), str) and is_int(t.get(MT.OFFSET)):
             try:
                 size = math.prod(t[MT.SHAPE]) * np.dtype(t[MT.DTYPE]).itemsize
@@ -110,7 +117,4 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
                 problem = file_problem(t[MT.FILE], t.get(MT.OFFSET))
                 if problem:
                     return f"tensor {t[MT.NAME][:60]!r}: {problem}"
-        problem = _overlap(case[MC.TENSORS])
-        if problem:
-            return problem
-    return None
+    return _overlap([t for case in m[M.CASES] for t in case[MC.TENSORS]])

@@ -124,10 +124,11 @@ def load_npy(path: Path, entry: Entry, what: str,
 
 def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what: str,
              scratch: Scratch | None = None, whole: bool = False,
-             mapper: Callable[[int, int], memoryview] | None = None) -> np.ndarray:
+             mapper: Callable[[int, int], memoryview] | None = None,
+             end: int | None = None) -> np.ndarray:
     """The .npy image at byte `start` of the open file `fh` (`size` bytes long, named `name`),
     without pickle; object arrays, truncation and manifest mismatches are refused, and with
-    `whole` bytes after it too. The header is parsed by numpy's own reader (never pickle),
+    `whole` bytes after it too, and an image running past `end` (the next image's start). The header is parsed by numpy's own reader (never pickle),
     then the data is mapped in place (`map_readonly`: zero copy, pages mapped up front), or
     with `scratch` read into it (the array is then valid until the scratch's next use)."""
     try:
@@ -159,6 +160,9 @@ def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what
                         f"{expected if whole else f'at least {expected}'})")
     if whole and size != expected:
         raise DumpError(f"{what}: {name} has {size - expected} bytes of trailing data")
+    if end is not None and expected > end:
+        raise DumpError(f"{what}: its image at byte {start} of {name} runs {expected - end} "
+                        f"bytes into the next tensor's, at byte {end}")
     if expected == offset:
         try:
             return np.zeros(shape, dtype)
@@ -212,7 +216,7 @@ def _is_saved_header(got: bytes, text: bytes) -> bool:
 
 
 def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
-                 what: str) -> np.ndarray | None:
+                 what: str, end: int | None = None) -> np.ndarray | None:
     """The tensor whose .npy image starts at byte `start` of the pack `path` (opened by
     `files.get`), when its header is byte for byte what `np.save` writes for the manifest's
     dtype and shape and its data lies inside the file: a view of the mapped window, header
@@ -225,6 +229,8 @@ def packed_image(files: OpenFiles, path: Path, start: int, entry: Entry,
     dtype, shape, text = form
     nbytes = math.prod(shape) * dtype.itemsize
     size = files.get(path, what)[1]
+    if end is not None:  # the image lies before the next one (else read_npy says so)
+        size = min(size, end)
     length = min(size - start, _HEAD_ROOM + nbytes)
     if start < 0 or length < 10 + nbytes:
         return None

@@ -139,6 +139,9 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
     missing: dict[str, None] = {}  # in order, once
     pulled: dict[str, str] = {}  # local name -> the device's file: a pack is pulled once
     for case_records in info[DumpResult.CASES]:
+        problem = _records_problem(plan, case_records)
+        if problem:  # a runner of another make: nothing it says is taken on trust
+            raise RunnerError(f"{session.spec}: the runner's dump records are wrong: {problem}")
         kept = []
         for i, rec in enumerate(case_records):
             if rec is None:  # the runner could not write it (a type with no .npy form)
@@ -170,9 +173,25 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
                        not_captured=tuple(missing))
 
 
+def _records_problem(plan: DumpPlan, records: Any) -> str | None:
+    """What is wrong with one case's records from a runner, or None: the contract gives one
+    per planned tensor, in the plan's order, each a record of that tensor or null."""
+    if not isinstance(records, list) or len(records) != len(plan.tensors):
+        got = len(records) if isinstance(records, list) else type(records).__name__
+        return f"{got} records for {len(plan.tensors)} tensors"
+    for t, rec in zip(plan.tensors, records):
+        if rec is not None and (not isinstance(rec, dict) or rec.get(Record.NAME) != t.name):
+            name = rec.get(Record.NAME) if isinstance(rec, dict) else rec
+            return f"a record for {str(name)[:60]!r} where {t.name[:60]!r} belongs"
+    return None
+
+
 def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[str, Any]]:
     """Per case the manifest's tensor entries, in the order captured."""
     plan = capture.plan
+    if len(indices) != len(capture.records):
+        raise RunnerError(f"the runner's dump holds {len(capture.records)} case(s) for the "
+                          f"{len(indices)} run")
     info = {t.name: t for t in plan.tensors}
     optimized_only = set(plan.optimized_only)
     cases = []

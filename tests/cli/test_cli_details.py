@@ -273,3 +273,29 @@ def test_a_usage_error_is_one_line_naming_the_help_to_read(args: list[str], line
     """click printed three lines (usage, a 'Try' line, the error); every other error is one."""
     code, out, err = verify(capsys, *args)
     assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_text_lines_are_not_broken_in_a_pipe_and_tables_take_columns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """Output read by a pipe (CI logs, grep): a line of text longer than the table width stays
+    one line; $COLUMNS sets the tables' width there (rich alone ignores it off a terminal)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    long = "p" * 200  # a producer name: the model line is then ~300 characters
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"], name="r")], "g",
+                                  [h.make_tensor_value_info("x", T.FLOAT, [1, 2])],
+                                  [h.make_tensor_value_info("y", T.FLOAT, [1, 2])]),
+                     producer_name=long)
+    model = tmp_path / "m.onnx"
+    onnx.save(m, model)
+    code, out, _ = verify(capsys, "inspect", str(model))
+    assert code == 0 and any(ln.startswith("model: ") and ln.endswith(long)
+                             for ln in out.splitlines())
+    monkeypatch.setenv("COLUMNS", "30")
+    code, narrow, _ = verify(capsys, "inspect", str(model))
+    assert code == 0 and any(ln.startswith("model: ") and ln.endswith(long)
+                             for ln in narrow.splitlines())
+    table = [ln for ln in narrow.splitlines() if "│" in ln or "┃" in ln]
+    assert table and max(len(ln) for ln in table) <= 30

@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 
 
 def console(stderr: bool = False, width: int = 140):
-    """A rich console for tables: the terminal's width, or `width` columns when the stream
-    it writes to is not a terminal (CI logs, pipes)."""
+    """A rich console for tables: the terminal's width, or where the stream it writes to is
+    not a terminal (CI logs, pipes) $COLUMNS or else `width` columns for tables, and lines of
+    text never broken (a grep or a log parser reads them whole)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -32,8 +33,11 @@ def console(stderr: bool = False, width: int = 140):
             raise BrokenPipeError(errno.EPIPE, "the reader went away")
 
     stream = sys.stderr if stderr else sys.stdout
-    return _Console(stderr=stderr, highlight=False, soft_wrap=False,
-                    width=None if stream.isatty() else width)
+    tty = stream.isatty()
+    columns = os.environ.get("COLUMNS", "")
+    return _Console(stderr=stderr, highlight=False, soft_wrap=not tty,
+                    width=None if tty else int(columns) if columns.isdigit() and int(columns)
+                    else width)
 
 
 def interactive() -> bool:

@@ -22,7 +22,7 @@ import onnx
 
 from verify.errors import InputError, ModelError, UsageError
 from verify.graph import (TensorInfo, fused_away, graph_and_bodies, output_names, parse_model,
-                          saturation_floors, tensor_order)
+                          saturation_floors, tensor_order, value_sources)
 from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
 from verify.runner.contract import CPU_PROVIDER, Job
@@ -152,6 +152,7 @@ class DumpPlan:
     fused_into: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     filtered_out: int = 0
     model_floors: Mapping[str, float] = field(default_factory=dict)  # the original model's, all
+    sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # graph.value_sources
     sizes: Mapping[str, int | None] = field(default_factory=dict)  # bytes of every node output
     subgraph_tensors: int = 0  # computed inside If/Loop/Scan bodies: onnxruntime cannot mark them
 
@@ -190,7 +191,7 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
         return DumpPlan("model", tuple(_reindex(kept)), tuple(output_names(captured)),
                         {t.name: floors.get(t.name, 0.0) for t in kept},
                         fused_into={}, filtered_out=len(order) - len(kept), model_floors=floors,
-                        sizes=sizes, subgraph_tensors=inside)
+                        sizes=sizes, subgraph_tensors=inside, sources=value_sources(captured))
     original_order = tensor_order(original)
     names = {t.name for t in order}
     original_names = {t.name for t in original_order}
@@ -203,7 +204,7 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
         fused_away=tuple(t for t in original_order if t.name not in names),
         fused_into={k: tuple(v) for k, v in groups.items()},
         filtered_out=len(order) - len(kept), model_floors=original_floors, sizes=sizes,
-        subgraph_tensors=inside)
+        subgraph_tensors=inside, sources=value_sources(captured))
 
 
 def subgraph_tensor_count(model: onnx.ModelProto) -> int:

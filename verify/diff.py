@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
-                            expect_bytes, json_safe, tol_rank)
+from verify.compare import (BatchItem, Magnitudes, TensorDiff, ToleranceSet, compare,
+                            compare_batch, expect_bytes, json_safe, tol_rank)
 from verify.diff_sources import (Side, Source, Tensor, open_source, unpaired_namesakes,
                                  unpaired_why)
 from verify.dump import not_captured_text
@@ -225,6 +225,11 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     order = ([t.name for t in act.tensors if t.name in common]
              if act.sequential and not ref.sequential else list(common))
     diffs: dict[str, TensorDiff] = {}
+    # a tensor that only selects values (a ReLU6 after a convolution) is judged no tighter than
+    # the tensors it selects from: the reference side's graph says which (value_sources)
+    mags = Magnitudes(tolerances, {}, {t.name: t.sources for t in ref.tensors if t.sources},
+                      {t.name: t.op for t in ref.tensors})
+    floors: dict[str, float] = {}  # the floor each pending tensor is judged with
     cast_seen = False
     # Small float32 pairs are copied into one batch and scanned by one kernel call (a fixed
     # cost per call made hundreds of small tensors ~17x slower than one array; issue 14); the
@@ -235,7 +240,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     def flush() -> None:
         if pending and batch is not None:
             for d in compare_batch(pending, batch, engine):  # type: ignore[arg-type]
-                diffs[d.name] = d
+                diffs[d.name] = mags.judged(d, floors.pop(d.name))
             pending.clear()
             batch.reset()
 
@@ -249,7 +254,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
             a = a.astype(r.dtype)  # an fp16 model against its float original: casts seen through
             cast_seen = True
-        rule = tolerances.rule_for(name, t.floor)
+        if floors.keys() & mags.sources.get(name, ()):
+            flush()  # its sources' magnitudes first
+        floors[name] = mags.floor(name, t.floor)
+        rule = tolerances.rule_for(name, floors[name])
         if _batchable(a, r):
             batch = batch or Batch(BATCH_ELEMENTS)
             if not batch.room_for(a.size):
@@ -258,8 +266,9 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
             pending.append((name, xa, xr, rule, t.is_output, span))
         else:
             flush()
-            diffs[name] = compare(name, a, r, rule, topk=t.is_output,
-                                  engine=engine)  # type: ignore[arg-type]
+            diffs[name] = mags.judged(compare(name, a, r, rule, topk=t.is_output,
+                                              engine=engine),  # type: ignore[arg-type]
+                                      floors.pop(name))
         del a, r
     flush()
     if cast_seen:
@@ -293,6 +302,14 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                else (MADE_BY_OPTIMIZER.format("actual") if act.graph == "optimized"
                      else ONLY_IN_ACTUAL) + _filtered(ref, "; the reference was dumped with {}"))
         rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference", why))
+    fed = [r for r in rows if r.op == INPUT_OP and r.passed is False and r.diff is not None]
+    if fed:  # every layer after them differs for that alone: no device is to blame
+        d = fed[0].diff
+        raise UsageError(
+            f"{act.label} and {ref.label} were fed different inputs in case {case}: "
+            f"{', '.join(repr(r.name) for r in fed[:3])} differ{'s' if len(fed) == 1 else ''} "
+            f"(max|a-r| {d.max_abs:.3g}); compare captures of the same inputs (one run with "
+            "--input, another archive or case?)")
     first = next((r for r in rows if r.passed is False), None)
     return DiffReport(
         actual=act.label, reference=ref.label, case=case, rows=tuple(rows),

@@ -25,7 +25,7 @@ from verify.dump_read import Scratch
 from verify.iodump import TITLE as IO_TITLE
 from verify.errors import DumpError, UsageError
 from verify.files import read_head
-from verify.graph import parse_model, saturation_floors
+from verify.graph import parse_model, saturation_floors, value_sources
 from verify.origin import Attribution, attribute
 from verify.rules import plural
 
@@ -39,6 +39,7 @@ class Tensor:
     op: str
     floor: float
     is_output: bool
+    sources: tuple[str, ...] = ()  # what its values are selected from (graph.value_sources)
 
 
 @dataclass
@@ -100,7 +101,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
                         "compare; diff its --io-dump text, or re-run without --dump-stats-only")
     entries = {e.name: e for e in dump.entries(case)}
     outputs = dump.outputs
-    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs)
+    tensors = [Tensor(e.name, e.node, e.op, e.floor, e.name in outputs, e.sources)
                for e in sorted(entries.values(), key=lambda e: e.index)]
     inside = dump.subgraph_tensors
     notes = [f"{plural(inside, 'tensor')} inside If/Loop/Scan bodies were not captured "
@@ -141,6 +142,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
     model = (parse_model(tc.model_bytes, str(path), tc.external) if with_floors or needs_host
              else None)
     floors = saturation_floors(model) if with_floors and model is not None else {}
+    sources = value_sources(model) if with_floors and model is not None else {}
     scratch = Scratch()  # one read buffer for every case: a loaded tensor lives until the next
 
     def side(case: int) -> Side:
@@ -159,7 +161,8 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             return reader.read(entry, out)  # checked against its digest
 
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
+                                     sources.get(t.name, ()))
                               for t in order],
                      load=load, model_sha256=str(tc.provenance.get("model_sha256", "")),
                      shapes=lambda: {n: tuple(int(d) for d in ds.shape)
@@ -191,7 +194,8 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             return {**found, **{k: tuple(v.shape) for k, v in inputs.items()}}
 
         return Side(label=str(path),
-                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output)
+                     tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,
+                                     sources.get(t.name, ()))
                               for t in tc.tensor_order],
                      load=streamed(hosts[0], inputs), shapes=shapes,
                      model_sha256=str(tc.provenance.get("model_sha256", "")),

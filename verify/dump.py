@@ -95,6 +95,7 @@ class DumpEntry:
     floor: float = 0.0
     origin: str = "model"
     offset: int | None = None  # where its .npy image starts in `file` (None: all of it)
+    sources: tuple[str, ...] = ()  # the tensors its values are selected from (value_sources)
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class Dump:
                               str(MT.OP.of(t)), str(t[MT.DTYPE]),
                               tuple(int(d) for d in t[MT.SHAPE]), t.get(MT.FILE),
                               MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)),
-                              MT.OFFSET.of(t))
+                              MT.OFFSET.of(t), tuple(MT.SOURCES.of(t)))
                     for t in self.manifest[M.CASES][numbers.index(case)][MC.TENSORS]]
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "

@@ -105,7 +105,7 @@ def manifest_problem(m: Mapping[str, Any]) -> str | None:
                   and (t.get(MT.FILE) is None or isinstance(t.get(MT.FILE), str))
                   and (t.get(MT.OFFSET) is None or is_int(t.get(MT.OFFSET)))
                   and all(isinstance(t.get(k, ""), str) for k in (MT.NODE, MT.OP, MT.ORIGIN))
-                  and isinstance(t.get(MT.STATS, {}), dict)
+                  and isinstance(t.get(MT.STATS, {}), dict) and _is_strs(t.get(MT.SOURCES, []))
                   and isinstance(t.get(MT.FLOOR, 0.0), (int, float))
                   and not isinstance(t.get(MT.FLOOR, 0.0), bool))
             if not ok:

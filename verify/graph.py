@@ -206,6 +206,44 @@ def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
     return floors
 
 
+# Ops whose output's error is bounded by their data inputs' (they select, move or average
+# values, computing none): Relu, Clip, Max of two tensors, a max pool. Their output can be far
+# smaller than their input (a ReLU6 after a convolution peaking at 590), while the absolute
+# noise of the values they pass on is the input's: judged against the output's own peak, it
+# failed (PP-OCRv4 rec on raw 0-255 pixels: every Clip after a large convolution, between two
+# opt levels on one CPU). So such an output is judged no tighter than its sources.
+_SELECTING_OPS = frozenset({"Relu", "Clip", "Max", "Min", "MaxPool", "GlobalMaxPool",
+                            "ReduceMax", "ReduceMin", "ReduceMean", "AveragePool",
+                            "GlobalAveragePool"})
+
+
+def value_sources(model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
+    """For each top-level tensor made by an op that only selects, moves or averages values
+    (`_SELECTING_OPS`, `rules.SHAPE_ONLY_OPS`, LeakyRelu with alpha <= 1) or squashes them
+    with a bounded slope (`rules.SOURCE_FACTORS`: a Sigmoid), the tensors its values come from:
+    its data input (every input of Max and Min), where another node computes it (a weight or a
+    graph input carries no computing error)."""
+    from verify.rules import SHAPE_ONLY_OPS, SOURCE_FACTORS
+
+    made = {o for n in model.graph.node if n.op_type != "Constant" for o in n.output if o}
+    sources: dict[str, tuple[str, ...]] = {}
+    for node in model.graph.node:
+        op = node.op_type
+        alpha = next((a.f for a in node.attribute if a.name == "alpha"), 0.01)
+        if op in ("Max", "Min"):
+            data = list(node.input)
+        elif (op in _SELECTING_OPS or op in SHAPE_ONLY_OPS or op in SOURCE_FACTORS
+              or (op == "LeakyRelu" and alpha <= 1)):
+            data = list(node.input[:1])
+        else:
+            continue
+        found = tuple(dict.fromkeys(n for n in data if n in made))
+        for out in node.output:
+            if out and found:
+                sources[out] = found
+    return sources
+
+
 class _Scope:
     """One graph's producers, with the enclosing graph's for names defined outside it."""
 

@@ -206,7 +206,8 @@ def manifest_cases(capture: DumpCapture, indices: Sequence[int]) -> list[dict[st
                 T.FLOOR: plan.floors.get(t.name, 0.0), T.DTYPE: rec[Record.DTYPE],
                 T.SHAPE: rec[Record.SHAPE], T.FILE: rec.get(Record.FILE),
                 T.OFFSET: Record.OFFSET.of(rec),
-                T.STATS: {k: rec[k] for k in STAT_KEYS if k in rec}})
+                T.STATS: {k: rec[k] for k in STAT_KEYS if k in rec},
+                T.SOURCES: list(plan.sources.get(t.name, ()))})
         cases.append({ManifestCase.CASE: ci, ManifestCase.TENSORS: tensors})
     return cases
 

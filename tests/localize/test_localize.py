@@ -395,6 +395,10 @@ def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_pr
     assert (doc["verdict"], doc["subgraph"]) == ("failing subgraph", ["n076", "n077"])
     assert [r["purpose"] for r in doc["rounds"]][:2] == ["per-layer run of 128 tensors",
                                                          "the whole model"]
+    # the full run's error, where it was measured, is taken where the subgraph's own error
+    # was (its output), never at what its first node makes (n076:0, within tolerance)
+    own = {d["name"] for d in doc["suspect"]["own"]}
+    assert own == {"n077:0"} and {d["name"] for d in doc["suspect"]["cumulative"]} <= own
 
 
 @pytest.mark.parametrize("fault, node, mode", [

@@ -24,9 +24,10 @@ import numpy as np
 
 from verify.archive_reader import external_data
 from verify.check import check_outputs
-from verify.compare import TensorDiff, ToleranceSet, compare, first_divergent
+from verify.compare import Magnitudes, TensorDiff, ToleranceSet, first_divergent
 from verify.errors import UsageError
-from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors
+from verify.graph import (INPUT_OP, inferred_types, parse_model, saturation_floors,
+                          value_sources)
 from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, Judge, References, Round, bisect, isolate,
@@ -153,10 +154,8 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
     if not len(ng):
         raise UsageError(f"{req.selection.archive}: the model has no computing nodes to localize")
     floors = saturation_floors(model)
-
-    def judge(name: str, actual: np.ndarray, reference: np.ndarray) -> TensorDiff:
-        return compare(name, actual, reference, tolerances.rule_for(name, floors.get(name, 0.0)))
-
+    judge = Magnitudes(tolerances, floors, value_sources(model),
+                       {o: n.op_type for n in model.graph.node for o in n.output}).judge
     options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
                          timeout=req.device.timeout)
     with DeviceRounds(profile, options, status, external) as device:  # one session, every round
@@ -206,7 +205,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         lo, hi = outcome.range
         cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
         own = outcome.own
-        suspect = _finding(ng, lo, own, cumulative)
+        suspect = _finding(ng, lo, own, cumulative, subgraph=hi - lo > 1)
         verdict = FAULTY if hi - lo == 1 else SUBGRAPH
         shapes = {n: tuple(np.shape(v)) for n, v in
                   refs.get(ng.reads(lo) + ng.makes(lo)).items()}
@@ -285,12 +284,13 @@ def _activation_bytes(model: Any, tc: Any, case_index: int) -> tuple[int, int]:
 
 
 def _finding(ng: NodeGraph, index: int, own: tuple[TensorDiff, ...],
-             cumulative: Mapping[str, TensorDiff]) -> NodeFinding:
+             cumulative: Mapping[str, TensorDiff], subgraph: bool = False) -> NodeFinding:
     """Node `index` judged in isolation (`own`), with the full run's errors on what it reads
-    (inherited) and makes (cumulative), where the full run has them."""
+    (inherited) and makes (cumulative; a `subgraph`'s: where `own` was judged, its outputs)."""
+    made = [d.name for d in own] if subgraph else ng.makes(index)
     return NodeFinding(index, ng.labels[index], ng.nodes[index].op_type, own,
                        tuple(cumulative[t] for t in ng.reads(index) if t in cumulative),
-                       tuple(cumulative[t] for t in ng.makes(index) if t in cumulative))
+                       tuple(cumulative[t] for t in made if t in cumulative))
 
 
 def _step(ng: NodeGraph, tensor: str, diff: TensorDiff | None) -> Step:

@@ -10,9 +10,7 @@ and the native runner's defaults (runner/native/src/contract.hpp, generated from
 it, and that no key is spelled as a string anywhere else in verify/.
 
 A key is a `Field`: a `str` (so `job[Job.THREADS]` and `json.dumps` work as with the plain
-string) with its JSON types, default and doc. `Field.of(doc)`: the document's value, or the
-default where the key is absent.
-"""
+string) with its JSON types, default and doc. `Field.of(doc)`: its value, or the default."""
 
 CONTRACT = "verify-runner"
 VERSION = 1
@@ -335,6 +333,7 @@ class ManifestTensor(Document):
     FILE = Field("file", "string|null", doc="the tensor's file in the folder, or null")
     OFFSET = Field("offset", "integer|null", None, doc="its .npy image's start; null: format 1")
     STATS = Field("stats", "object", {}, doc="the Record's summary (STAT_KEYS), or {}: none")
+    SOURCES = Field("sources", "array", [], doc="the tensors it selects values from (graph.py)")
 
 
 class FusedAway(Document):

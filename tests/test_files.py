@@ -60,3 +60,14 @@ def test_files_pulled_from_a_device_get_the_umask_permissions(tmp_path: Path) ->
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "host" / "out.npy").stat().st_mode) == 0o644
     assert sorted(p.name for p in (tmp_path / "host").iterdir()) == ["out.npy"]
+
+
+def test_a_short_write_by_numpy_is_named_as_a_full_disk(tmp_path: Path) -> None:
+    """np.save of a large array writes with tofile, whose short write on a nearly full disk
+    raises an OSError with no errno ('102400 requested and 23520 written')."""
+    from verify.files import os_reason
+
+    assert os_reason(OSError("102400 requested and 23520 written")) == (
+        "No space left on device? (a short write: 23520 of 102400 bytes written)")
+    assert os_reason(OSError(28, "No space left on device")) == "No space left on device"
+    assert os_reason(OSError("something else")) == "something else"

@@ -14,6 +14,7 @@ that failed are removed again (`made_dirs`).
 from __future__ import annotations
 
 import json
+import errno
 import os
 import re
 import tempfile
@@ -64,6 +65,10 @@ def os_reason(exc: OSError) -> str:
     match = re.search(r"errno = (\d+)", text)
     if match:
         return os.strerror(int(match.group(1)))
+    match = re.fullmatch(r"(\d+) requested and (\d+) written", text.strip())
+    if match:  # numpy's tofile (np.save of a large array) on a short write: errno is lost
+        return (f"{os.strerror(errno.ENOSPC)}? (a short write: {match.group(2)} of "
+                f"{match.group(1)} bytes written)")
     return (exc.strerror or text or type(exc).__name__).splitlines()[0][:200]
 
 

@@ -95,17 +95,21 @@ def _both(*edits: Edit) -> Edit:
 
 # --- the gate: is it an archive at all, in a version this verify reads ----------------------
 
-@pytest.mark.parametrize("name", ["my model.onnx", "MODEL.ONNX", "cut.vtc", "cut.onnx.vtc"])
+@pytest.mark.parametrize("name", ["my model.onnx", "MODEL.ONNX", "cut.vtc", "cut.onnx.vtc",
+                                  "model saved as.vtc"])
 def test_a_file_that_is_not_hdf5_is_named_for_what_it_is(
         capsys: pytest.CaptureFixture[str], two_io: Path, tmp_path: Path, name: str) -> None:
-    """A model given where an archive is expected (any case of `.onnx`) is told to pack it
-    first; anything else that is not HDF5 (a truncated download) is not an archive."""
+    """A model given where an archive is expected (any case of `.onnx`, or any name when its
+    bytes begin as a model's) is told to pack it first; anything else that is not HDF5 (a
+    truncated download) is not an archive."""
     path = tmp_path / name
-    if name.lower().endswith(".onnx"):
+    if name.lower().endswith(".onnx") or name.startswith("model"):
         path.write_bytes((MODELS / "two_io.onnx").read_bytes())
-        vtc = path.with_suffix(".vtc")
-        line = (f"error: {path}: an .onnx model, not a testcase archive; pack it first (verify "
-                f"pack {shlex.quote(str(path))} writes {shlex.quote(str(vtc))}) and give that")
+        named = name.lower().endswith(".onnx")
+        vtc = path.with_suffix(".vtc") if named else path.with_name(path.stem + ".packed.vtc")
+        line = (f"error: {path}: an ONNX model, not a testcase archive; pack it first (verify "
+                f"pack {shlex.quote(str(path))}{'' if named else f' -o {shlex.quote(str(vtc))}'}"
+                f" writes {shlex.quote(str(vtc))}) and give that")
     else:
         path.write_bytes(two_io.read_bytes()[: two_io.stat().st_size // 2])
         line = f"error: {path}: not a verify testcase archive (not HDF5, or truncated/corrupt)"

@@ -227,6 +227,18 @@ def _format_name(f: h5py.File) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _starts_like_onnx(path: Path) -> bool:
+    """Whether the file begins as a serialized ModelProto does: its ir_version (field 1, a
+    varint 1..127), then another of its fields (producer, domain, graph, opset import, ...)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(3)
+    except OSError:
+        return False
+    return len(head) == 3 and head[0] == 0x08 and 0 < head[1] < 0x80 and head[2] in (
+        0x12, 0x1a, 0x22, 0x28, 0x32, 0x3a, 0x42, 0x72, 0x7a)
+
+
 def open_archive(path: Path) -> h5py.File:
     """The HDF5 file at `path` opened read-only, once it is labelled a verify archive in a
     format version this verify reads; else one ArchiveError line (the file closed)."""
@@ -239,11 +251,14 @@ def open_archive(path: Path) -> h5py.File:
     except PermissionError:
         raise ArchiveError(f"{path}: cannot read: permission denied") from None
     except (OSError, ValueError, RuntimeError):
-        if path.suffix.lower() == ".onnx":  # `verify run model.onnx`: a new user's first try
-            raise ArchiveError(f"{path}: an .onnx model, not a testcase archive; pack it first "
-                               f"(verify pack {shlex.quote(str(path))} writes "
-                               f"{shlex.quote(str(path.with_suffix('.vtc')))}) and give that"
-                               ) from None
+        # `verify run model.onnx`: a new user's first try (or a model saved as .vtc)
+        if path.suffix.lower() == ".onnx" or _starts_like_onnx(path):
+            named = path.suffix.lower() == ".onnx"  # else pack's own name would be the model's
+            out = path.with_suffix(".vtc") if named else path.with_name(path.stem + ".packed.vtc")
+            raise ArchiveError(f"{path}: an ONNX model, not a testcase archive; pack it first "
+                               f"(verify pack {shlex.quote(str(path))}"
+                               + ("" if named else f" -o {shlex.quote(str(out))}")
+                               + f" writes {shlex.quote(str(out))}) and give that") from None
         raise ArchiveError(f"{path}: not a verify testcase archive (not HDF5, or truncated/corrupt)") from None
     try:
         if _format_name(f) != schema.FORMAT_NAME:

@@ -78,7 +78,7 @@ def test_an_onnx_model_where_an_archive_is_expected_says_to_pack_it(tmp_path: Pa
         assert code == 0
         return
     assert (code, only_line(err)) == (
-        2, f"error: {model}: an .onnx model, not a testcase archive; pack it first (verify pack "
+        2, f"error: {model}: an ONNX model, not a testcase archive; pack it first (verify pack "
            f"'{model}' writes '{tmp_path / 'my model.vtc'}') and give that")
 
 

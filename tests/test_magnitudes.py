@@ -6,10 +6,12 @@ between two opt levels of one CPU, and localize named a "failing subgraph" there
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -17,7 +19,10 @@ from onnx import numpy_helper as nh
 
 from corpus import model_path
 from fixtures_devices import run_cli
-from verify.compare import Magnitudes, ToleranceSet, compare
+from fixtures_dump import dump_factory  # noqa: F401  (a fixture)
+from helpers_cli import verify
+from verify.compare import ToleranceSet, compare
+from verify.magnitudes import Magnitudes
 from verify.graph import value_sources
 
 
@@ -56,26 +61,55 @@ def _conv_then_relu6() -> tuple[dict, dict]:
     return act, ref
 
 
-def test_a_relu6_is_judged_against_its_convolution_s_magnitude() -> None:
+def test_a_relu6_is_not_blamed_for_its_convolution_s_error() -> None:
     act, ref = _conv_then_relu6()
     rules = ToleranceSet()
     alone = compare("y", act["y"], ref["y"], rules.rule_for("y"))
     assert not alone.passed  # against its own peak (6): 4.6e-4 > 6 * 2^-14
     mags = Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"})
-    assert mags.judge("c", act["c"], ref["c"]).passed
-    got = mags.judge("y", act["y"], ref["y"])
-    assert got.passed and got.threshold == pytest.approx(600 * 2 ** -14)
-    assert "floor=600" in got.rule
-    # a wrong ReLU6 (it clips at 5) is still caught: 1 against a threshold of 0.037
-    wrong = np.clip(act["c"], 0, 5)
+    source = mags("c", act["c"], ref["c"])
+    assert source.passed and source.max_abs < 0.02 * source.threshold
+    got = mags("y", act["y"], ref["y"])
+    assert got.passed and got.threshold == pytest.approx(source.max_abs)  # c's error
+    # a wrong ReLU6 (it clips at 5) is caught: 1 against the 4.6e-4 its source hands it
     mags = Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"})
-    mags.judge("c", act["c"], ref["c"])
-    assert not mags.judge("y", wrong, ref["y"]).passed
-    # a source not judged yet lends nothing; a Sigmoid takes a quarter of it
-    assert Magnitudes(rules, {"y": 0.5}, {"y": ("c",)}, {"y": "Clip"}).floor("y") == 0.5
-    mags = Magnitudes(rules, {"s": 1 / 16}, {"s": ("c",)}, {"s": "Sigmoid"})
-    mags.judge("c", act["c"], ref["c"])
-    assert mags.floor("s") == pytest.approx(150.0)
+    mags("c", act["c"], ref["c"])
+    assert not mags("y", np.clip(act["c"], 0, 5), ref["y"]).passed
+    # pieces fed the reference inputs inherit nothing
+    assert not mags.plain("y", act["y"], ref["y"]).passed
+    # a source not judged lends nothing; one only the reference has (fused away on the
+    # actual side) lends its magnitude to a selection, not to a Max or a Sigmoid
+    assert Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"}).rule("y", np.float32) == \
+        rules.rule_for("y", 0.0)
+    for op, floor in (("Clip", 600.0), ("Max", 0.0), ("Sigmoid", 1 / 16)):
+        mags = Magnitudes(rules, {"y": 1 / 16 if op == "Sigmoid" else 0.0}, {"y": ("c",)},
+                          {"y": op})
+        mags.reference_only("c", ref["c"])
+        assert mags.rule("y", np.float32).threshold(1.0, np.dtype(np.float32)) == \
+            pytest.approx(2 ** -14 * max(floor, 1.0))
+
+
+def test_a_masked_softmax_or_a_min_with_a_large_bound_gets_no_slack_from_it() -> None:
+    """What a source lends is its measured error, not its tolerance: a -1e4 attention mask
+    before a Softmax (its tolerance 0.6) or a 1e4 clamp beside a Min (exact) lends nothing,
+    so a Softmax that lost 20% of a row's mass, or a Min off by 0.3, fails."""
+    rng = np.random.default_rng(0)
+    scores = rng.standard_normal((4, 8)).astype(np.float32)
+    masked = scores + np.where(np.arange(8) < 6, 0.0, -1e4).astype(np.float32)
+    probs = np.exp(masked - masked.max(-1, keepdims=True))
+    probs = (probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+    wrong = probs.copy()
+    wrong[0] *= 0.8
+    rules = ToleranceSet()
+    mags = Magnitudes(rules, {"p": 1 / 16}, {"p": ("m",)}, {"p": "Softmax"})
+    assert mags("m", masked, masked).passed
+    assert not mags("p", wrong, probs).passed
+    a = rng.uniform(-1, 1, 1000).astype(np.float32)
+    bound = np.full(1000, 1e4, np.float32)
+    mags = Magnitudes(rules, {}, {"m": ("a", "bound")}, {"m": "Min"})
+    mags("a", a, a)
+    mags("bound", bound, bound)
+    assert not mags("m", np.minimum(a, bound) + np.float32(0.3), np.minimum(a, bound)).passed
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +149,122 @@ def test_localize_finds_no_faulty_node_on_raw_pixels(
                              capsys)
     assert code == 0, out + err
     assert "=== no faulty node" in out
+
+
+def _model(nodes: list, inputs: list, outputs: list, inits: list) -> bytes:
+    m = h.make_model(h.make_graph(nodes, "g", inputs, outputs, inits),
+                     opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _edited(dump: Path, out: Path, name: str, fn: Any) -> None:
+    """A copy of `dump` with tensor `name`'s values replaced by fn(its values)."""
+    from helpers_dump import get_tensor, manifest, put_tensor
+
+    shutil.copytree(dump, out)
+    m = manifest(out)
+    t = next(t for t in m["cases"][0]["tensors"] if t["name"] == name)
+    put_tensor(out, m, t, fn(get_tensor(out, t).copy()))
+
+
+def _rows(out: str) -> dict:
+    return {r["name"]: r["diff"] for r in json.loads(out)["cases"][0]["rows"] if r["diff"]}
+
+
+@pytest.mark.parametrize("neg", [-10000.0, float(np.finfo(np.float32).min)])
+def test_a_wrong_softmax_after_an_attention_mask_fails_the_diff(
+        neg: float, dump_factory: Any, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """scores + (1 - mask) * NEG, then Softmax: the masked scores' peak is the mask constant
+    (BERT's -1e4, transformers' float32 min), which lent the Softmax a tolerance of 0.3 or
+    1e34 while it passed on tolerances; their error lends nothing."""
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("MatMul", ["x", "wq"], ["scores"], name="qk"),
+             h.make_node("Clip", ["mask", "zero", "one"], ["m01"], name="m01"),
+             h.make_node("Sub", ["one", "m01"], ["inv"], name="inv"),
+             h.make_node("Mul", ["inv", "neg"], ["bias"], name="bias"),
+             h.make_node("Add", ["scores", "bias"], ["masked"], name="add"),
+             h.make_node("Softmax", ["masked"], ["probs"], axis=-1, name="softmax")]
+    inits = [nh.from_array(rng.standard_normal((8, 8)).astype(np.float32), "wq"),
+             nh.from_array(np.array(1, np.float32), "one"),
+             nh.from_array(np.array(0, np.float32), "zero"),
+             nh.from_array(np.array(neg, np.float32), "neg")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 4, 8]),
+                           h.make_tensor_value_info("mask", T.FLOAT, [1, 1, 8])],
+                   [h.make_tensor_value_info("probs", T.FLOAT, None)], inits)
+    ref = dump_factory(model, "disable")
+
+    def wrong(p: np.ndarray) -> np.ndarray:
+        p[0, 0, :] *= 0.8  # 20% of row 0's probability mass lost
+        return p
+
+    _edited(ref, tmp_path / "act", "probs", wrong)
+    code, out, _ = verify(capsys, "diff", tmp_path / "act", ref, "--json")
+    assert code == 1 and not _rows(out)["probs"]["passed"]
+
+
+def test_a_relu6_whose_convolution_was_fused_away_takes_its_reference_magnitude(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same ReLU6 error (4x its own tolerance, 1/20 of its convolution's) passes whether
+    or not the actual side fused the convolution into it (opt level all: the convolution is
+    fused away, its error unknown, its reference magnitude lent instead: what its tolerance
+    would have been, 1.2 here); a ReLU6 off by 3 still fails."""
+    from fixtures_dump import make_dump, pack
+    from helpers_dump import get_tensor, manifest
+
+    rng = np.random.default_rng(0)
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             h.make_node("Clip", ["c", "lo", "hi"], ["y"], name="clip"),
+             h.make_node("Conv", ["y", "w2"], ["z"], name="conv2", pads=[1, 1, 1, 1])]
+    inits = [nh.from_array((rng.standard_normal((8, 3, 3, 3)) * 8).astype(np.float32), "w"),
+             nh.from_array(np.array(0, np.float32), "lo"),
+             nh.from_array(np.array(6, np.float32), "hi"),
+             nh.from_array((rng.standard_normal((4, 8, 3, 3)) * 0.3).astype(np.float32), "w2")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 32, 32])],
+                   [h.make_tensor_value_info("z", T.FLOAT, None)], inits)
+    np.save(tmp_path / "x.npy", (rng.random((1, 3, 32, 32)) * 255).astype(np.float32))
+    vtc = pack(model, tmp_path / "m.vtc", "-d", f"x:{tmp_path / 'x.npy'}")
+    ref = make_dump(vtc, tmp_path / "ref", "disable")
+    fused = make_dump(vtc, tmp_path / "fused0", "all")
+    assert "c" in {f["name"] for f in manifest(fused)["fused_away"]}
+    c = get_tensor(ref, next(t for t in manifest(ref)["cases"][0]["tensors"] if t["name"] == "c"))
+    k = np.unravel_index(np.argmax((c > 1) & (c < 5)), c.shape)
+    noise = np.float32(4 * 2.0 ** -14 * 6)  # 4x the Clip's own tolerance
+    assert noise < 0.05 * np.abs(c).max() * 2.0 ** -14  # 1/20 of the conv's
+
+    def bump(by: float) -> Any:
+        def edit(v: np.ndarray) -> np.ndarray:
+            v[k] += np.float32(by)
+            return v
+        return edit
+
+    _edited(ref, tmp_path / "tmp", "c", bump(noise))
+    _edited(tmp_path / "tmp", tmp_path / "unfused", "y", bump(noise))
+    _edited(fused, tmp_path / "fused", "y", bump(noise))
+    _edited(fused, tmp_path / "wrong", "y", bump(3.0))
+    verdicts = []
+    for side in ("unfused", "fused", "wrong"):
+        code, out, _ = verify(capsys, "diff", tmp_path / side, ref, "--json")
+        verdicts.append((code, _rows(out)["y"]["passed"]))
+    assert verdicts == [(0, True), (0, True), (1, False)]
+
+
+def test_an_fp16_copy_with_float16_inputs_is_compared_not_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its graph input is the same data rounded to float16: not 'fed different inputs'."""
+    from fixtures_dump import make_dump, pack
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", rng.standard_normal((1, 16)).astype(np.float32))
+    dumps = {}
+    for name, et, wt in (("f32", T.FLOAT, w), ("f16", T.FLOAT16, w.astype(np.float16))):
+        model = _model([h.make_node("MatMul", ["x", "w"], ["mm"], name="mm"),
+                        h.make_node("Relu", ["mm"], ["y"], name="relu")],
+                       [h.make_tensor_value_info("x", et, [1, 16])],
+                       [h.make_tensor_value_info("y", et, None)], [nh.from_array(wt, "w")])
+        vtc = pack(model, tmp_path / f"{name}.vtc", "-d", f"x:{tmp_path / 'x.npy'}")
+        dumps[name] = make_dump(vtc, tmp_path / name, "disable")
+    code, out, err = verify(capsys, "diff", dumps["f16"], dumps["f32"], "--tol", "*:k=2^-9")
+    assert code == 0, out + err

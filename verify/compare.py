@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,7 +58,6 @@ from verify.rules import (
     SATURATING_OPS,
     SATURATION_FLOOR,
     SHAPE_ONLY_OPS,
-    SOURCE_FACTORS,
     AllcloseRule,
     CosineGate,
     ExactRule,
@@ -362,35 +361,3 @@ def first_divergent(diffs: Iterable[TensorDiff]) -> TensorDiff | None:
     """The first failing diff in the given order (the caller orders them topologically)."""
     return next((d for d in diffs if not d.passed), None)
 
-
-class Magnitudes:
-    """The floors tensors are judged with, where some take their sources' magnitude: a tensor
-    whose op only selects, moves or averages values (`graph.value_sources`: a ReLU6 after a
-    convolution) carries its sources' absolute noise however small its own peak, so its floor
-    is its sources' magnitude (their reference peak, or their own floor where larger), known
-    once they are judged; a saturating op's, the share its slope passes on (SOURCE_FACTORS of
-    `ops`, the producing op of each name). `judge` is `compare` with `tolerances`' rule on
-    that floor."""
-
-    def __init__(self, tolerances: ToleranceSet, floors: Mapping[str, float],
-                 sources: Mapping[str, Sequence[str]], ops: Mapping[str, str]) -> None:
-        self.tolerances, self.floors, self.sources, self.ops = tolerances, floors, sources, ops
-        self.magnitude: dict[str, float] = {}
-
-    def floor(self, name: str, floor: float | None = None) -> float:
-        """`name`'s floor: its own (`floor`, else from `floors`) or its judged sources'."""
-        own = self.floors.get(name, 0.0) if floor is None else floor
-        share = SOURCE_FACTORS.get(self.ops.get(name, ""), 1.0)
-        return max([own, *(share * self.magnitude[s] for s in self.sources.get(name, ())
-                           if s in self.magnitude)])
-
-    def judged(self, d: TensorDiff, floor: float) -> TensorDiff:
-        """Note `d`'s magnitude (judged with `floor`) for the tensors it is a source of."""
-        peak = d.ref_peak if math.isfinite(d.ref_peak) else 0.0
-        self.magnitude[d.name] = max(peak, floor)
-        return d
-
-    def judge(self, name: str, actual: Any, reference: Any) -> TensorDiff:
-        floor = self.floor(name)
-        return self.judged(compare(name, actual, reference,
-                                   self.tolerances.rule_for(name, floor)), floor)

@@ -27,13 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from verify.compare import (BatchItem, Magnitudes, TensorDiff, ToleranceSet, compare,
+from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare,
                             compare_batch, expect_bytes, json_safe, tol_rank)
 from verify.diff_sources import (Side, Source, Tensor, open_source, unpaired_namesakes,
                                  unpaired_why)
 from verify.dump import not_captured_text
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
+from verify.magnitudes import Magnitudes
 from verify.origin import Attribution
 from verify.rules import plural
 from verify.scan import Batch
@@ -225,12 +226,12 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     order = ([t.name for t in act.tensors if t.name in common]
              if act.sequential and not ref.sequential else list(common))
     diffs: dict[str, TensorDiff] = {}
-    # a tensor that only selects values (a ReLU6 after a convolution) is judged no tighter than
-    # the tensors it selects from: the reference side's graph says which (value_sources)
-    mags = Magnitudes(tolerances, {}, {t.name: t.sources for t in ref.tensors if t.sources},
+    # not blamed for the error its sources hand it (a ReLU6 after a convolution; Magnitudes)
+    mags = Magnitudes(tolerances, {t.name: t.floor for t in ref.tensors},
+                      {t.name: t.sources for t in ref.tensors if t.sources},
                       {t.name: t.op for t in ref.tensors})
-    floors: dict[str, float] = {}  # the floor each pending tensor is judged with
-    cast_seen = False
+    waiting, ref_only = set[str](), {t.name for t in ref.tensors} - set(common)  # (batched)
+    cast: set[str] = set()  # compared in the reference's dtype: an fp16 copy's, say
     # Small float32 pairs are copied into one batch and scanned by one kernel call (a fixed
     # cost per call made hundreds of small tensors ~17x slower than one array; issue 14); the
     # batch is judged before any other tensor, so tensors are still judged in this order.
@@ -240,38 +241,41 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     def flush() -> None:
         if pending and batch is not None:
             for d in compare_batch(pending, batch, engine):  # type: ignore[arg-type]
-                diffs[d.name] = mags.judged(d, floors.pop(d.name))
+                diffs[d.name] = mags.judged(d)
             pending.clear()
+            waiting.clear()
             batch.reset()
 
     skipped: list[str] = []  # no value on a side: a type numpy has no form for (bfloat16, ...)
     for name in order:
         t = common[name]
+        for s in t.sources:  # fused away on the actual side: the reference's magnitude
+            if s in ref_only and s not in mags.peak and (v := ref.load(s)) is not None:
+                mags.reference_only(s, v)
         a, r = act.load(alias.get(name, name)), ref.load(name)
         if a is None or r is None:
             skipped.append(name)
             continue
         if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
             a = a.astype(r.dtype)  # an fp16 model against its float original: casts seen through
-            cast_seen = True
-        if floors.keys() & mags.sources.get(name, ()):
-            flush()  # its sources' magnitudes first
-        floors[name] = mags.floor(name, t.floor)
-        rule = tolerances.rule_for(name, floors[name])
+            cast.add(name)
+        if waiting.intersection(t.sources):
+            flush()  # its sources' errors first
+        rule = mags.rule(name, r.dtype, t.floor)
         if _batchable(a, r):
             batch = batch or Batch(BATCH_ELEMENTS)
             if not batch.room_for(a.size):
                 flush()
             xa, xr, span = batch.add(a, r)
             pending.append((name, xa, xr, rule, t.is_output, span))
+            waiting.add(name)
         else:
             flush()
             diffs[name] = mags.judged(compare(name, a, r, rule, topk=t.is_output,
-                                              engine=engine),  # type: ignore[arg-type]
-                                      floors.pop(name))
+                                              engine=engine))  # type: ignore[arg-type]
         del a, r
     flush()
-    if cast_seen:
+    if cast:
         notes.append("the actual model's float tensors of another precision were compared in "
                      "the reference's dtype")
     if skipped:
@@ -302,7 +306,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                else (MADE_BY_OPTIMIZER.format("actual") if act.graph == "optimized"
                      else ONLY_IN_ACTUAL) + _filtered(ref, "; the reference was dumped with {}"))
         rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference", why))
-    fed = [r for r in rows if r.op == INPUT_OP and r.passed is False and r.diff is not None]
+    fed = [r for r in rows if r.op == INPUT_OP and r.passed is False and r.diff is not None
+           and r.name not in cast]  # (an fp16 copy's is the same data, rounded)
     if fed:  # every layer after them differs for that alone: no device is to blame
         d = fed[0].diff
         raise UsageError(

@@ -24,13 +24,13 @@ import numpy as np
 
 from verify.archive_reader import external_data
 from verify.check import check_outputs
-from verify.compare import Magnitudes, TensorDiff, ToleranceSet, first_divergent
+from verify.compare import TensorDiff, ToleranceSet, first_divergent
 from verify.errors import UsageError
-from verify.graph import (INPUT_OP, inferred_types, parse_model, saturation_floors,
-                          value_sources)
+from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors, value_sources
 from verify.origin import HOST, Attribution, attribute
 from verify.localize.repro import repro_path, write_repro
-from verify.localize.search import (DeviceRounds, Judge, References, Round, bisect, isolate,
+from verify.magnitudes import Magnitudes
+from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
 from verify.pipeline import RunOptions, Status
@@ -155,7 +155,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
         raise UsageError(f"{req.selection.archive}: the model has no computing nodes to localize")
     floors = saturation_floors(model)
     judge = Magnitudes(tolerances, floors, value_sources(model),
-                       {o: n.op_type for n in model.graph.node for o in n.output}).judge
+                       {o: n.op_type for n in model.graph.node for o in n.output})
     options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
                          timeout=req.device.timeout)
     with DeviceRounds(profile, options, status, external) as device:  # one session, every round
@@ -164,7 +164,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
 
 
 def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, profile: Profile,
-                 model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: Judge,
+                 model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: Magnitudes,
                  device: DeviceRounds, folder: Path | None) -> LocalizeResult:
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
@@ -356,7 +356,7 @@ class _Search:
             return replace(plain, notes=tuple(notes), mode="bisect")
         first = min(failing_nodes)
         chosen = sorted(set(failing_nodes[:self.req.max_isolated]) | {first})
-        own = isolate(ng, self.refs, self.device, self.judge, chosen,
+        own = isolate(ng, self.refs, self.device, self.judge.plain, chosen,
                       f"{len(chosen)} suspect node(s) in isolation")
         findings = tuple(_finding(ng, i, own[i], cumulative) for i in chosen)
         faulty = [f for f in findings if f.verdict == FAULTY]
@@ -365,7 +365,7 @@ class _Search:
                             cumulative, findings, tuple(notes))
         notes.append("no node is wrong on its own: bisecting for the smallest failing subgraph")
         outs = tuple(cumulative[t] for t in ng.makes(first))
-        b = bisect(ng, self.refs, self.device, self.judge, 0, first + 1, outs, self.req.fanout)
+        b = bisect(ng, self.refs, self.device, self.judge.plain, 0, first + 1, outs, self.req.fanout)
         return _Outcome(final, (b.lo, b.hi), b.diffs, cumulative, findings, tuple(notes))
 
     def by_bisection(self, model_bytes: bytes, reference_outputs: Mapping[str, np.ndarray],
@@ -378,7 +378,7 @@ class _Search:
         final = tuple(self.check(outs, reference_outputs))
         if all(d.passed for d in final):
             return _Outcome(final, None)
-        b = bisect(ng, self.refs, self.device, self.judge, 0, len(ng), final, self.req.fanout)
+        b = bisect(ng, self.refs, self.device, self.judge.plain, 0, len(ng), final, self.req.fanout)
         return _Outcome(final, (b.lo, b.hi), b.diffs)
 
     def cumulative_for(self, lo: int, hi: int,

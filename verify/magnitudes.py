@@ -1,0 +1,70 @@
+"""Per-layer judging that does not blame a tensor for the error its sources hand it (see
+`Magnitudes`): `diff`, `ci`'s per-layer gate and `localize`'s full run judge through it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from verify.compare import TensorDiff, ToleranceSet, compare
+from verify.rules import SOURCE_FACTORS, MagnitudeRule, Rule
+
+
+class Magnitudes:
+    """Per-layer judging (diff, ci, localize's full run), where a tensor is not blamed for the
+    error its sources hand it. A tensor whose op only selects, moves or averages values
+    (`graph.value_sources`: a ReLU6 after a convolution) passes on its source's absolute error
+    however small its own peak, and a saturating op at most the share its slope allows
+    (SOURCE_FACTORS of `ops`, each name's producing op): its threshold is at least that share
+    of its sources' measured max|a-r|, known once they are judged (their error, not their
+    tolerance: a mask of -1e4 before a Softmax made the tolerance lent 0.3 on probabilities).
+    A selection whose source only the reference has (fused away on the actual side) is held
+    to the source's magnitude instead (`reference_only`), the tolerance the source would have
+    had. Call it as `compare` with `tolerances`' rule; `plain` judges with `floors` alone (a
+    piece fed the reference inputs inherits no error)."""
+
+    def __init__(self, tolerances: ToleranceSet, floors: Mapping[str, float],
+                 sources: Mapping[str, Sequence[str]], ops: Mapping[str, str]) -> None:
+        self.tolerances, self.floors, self.sources, self.ops = tolerances, floors, sources, ops
+        self.error: dict[str, float] = {}  # judged tensors: their max|a-r|
+        self.peak: dict[str, float] = {}   # tensors only the reference has: max|r|
+
+    def rule(self, name: str, dtype: Any, floor: float | None = None) -> Rule:
+        """`name`'s rule: on its own floor (`floor`, else from `floors`), raised to what its
+        sources lend."""
+        own = self.floors.get(name, 0.0) if floor is None else floor
+        rule = self.tolerances.rule_for(name, own)
+        srcs = self.sources.get(name, ())
+        if not srcs or not isinstance(rule, MagnitudeRule):
+            return rule
+        op = self.ops.get(name, "")
+        k = rule.k_for(np.dtype(dtype))
+        lent = [SOURCE_FACTORS.get(op, 1.0) * self.error[s] / k for s in srcs if s in self.error]
+        if op not in SOURCE_FACTORS and op not in ("Max", "Min"):  # it passes values on as they are
+            lent += [self.peak[s] for s in srcs if s not in self.error and s in self.peak]
+        lent = [f for f in lent if f > own and math.isfinite(f)]
+        return self.tolerances.rule_for(name, max(lent)) if lent else rule
+
+    def reference_only(self, name: str, reference: Any) -> None:
+        """Note the magnitude of a source the actual side lacks (fused away there)."""
+        r = np.asarray(reference)
+        finite = r[np.isfinite(r)] if r.dtype.kind == "f" else r
+        self.peak[name] = max(float(np.abs(finite).max()) if finite.size else 0.0,
+                              self.floors.get(name, 0.0))
+
+    def judged(self, d: TensorDiff) -> TensorDiff:
+        """Note `d`'s error for the tensors it is a source of."""
+        if math.isfinite(d.max_abs):
+            self.error[d.name] = d.max_abs
+        return d
+
+    def __call__(self, name: str, actual: Any, reference: Any) -> TensorDiff:
+        return self.judged(compare(name, actual, reference,
+                                   self.rule(name, np.asarray(reference).dtype)))
+
+    def plain(self, name: str, actual: Any, reference: Any) -> TensorDiff:
+        return compare(name, actual, reference,
+                       self.tolerances.rule_for(name, self.floors.get(name, 0.0)))

@@ -300,3 +300,25 @@ def open_dump(path: Path) -> Dump:
     if not any(c[MC.TENSORS] for c in cases):
         raise DumpError(f"{path}: empty dump (no tensors; was --dump-filter too narrow?)")
     return Dump(path, manifest)
+
+
+def dump_summary(dump: Dump) -> dict[str, Any]:
+    """What `verify inspect DIR` shows of a dump, once every tensor it holds has been read
+    back and checked against the manifest (dtype, shape, length; a DumpError line if not):
+    the manifest's own fields under their names, the cases counted."""
+    m = dump.manifest
+    counted, read = [], 0
+    for number in dump.case_numbers:
+        entries = dump.entries(number)
+        nbytes = 0
+        for e in entries:
+            if e.file is not None:
+                nbytes += int(dump.load(e).nbytes)
+                read += 1
+        counted.append({"number": number, "tensor_count": len(entries), "tensor_bytes": nbytes})
+    dump.close()
+    kept = (M.FORMAT_VERSION, M.CREATED_UTC, M.VERIFY, M.SPEC, M.DEVICE, M.PROVIDERS,
+            M.OPTIONS, M.GRAPH, M.MODEL_SHA256, M.SEGMENTS, M.SUBGRAPH_TENSORS, M.NOT_CAPTURED)
+    return {"folder": str(dump.path), **{k: k.of(m) for k in kept},
+            "fused_away_count": len(dump.fused_away), "case_counts": counted,
+            "verified": read}

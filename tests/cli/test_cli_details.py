@@ -79,6 +79,7 @@ def test_every_json_document_starts_with_its_format_and_version(tmp_path: Path,
         "run": ["run", vtc, "--iter", "1", "--bin-io-dump", dump],
         "diff": ["diff", dump, vtc],
         "diff-case": ["diff", dump, vtc, "--case", "0"],
+        "inspect-dump": ["inspect", dump],
         "export": ["export", vtc, "-o", tmp_path / "cnn.onnx"],
         "devices-list": ["devices", "list"],
         "ci-list": ["ci", REPO / "goldens" / "suites" / "sample.toml", "--list"],
@@ -299,3 +300,30 @@ def test_text_lines_are_not_broken_in_a_pipe_and_tables_take_columns(
                              for ln in narrow.splitlines())
     table = [ln for ln in narrow.splitlines() if "│" in ln or "┃" in ln]
     assert table and max(len(ln) for ln in table) <= 30
+
+
+def test_inspect_shows_a_dump_folder_after_reading_it_back(tmp_path: Path, capsys) -> None:
+    """A --bin-io-dump folder: where and how it was captured, its cases and tensors, every
+    tensor read back against the manifest; a damaged one is one line, exit 2; a text io-dump
+    is named for what it is."""
+    vtc, dump = tmp_path / "cnn.vtc", tmp_path / "dump"
+    assert verify(capsys, "pack", MODEL, "-o", vtc)[0] == 0
+    assert verify(capsys, "run", vtc, "--iter", "1", "--opt-level", "disable", "--bin-io-dump",
+                  dump, "--io-dump", tmp_path / "io.txt")[0] == 0
+    code, out, err = verify(capsys, "inspect", dump)
+    lines = out.splitlines()
+    assert (code, err) == (0, "") and lines[0].startswith(f"{dump}: a verify dump (format 2)")
+    assert any(ln.startswith("run: opt-level disable; captured the model graph at disable")
+               for ln in lines)
+    doc = json.loads(verify(capsys, "inspect", dump, "--json")[1])
+    (case,) = doc["case_counts"]
+    assert case["tensor_count"] > 10 and case["tensor_bytes"] > 0
+    assert doc["verified"] == case["tensor_count"] and doc["options"]["opt_level"] == "disable"
+    assert lines[-1] == (f"verified: {case['tensor_count']} tensor(s) read back, matching the "
+                         "manifest (dtype, shape, length)")
+    pack_file = dump / "c0.npys"
+    pack_file.write_bytes(pack_file.read_bytes()[:-100])  # the last tensor cut short
+    code, out, err = verify(capsys, "inspect", dump)
+    assert code == 2 and out == "" and "c0.npys" in err and len(err.splitlines()) == 1
+    code, _, err = verify(capsys, "inspect", tmp_path / "io.txt")
+    assert code == 2 and "a text io-dump (--io-dump)" in err

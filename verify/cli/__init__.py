@@ -326,10 +326,9 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
 # The document each command's --json prints: "format": "verify-KIND" and its "version" come first
 # (README, "JSON output"). A version goes up when a key changes meaning or goes away; new keys
 # do not change it. `verify ci --json` prints its report (verify-ci-report, verify/ci/report.py).
-JSON_KINDS = ("pack", "inspect", "inspect-model", "run", "diff", "diff-case", "localize",
-              "profile", "bench", "export", "devices-list", "devices-check", "devices-conformance",
-              "devices-clean",
-              "ci-list", "ci-report")
+JSON_KINDS = ("pack", "inspect", "inspect-model", "inspect-dump", "run", "diff", "diff-case",
+              "localize", "profile", "bench", "export", "devices-list", "devices-check",
+              "devices-conformance", "devices-clean", "ci-list", "ci-report")
 JSON_VERSION = 1
 
 

@@ -622,8 +622,8 @@ _NP_TYPES = {"float": "float32", "float16": "float16", "double": "float64", "int
 # to be topological). Each segment becomes a model of its own, built here at the protobuf wire
 # level: the original ModelProto with its graph's nodes restricted to the segment, the
 # initializers those nodes use, the graph inputs they read, every tensor that an earlier segment
-# produced and they read ("boundary" tensors, typed by element type only), and as outputs the
-# tensors to capture plus those a later segment reads. Segment k runs on the values segment k-1
+# produced and they read ("boundary" values, typed by element type only, or as a sequence of
+# such tensors), and as outputs the tensors to capture plus those a later segment reads. Segment k runs on the values segment k-1
 # left, so every node runs exactly once. See docs/runner-contract.md, "Segments".
 _GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
 _GRAPH_VALUE_INFO, _GRAPH_SPARSE_INIT = 13, 15

@@ -66,9 +66,9 @@ def test_image_never_silently_fixes_dynamic_hw(tmp_path, capsys):
     code, _, err = verify(capsys, "pack", rec, "-d", f"x:{tmp_path / 'line.png'}",
                           "-o", tmp_path / "r.vtc")
     line = only_line(err)
-    assert code == 2 and line.endswith(
+    assert code == 2 and line.endswith(  # (tried on the model first: it runs at that size)
         "has dynamic height or width; the image is 200x60 (WxH): pass --shape x:1x3x60x200 to "
-        "keep that size, or the size the model expects")
+        "keep that size (the model runs with it here)")
     code, _, err = verify(capsys, "pack", rec, "-d", f"x:{tmp_path / 'line.png'}",
                           *_hint_args(line), "-o", tmp_path / "r.vtc")
     assert code == 0, err
@@ -111,3 +111,21 @@ def test_onnxruntime_log_only_on_request(tmp_path):
                           env={**env, "VERIFY_ORT_LOG": "3"})
     assert loud.returncode == 2
     assert "sequential_executor" in loud.stderr  # onnxruntime's own error log, as asked
+
+
+def test_an_image_size_a_detector_cannot_take_is_rounded_up_to_what_it_can(tmp_path, capsys):
+    """PP-OCR det needs sides that are multiples of 32: a 400x300 image's own size fails in
+    the model (a broadcast error deep inside), so pack tries it and suggests 416x320, which it
+    saw run; a size neither runs with keeps the plain hint (the test above)."""
+    Image.fromarray(np.full((300, 400, 3), 128, np.uint8)).save(tmp_path / "page.png")
+    det = model_path("ppocr_det")
+    code, _, err = verify(capsys, "pack", det, "-d", f"x:{tmp_path / 'page.png'}",
+                          "-o", tmp_path / "d.vtc")
+    line = only_line(err)
+    assert code == 2 and line.endswith(
+        "the image is 400x300 (WxH): pass --shape x:1x3x320x416 (its size rounded up to a "
+        "multiple of 32: the model runs with that here, not with its own)")
+    code, _, err = verify(capsys, "pack", det, "-d", f"x:{tmp_path / 'page.png'}",
+                          *_hint_args(line), "-o", tmp_path / "d.vtc")
+    assert code == 0, err
+    assert read_archive(tmp_path / "d.vtc").cases[0].inputs["x"].shape == (1, 3, 320, 416)

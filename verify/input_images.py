@@ -18,6 +18,17 @@ if TYPE_CHECKING:
     from verify.inputs import InputInfo, Preprocess
 
 
+class ImageSizeError(InputError):
+    """An image for an input of dynamic height or width: `head` says so, `name` is the input,
+    `tries` the shapes to suggest, each with what to say of it (the image's own size, then
+    that rounded up to a multiple of 32), for pack to try on the model (`inputs.build_cases`)."""
+
+    def __init__(self, message: str, head: str, name: str,
+                 *tries: tuple[tuple[int, ...], str]) -> None:
+        super().__init__(message)
+        self.head, self.name, self.tries = head, name, tries
+
+
 def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] | None,
                 pre: Preprocess) -> np.ndarray:
     """An image file as input `info`'s array (`shape`: its dims with --shape laid over)."""
@@ -69,9 +80,18 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
                  if d is not None and d != own]
         keep = (f"to keep its {'width' if h is not None else 'height'} (it is resized to the "
                 f"model's fixed {fixed[0]})" if fixed else "to keep that size")
-        raise InputError(f"{label}: input '{name}' {fmt_shape(shape)} has dynamic height or "
-                         f"width; the image is {img.width}x{img.height} (WxH): pass --shape "
-                         f"{name}:{fill} {keep}, or the size the model expects")
+        head = (f"{label}: input '{name}' {fmt_shape(shape)} has dynamic height or width; the "
+                f"image is {img.width}x{img.height} (WxH)")
+        # the same rounded up to a multiple of 32, the stride detectors need (PP-OCR det)
+        up = [h or -(-img.height // 32) * 32, w or -(-img.width // 32) * 32]
+        up_dims = up if c_axis is None else [channels, *up] if c_axis == 0 else [*up, channels]
+        raise ImageSizeError(f"{head}: pass --shape {name}:{fill} {keep}, or the size the "
+                             "model expects", head, name,
+                             (tuple([1, *dims] if batch else dims),
+                              f"{keep} (the model runs with it here)"),
+                             (tuple([1, *up_dims] if batch else up_dims),
+                              "(its size rounded up to a multiple of 32: the model runs with "
+                              "that here, not with its own)"))
     size = (w, h)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BILINEAR)

@@ -56,6 +56,7 @@ import onnx
 
 from verify.datafiles import fmt_names, is_image
 from verify.errors import InputError
+from verify.input_images import ImageSizeError
 from verify.input_items import ItemParser, MissingShapeError, split_items
 from verify.input_random import RANDOM_INT_HIGH, RandomSpec
 from verify.input_shapes import Dim, effective_shapes, parse_shape_option
@@ -150,6 +151,16 @@ def build_cases(inputs: Sequence[InputInfo], data: Sequence[str], *,
         if probe is None:
             raise
         raise _probed(exc, inputs, data, shapes, seed, pre, base_dir, probe) from None
+    except ImageSizeError as exc:  # the image's size, else rounded up to 32, if the model runs
+        for shape, said in exc.tries if probe is not None else ():
+            try:
+                cases = _build(inputs, data, {**shapes, exc.name: shape}, seed, pre, base_dir)
+            except InputError:
+                continue
+            if probe(cases[0]):
+                raise InputError(f"{exc.head}: pass --shape {exc.name}:"
+                                 f"{'x'.join(map(str, shape))} {said}") from None
+        raise
 
 
 def _build(inputs: Sequence[InputInfo], data: Sequence[str],

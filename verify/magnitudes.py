@@ -21,16 +21,15 @@ class Magnitudes:
     (SOURCE_FACTORS of `ops`, each name's producing op): its threshold is at least that share
     of its sources' measured max|a-r|, known once they are judged (their error, not their
     tolerance: a mask of -1e4 before a Softmax made the tolerance lent 0.3 on probabilities).
-    A selection whose source only the reference has (fused away on the actual side) is held
-    to the source's magnitude instead (`reference_only`), the tolerance the source would have
-    had. Call it as `compare` with `tolerances`' rule; `plain` judges with `floors` alone (a
-    piece fed the reference inputs inherits no error)."""
+    A source the actual side lacks (fused away, filtered out) lends nothing: its tolerance,
+    lent instead, let a Relu off by 1000 pass behind a float32-min mask. Call it as `compare`
+    with `tolerances`' rule; `plain` judges with `floors` alone (a piece fed the reference
+    inputs inherits no error)."""
 
     def __init__(self, tolerances: ToleranceSet, floors: Mapping[str, float],
                  sources: Mapping[str, Sequence[str]], ops: Mapping[str, str]) -> None:
         self.tolerances, self.floors, self.sources, self.ops = tolerances, floors, sources, ops
         self.error: dict[str, float] = {}  # judged tensors: their max|a-r|
-        self.peak: dict[str, float] = {}   # tensors only the reference has: max|r|
 
     def rule(self, name: str, dtype: Any, floor: float | None = None) -> Rule:
         """`name`'s rule: on its own floor (`floor`, else from `floors`), raised to what its
@@ -42,18 +41,9 @@ class Magnitudes:
             return rule
         op = self.ops.get(name, "")
         k = rule.k_for(np.dtype(dtype))
-        lent = [SOURCE_FACTORS.get(op, 1.0) * self.error[s] / k for s in srcs if s in self.error]
-        if op not in SOURCE_FACTORS and op not in ("Max", "Min"):  # it passes values on as they are
-            lent += [self.peak[s] for s in srcs if s not in self.error and s in self.peak]
-        lent = [f for f in lent if f > own and math.isfinite(f)]
+        lent = [f for f in (SOURCE_FACTORS.get(op, 1.0) * self.error[s] / k
+                            for s in srcs if s in self.error) if f > own and math.isfinite(f)]
         return self.tolerances.rule_for(name, max(lent)) if lent else rule
-
-    def reference_only(self, name: str, reference: Any) -> None:
-        """Note the magnitude of a source the actual side lacks (fused away there)."""
-        r = np.asarray(reference)
-        finite = r[np.isfinite(r)] if r.dtype.kind == "f" else r
-        self.peak[name] = max(float(np.abs(finite).max()) if finite.size else 0.0,
-                              self.floors.get(name, 0.0))
 
     def judged(self, d: TensorDiff) -> TensorDiff:
         """Note `d`'s error for the tensors it is a source of."""

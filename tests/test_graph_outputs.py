@@ -106,7 +106,7 @@ def test_runner_wire_level_segment_computes_what_the_whole_graph_does(span: tupl
     boundary = sorted({i for n in nodes for i in n.input if i in made})
     outputs = [o for n in nodes for o in n.output]
     data = b"".join(bytes(p) for p in wire.segment_pieces(
-        first, last, {b: TensorProto.FLOAT for b in boundary}, outputs))
+        first, last, {b: rt._tensor_type(TensorProto.FLOAT) for b in boundary}, outputs))
     seg = onnx.load_from_string(data)
     assert [n.name for n in seg.graph.node] == [n.name for n in nodes]
     assert [o.name for o in seg.graph.output] == outputs

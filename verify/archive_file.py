@@ -252,8 +252,8 @@ def open_archive(path: Path) -> h5py.File:
         raise ArchiveError(f"{path}: cannot read: permission denied") from None
     except (OSError, ValueError, RuntimeError):
         # `verify run model.onnx`: a new user's first try (or a model saved as .vtc)
-        if path.suffix.lower() == ".onnx" or _starts_like_onnx(path):
-            named = path.suffix.lower() == ".onnx"  # else pack's own name would be the model's
+        named = path.suffix.lower() == ".onnx"  # else pack's own name would be the model's
+        if named or _starts_like_onnx(path):
             out = path.with_suffix(".vtc") if named else path.with_name(path.stem + ".packed.vtc")
             raise ArchiveError(f"{path}: an ONNX model, not a testcase archive; pack it first "
                                f"(verify pack {shlex.quote(str(path))}"

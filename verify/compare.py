@@ -360,4 +360,3 @@ def tol_rank(d: TensorDiff) -> float:
 def first_divergent(diffs: Iterable[TensorDiff]) -> TensorDiff | None:
     """The first failing diff in the given order (the caller orders them topologically)."""
     return next((d for d in diffs if not d.passed), None)
-

@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare,
-                            compare_batch, expect_bytes, json_safe, tol_rank)
+from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
+                            expect_bytes, json_safe, tol_rank)
 from verify.diff_sources import (Side, Source, Tensor, open_source, unpaired_namesakes,
                                  unpaired_why)
 from verify.dtypes import float_eps
 from verify.dump import not_captured_text
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
-from verify.magnitudes import Magnitudes
+from verify.layer_judge import LayerJudge
 from verify.origin import Attribution
 from verify.rules import plural
 from verify.scan import Batch
@@ -227,11 +227,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     order = ([t.name for t in act.tensors if t.name in common]
              if act.sequential and not ref.sequential else list(common))
     diffs: dict[str, TensorDiff] = {}
-    # not blamed for the error its sources hand it (a ReLU6 after a convolution; Magnitudes)
-    mags = Magnitudes(tolerances, {t.name: t.floor for t in ref.tensors},
-                      {t.name: t.sources for t in ref.tensors if t.sources},
-                      {t.name: t.op for t in ref.tensors})
-    waiting: set[str] = set()  # the tensors in the pending batch
+    # not blamed for the error its sources hand it (a ReLU6 after a convolution; LayerJudge)
+    judge = LayerJudge(tolerances, {t.name: t.floor for t in ref.tensors},
+                       {t.name: t.sources for t in ref.tensors if t.sources},
+                       {t.name: t.op for t in ref.tensors})
     cast: dict[str, np.dtype] = {}  # compared in the reference's dtype: an fp16 copy's, say
     # Small float32 pairs are copied into one batch and scanned by one kernel call (a fixed
     # cost per call made hundreds of small tensors ~17x slower than one array; issue 14); the
@@ -242,9 +241,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     def flush() -> None:
         if pending and batch is not None:
             for d in compare_batch(pending, batch, engine):  # type: ignore[arg-type]
-                diffs[d.name] = mags.judged(d)
+                diffs[d.name] = judge.judged(d)
             pending.clear()
-            waiting.clear()
             batch.reset()
 
     skipped: list[str] = []  # no value on a side: a type numpy has no form for (bfloat16, ...)
@@ -257,20 +255,19 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
             cast[name] = a.dtype  # an fp16 model against its float original: seen through
             a = a.astype(r.dtype)
-        if waiting.intersection(t.sources):
+        if t.sources and any(item[0] in t.sources for item in pending):
             flush()  # its sources' errors first
-        rule = mags.rule(name, r.dtype, t.floor)
+        rule = judge.rule(name, r.dtype, t.floor)
         if _batchable(a, r):
             batch = batch or Batch(BATCH_ELEMENTS)
             if not batch.room_for(a.size):
                 flush()
             xa, xr, span = batch.add(a, r)
             pending.append((name, xa, xr, rule, t.is_output, span))
-            waiting.add(name)
         else:
             flush()
-            diffs[name] = mags.judged(compare(name, a, r, rule, topk=t.is_output,
-                                              engine=engine))  # type: ignore[arg-type]
+            diffs[name] = judge.judged(compare(name, a, r, rule, topk=t.is_output,
+                                               engine=engine))  # type: ignore[arg-type]
         del a, r
     flush()
     if cast:

@@ -22,9 +22,8 @@ import numpy as np
 
 from verify.dump import Dump, not_captured_text, open_dump
 from verify.dump_read import Scratch
-from verify.iodump import TITLE as IO_TITLE
+from verify.iodump import is_io_dump
 from verify.errors import DumpError, UsageError
-from verify.files import read_head
 from verify.graph import parse_model, saturation_floors, value_sources
 from verify.origin import Attribution, attribute
 from verify.rules import plural
@@ -88,8 +87,7 @@ def open_source(path: Path, stack: contextlib.ExitStack, *, floors: bool,
         dump = open_dump(path)
         stack.callback(dump.close)
         return Source(tuple(dump.case_numbers), lambda case: _dump_side(dump, case))
-    title = f"# {IO_TITLE}".encode()
-    if read_head(path, len(title)) == title:
+    if is_io_dump(path):
         raise UsageError(f"{path}: a text io-dump (--io-dump); verify diff compares "
                          "--bin-io-dump folders and archives (compare text dumps with diff)")
     return _archive_source(path, stack, floors, status)

@@ -128,9 +128,10 @@ def read_npy(fh: IO[bytes], size: int, start: int, name: str, entry: Entry, what
              end: int | None = None) -> np.ndarray:
     """The .npy image at byte `start` of the open file `fh` (`size` bytes long, named `name`),
     without pickle; object arrays, truncation and manifest mismatches are refused, and with
-    `whole` bytes after it too, and an image running past `end` (the next image's start). The header is parsed by numpy's own reader (never pickle),
-    then the data is mapped in place (`map_readonly`: zero copy, pages mapped up front), or
-    with `scratch` read into it (the array is then valid until the scratch's next use)."""
+    `whole` bytes after it too, and an image running past `end` (the next image's start).
+    The header is parsed by numpy's own reader (never pickle), then the data is mapped in
+    place (`map_readonly`: zero copy, pages mapped up front), or with `scratch` read into it
+    (the array is then valid until the scratch's next use)."""
     try:
         fh.seek(start)
         known = _expected_header(fh, entry)

@@ -13,8 +13,8 @@ that failed are removed again (`made_dirs`).
 
 from __future__ import annotations
 
-import json
 import errno
+import json
 import os
 import re
 import tempfile

@@ -211,7 +211,7 @@ def saturation_floors(model: onnx.ModelProto) -> dict[str, float]:
 # smaller than their input (a ReLU6 after a convolution peaking at 590), while the absolute
 # noise of the values they pass on is the input's: judged against the output's own peak, it
 # failed (PP-OCRv4 rec on raw 0-255 pixels: every Clip after a large convolution, between two
-# opt levels on one CPU). So such an output is judged no tighter than its sources.
+# opt levels on one CPU). So such an output is not blamed for its sources' error.
 _SELECTING_OPS = frozenset({"Relu", "Clip", "Max", "Min", "MaxPool", "GlobalMaxPool",
                             "ReduceMax", "ReduceMin", "ReduceMean", "AveragePool",
                             "GlobalAveragePool"})
@@ -229,11 +229,11 @@ def value_sources(model: onnx.ModelProto) -> dict[str, tuple[str, ...]]:
     sources: dict[str, tuple[str, ...]] = {}
     for node in model.graph.node:
         op = node.op_type
-        alpha = next((a.f for a in node.attribute if a.name == "alpha"), 0.01)
         if op in ("Max", "Min"):
             data = list(node.input)
-        elif (op in _SELECTING_OPS or op in SHAPE_ONLY_OPS or op in SOURCE_FACTORS
-              or (op == "LeakyRelu" and alpha <= 1)):
+        elif op in _SELECTING_OPS or op in SHAPE_ONLY_OPS or op in SOURCE_FACTORS or (
+                op == "LeakyRelu" and next((a.f for a in node.attribute if a.name == "alpha"),
+                                           0.01) <= 1):
             data = list(node.input[:1])
         else:
             continue

@@ -71,27 +71,27 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
     if h is None or w is None:
         # Keeping the image's own size would fix H/W silently, and models with dynamic H/W
         # still expect particular sizes (PP-OCR rec: H 48); the user picks, told the size.
-        hw = [h or img.height, w or img.width]
-        dims = hw if c_axis is None else [channels, *hw] if c_axis == 0 else [*hw, channels]
-        fill = "x".join(map(str, [1, *dims] if batch else dims))
+        def laid(height: int, width: int) -> tuple[int, ...]:  # the input's shape for them
+            dims = ([height, width] if c_axis is None else [channels, height, width]
+                    if c_axis == 0 else [height, width, channels])
+            return tuple([1, *dims] if batch else dims)
+
+        own = laid(h or img.height, w or img.width)
         # a fixed side the image does not have is resized to: "keep that size" would be false
-        fixed = [f"{what} {d}" for what, d, own in (("height", h, img.height),
-                                                    ("width", w, img.width))
-                 if d is not None and d != own]
+        fixed = [f"{what} {d}" for what, d, size in (("height", h, img.height),
+                                                     ("width", w, img.width))
+                 if d is not None and d != size]
         keep = (f"to keep its {'width' if h is not None else 'height'} (it is resized to the "
                 f"model's fixed {fixed[0]})" if fixed else "to keep that size")
         head = (f"{label}: input '{name}' {fmt_shape(shape)} has dynamic height or width; the "
                 f"image is {img.width}x{img.height} (WxH)")
         # the same rounded up to a multiple of 32, the stride detectors need (PP-OCR det)
-        up = [h or -(-img.height // 32) * 32, w or -(-img.width // 32) * 32]
-        up_dims = up if c_axis is None else [channels, *up] if c_axis == 0 else [*up, channels]
-        raise ImageSizeError(f"{head}: pass --shape {name}:{fill} {keep}, or the size the "
-                             "model expects", head, name,
-                             (tuple([1, *dims] if batch else dims),
-                              f"{keep} (the model runs with it here)"),
-                             (tuple([1, *up_dims] if batch else up_dims),
-                              "(its size rounded up to a multiple of 32: the model runs with "
-                              "that here, not with its own)"))
+        up = laid(h or -(-img.height // 32) * 32, w or -(-img.width // 32) * 32)
+        tries = [(own, f"{keep} (the model runs with it here)")] + ([] if up == own else [
+            (up, "(its size rounded up to a multiple of 32: the model runs with that here, "
+                 "not with its own)")])
+        raise ImageSizeError(f"{head}: pass --shape {name}:{'x'.join(map(str, own))} {keep}, "
+                             "or the size the model expects", head, name, *tries)
     size = (w, h)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BILINEAR)

@@ -7,10 +7,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from verify.dump_read import shape_text
+from verify.files import read_head
 from verify.runner.contract import ManifestCase, ManifestTensor, Record
 
 MC, MT = ManifestCase, ManifestTensor
 TITLE = "verify io-dump of"  # the first header line's start: a file's first bytes "# " + TITLE
+
+
+def is_io_dump(path: Any) -> bool:
+    """Whether the file at `path` begins as a text io-dump does (diff and inspect name it)."""
+    title = f"# {TITLE}".encode()
+    return read_head(path, len(title)) == title
 
 
 def _num(value: Any) -> str:

@@ -143,10 +143,9 @@ def _pull(session: DeviceSession, workdir: str, dump: DumpSpec, plan: DumpPlan,
         if problem:  # a runner of another make: nothing it says is taken on trust
             raise RunnerError(f"{session.spec}: the runner's dump records are wrong: {problem}")
         kept = []
-        for i, rec in enumerate(case_records):
+        for t, rec in zip(plan.tensors, case_records):  # one each (_records_problem)
             if rec is None:  # the runner could not write it (a type with no .npy form)
-                if i < len(plan.tensors):
-                    missing[plan.tensors[i].name] = None
+                missing[t.name] = None
                 continue
             rec = dict(rec)
             if rec.get(Record.FILE) and dump.dest is not None:

@@ -43,7 +43,7 @@ SHAPE_ONLY_OPS = frozenset({
 })
 # How much of its input's error a saturating op can pass on at most (its largest slope; the
 # softmax's rows' at most 1/2 in the max norm; HardSigmoid's usual alphas 0.2 and 1/6): the
-# share of its sources' magnitude it is judged against (compare.Magnitudes); ops that select
+# share of its sources' measured error it may carry (layer_judge.LayerJudge); ops that select
 # values pass it all on (1).
 SOURCE_FACTORS = {"Sigmoid": 0.25, "HardSigmoid": 0.25, "Softmax": 0.5, "Tanh": 1.0,
                   "Erf": 1.13}

@@ -32,7 +32,7 @@ def inspect(archive: Path, as_json: bool) -> int:
       verify inspect phone/
     """
     from verify.files import read_head
-    from verify.iodump import TITLE
+    from verify.iodump import is_io_dump
     from verify.schema import SIGNATURE
 
     if archive.is_dir():
@@ -44,7 +44,7 @@ def inspect(archive: Path, as_json: bool) -> int:
         else:
             _print_dump(summary)
         return EXIT_OK
-    if archive.is_file() and read_head(archive, len(TITLE) + 2) == f"# {TITLE}".encode():
+    if archive.is_file() and is_io_dump(archive):
         from verify.errors import UsageError
 
         raise UsageError(f"{archive}: a text io-dump (--io-dump), to be read as text; inspect "

@@ -28,8 +28,8 @@ from verify.compare import TensorDiff, ToleranceSet, first_divergent
 from verify.errors import UsageError
 from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors, value_sources
 from verify.origin import HOST, Attribution, attribute
+from verify.layer_judge import LayerJudge
 from verify.localize.repro import repro_path, write_repro
-from verify.magnitudes import Magnitudes
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
@@ -154,7 +154,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
     if not len(ng):
         raise UsageError(f"{req.selection.archive}: the model has no computing nodes to localize")
     floors = saturation_floors(model)
-    judge = Magnitudes(tolerances, floors, value_sources(model),
+    judge = LayerJudge(tolerances, floors, value_sources(model),
                        {o: n.op_type for n in model.graph.node for o in n.output})
     options = RunOptions(session=req.session, timed=TimedRuns(iterations=1, warmup=0),
                          timeout=req.device.timeout)
@@ -164,7 +164,7 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
 
 
 def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, profile: Profile,
-                 model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: Magnitudes,
+                 model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: LayerJudge,
                  device: DeviceRounds, folder: Path | None) -> LocalizeResult:
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks

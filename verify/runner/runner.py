@@ -623,8 +623,9 @@ _NP_TYPES = {"float": "float32", "float16": "float16", "double": "float64", "int
 # level: the original ModelProto with its graph's nodes restricted to the segment, the
 # initializers those nodes use, the graph inputs they read, every tensor that an earlier segment
 # produced and they read ("boundary" values, typed by element type only, or as a sequence of
-# such tensors), and as outputs the tensors to capture plus those a later segment reads. Segment k runs on the values segment k-1
-# left, so every node runs exactly once. See docs/runner-contract.md, "Segments".
+# such tensors), and as outputs the tensors to capture plus those a later segment reads.
+# Segment k runs on the values segment k-1 left, so every node runs exactly once. See
+# docs/runner-contract.md, "Segments".
 _GRAPH_NODE, _GRAPH_INIT, _GRAPH_INPUT, _GRAPH_OUTPUT = 1, 5, 11, 12
 _GRAPH_VALUE_INFO, _GRAPH_SPARSE_INIT = 13, 15
 _NODE_INPUT, _NODE_OUTPUT, _NODE_NAME, _NODE_OP, _NODE_ATTR, _NODE_DOMAIN = 1, 2, 3, 4, 5, 7
@@ -764,7 +765,7 @@ class WireModel(object):
 
     def segment_pieces(self, first, last, boundary_types, outputs):
         """The pieces of a model of nodes[first:last]: inputs are the graph inputs they read and
-        `boundary_types` (name -> TensorProto element type, or a serialized TypeProto), outputs
+        `boundary_types` (name -> serialized TypeProto: `_tensor_type`, `_value_type`), outputs
         are `outputs` (by name)."""
         buf = self.buf
         nodes = self.nodes[first:last]
@@ -784,8 +785,7 @@ class WireModel(object):
                 graph.append(buf[self.inits[name][0]:self.inits[name][1]])
             elif name in self.inputs and name not in boundary_types:
                 graph.append(buf[self.inputs[name][0]:self.inputs[name][1]])
-        for name, kind in boundary_types.items():
-            tp = _tensor_type(kind) if isinstance(kind, int) else kind
+        for name, tp in boundary_types.items():
             raw = name.encode("utf-8")
             vi = _NAME_TAG + _varint(len(raw)) + raw + b"\x12" + _varint(len(tp)) + tp
             graph.append(b"\x5a" + _varint(len(vi)) + vi)         # GraphProto.input (11)
@@ -1030,9 +1030,8 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                         o for o in nodes[-1].outputs if o]):
                     out.write(piece)
             measured = measure_sizes(np, ort, whole, cases, session_job, scratch)
-        except JobError as exc:  # said of the model, not of a scratch file
-            raise JobError(exc.kind, "%s (measuring the tensors' sizes)"
-                           % str(exc).replace(whole, "model"))
+        except JobError as exc:
+            raise _reworded(exc, whole, "model", "measuring the tensors' sizes")
         finally:
             _remove_quietly(whole)
         for node in unknown:
@@ -1076,23 +1075,21 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
                 if sess is None:
                     types = {}
                     for n, (value, owner) in boundary.items():
-                        kind = (ELEM_TYPES.get(str(value.dtype)) if value is not None
-                                else _value_type(owner[0].data_type()))
-                        if kind is None:
+                        kind = str(value.dtype) if value is not None else owner[0].data_type()
+                        types[n] = (_tensor_type(ELEM_TYPES[kind]) if kind in ELEM_TYPES
+                                    else _value_type(kind))  # numpy's name, or onnxruntime's
+                        if types[n] is None:
                             raise JobError("runtime", "value %r (%s) cannot cross a segment "
-                                           "boundary" % (n, value.dtype if value is not None
-                                                         else owner[0].data_type()))
-                        types[n] = kind
+                                           "boundary" % (n, kind))
                     try:
                         with open(path, "wb") as out:
                             for piece in wire.segment_pieces(first, last, types, fetch):
                                 out.write(piece)
                         sess = make_session(ort, path, session_job)
-                    except JobError as exc:  # said of the segment, not of a scratch file
-                        raise JobError(exc.kind, "%s (capturing nodes %d-%d: %s ... %s)" % (
-                            str(exc).replace(path, "segment"), first, last - 1,
-                            nodes[first].name or nodes[first].op, nodes[last - 1].name
-                            or nodes[last - 1].op))
+                    except JobError as exc:
+                        raise _reworded(exc, path, "segment", "capturing nodes %d-%d: %s ... %s"
+                                        % (first, last - 1, nodes[first].name or nodes[first].op,
+                                           nodes[last - 1].name or nodes[last - 1].op))
                     finally:
                         _remove_quietly(path)
                     if len(cases) > 1:
@@ -1116,6 +1113,11 @@ def _capture(np, ort, wire, tensors, cases, budget, session_job, scratch, sizes,
         held = None
         for span in [s for s in sessions if s not in used]:
             del sessions[span]
+
+
+def _reworded(exc, path, name, where):
+    """`exc` said of `name` (the model, a segment), not of the scratch file `path`, and where."""
+    return JobError(exc.kind, "%s (%s)" % (str(exc).replace(path, name), where))
 
 
 def _remove_quietly(path):

@@ -1,5 +1,5 @@
 """Per-layer judging that does not blame a tensor for the error its sources hand it (see
-`Magnitudes`): `diff`, `ci`'s per-layer gate and `localize`'s full run judge through it."""
+`LayerJudge`): `diff`, `ci`'s per-layer gate and `localize`'s full run judge through it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from verify.compare import TensorDiff, ToleranceSet, compare
 from verify.rules import SOURCE_FACTORS, MagnitudeRule, Rule
 
 
-class Magnitudes:
+class LayerJudge:
     """Per-layer judging (diff, ci, localize's full run), where a tensor is not blamed for the
     error its sources hand it. A tensor whose op only selects, moves or averages values
     (`graph.value_sources`: a ReLU6 after a convolution) passes on its source's absolute error

@@ -1,6 +1,6 @@
 """A tensor that only selects values from another (a ReLU6 after a convolution), or squashes
-them with a bounded slope (a Sigmoid), is judged no tighter than the share of its sources'
-magnitude it can pass on (graph.value_sources, compare.Magnitudes): the sources' noise is its
+them with a bounded slope (a Sigmoid), is not blamed for the share of its sources' measured
+error it can pass on (graph.value_sources, layer_judge.LayerJudge): the sources' noise is its
 noise however small its own peak. PP-OCRv4 rec on raw 0-255 pixels failed 17 Clip outputs
 between two opt levels of one CPU, and localize named a "failing subgraph" there."""
 
@@ -22,7 +22,7 @@ from fixtures_devices import run_cli
 from fixtures_dump import dump_factory  # noqa: F401  (a fixture)
 from helpers_cli import verify
 from verify.compare import ToleranceSet, compare
-from verify.magnitudes import Magnitudes
+from verify.layer_judge import LayerJudge
 from verify.graph import value_sources
 
 
@@ -66,19 +66,19 @@ def test_a_relu6_is_not_blamed_for_its_convolution_s_error() -> None:
     rules = ToleranceSet()
     alone = compare("y", act["y"], ref["y"], rules.rule_for("y"))
     assert not alone.passed  # against its own peak (6): 4.6e-4 > 6 * 2^-14
-    mags = Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"})
-    source = mags("c", act["c"], ref["c"])
+    judge = LayerJudge(rules, {}, {"y": ("c",)}, {"y": "Clip"})
+    source = judge("c", act["c"], ref["c"])
     assert source.passed and source.max_abs < 0.02 * source.threshold
-    got = mags("y", act["y"], ref["y"])
+    got = judge("y", act["y"], ref["y"])
     assert got.passed and got.threshold == pytest.approx(source.max_abs)  # c's error
     # a wrong ReLU6 (it clips at 5) is caught: 1 against the 4.6e-4 its source hands it
-    mags = Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"})
-    mags("c", act["c"], ref["c"])
-    assert not mags("y", np.clip(act["c"], 0, 5), ref["y"]).passed
+    judge = LayerJudge(rules, {}, {"y": ("c",)}, {"y": "Clip"})
+    judge("c", act["c"], ref["c"])
+    assert not judge("y", np.clip(act["c"], 0, 5), ref["y"]).passed
     # pieces fed the reference inputs inherit nothing
-    assert not mags.plain("y", act["y"], ref["y"]).passed
+    assert not judge.plain("y", act["y"], ref["y"]).passed
     # a source not judged (fused away, filtered out) lends nothing
-    assert Magnitudes(rules, {}, {"y": ("c",)}, {"y": "Clip"}).rule("y", np.float32) == \
+    assert LayerJudge(rules, {}, {"y": ("c",)}, {"y": "Clip"}).rule("y", np.float32) == \
         rules.rule_for("y", 0.0)
 
 
@@ -94,15 +94,15 @@ def test_a_masked_softmax_or_a_min_with_a_large_bound_gets_no_slack_from_it() ->
     wrong = probs.copy()
     wrong[0] *= 0.8
     rules = ToleranceSet()
-    mags = Magnitudes(rules, {"p": 1 / 16}, {"p": ("m",)}, {"p": "Softmax"})
-    assert mags("m", masked, masked).passed
-    assert not mags("p", wrong, probs).passed
+    judge = LayerJudge(rules, {"p": 1 / 16}, {"p": ("m",)}, {"p": "Softmax"})
+    assert judge("m", masked, masked).passed
+    assert not judge("p", wrong, probs).passed
     a = rng.uniform(-1, 1, 1000).astype(np.float32)
     bound = np.full(1000, 1e4, np.float32)
-    mags = Magnitudes(rules, {}, {"m": ("a", "bound")}, {"m": "Min"})
-    mags("a", a, a)
-    mags("bound", bound, bound)
-    assert not mags("m", np.minimum(a, bound) + np.float32(0.3), np.minimum(a, bound)).passed
+    judge = LayerJudge(rules, {}, {"m": ("a", "bound")}, {"m": "Min"})
+    judge("a", a, a)
+    judge("bound", bound, bound)
+    assert not judge("m", np.minimum(a, bound) + np.float32(0.3), np.minimum(a, bound)).passed
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ from verify.timing import Timing  # noqa: F401 (part of bench's results)
 from verify.errors import UsageError
 from verify.execute import Prepared, output_floors, prepare
 from verify.external import ExternalData
+from verify.ort_keys import typo_of, unknown
 from verify.options import (
     OPT_LEVELS,
     ArchiveSelection,
@@ -137,6 +138,10 @@ def parse_setting(text: str, origin: str | None = None) -> Setting:
             flag = _choice(value, ("0", "1"), "prepack", label)
             config.append((DISABLE_PREPACKING, "1" if flag == "0" else "0"))
         elif "." in key:
+            meant = typo_of(key)
+            if meant is not None:  # onnxruntime would ignore it: the row would time the default
+                raise UsageError(f"{label}: {key!r} is not an onnxruntime session config key; "
+                                 f"did you mean {meant!r}?")
             config.append((key, value))
         else:
             raise UsageError(f"{label}: unknown key {key!r}; valid: opt, threads, "
@@ -318,7 +323,14 @@ def _bench(request: BenchRequest, prepared: Prepared, status: Status | None,
     return BenchReport(str(request.selection.archive), {"spec": profile.spec, **dict(device)},
                        indices, request.timed.iterations, request.timed.warmup, request.repeat,
                        results,
-                       tuple(timing_notes(results)), *starts)
+                       tuple(_config_notes(request.settings) + timing_notes(results)), *starts)
+
+
+def _config_notes(settings: Sequence[Setting]) -> list[str]:
+    """Keys onnxruntime's header does not list: ignored by a build that does not know them."""
+    keys = dict.fromkeys(k for s in settings for k, _ in s.session_config if unknown(k))
+    return [f"{k!r} is not a session config key onnxruntime's header lists; a build that "
+            "does not know it ignores it (the setting then times the default)" for k in keys]
 
 
 def timing_notes(results: Sequence[SettingResult]) -> list[str]:

@@ -70,6 +70,12 @@ def test_tight_tolerance_fails_names_the_first_divergent_and_exits_1(
     table = [ln for ln in out.splitlines() if ln.endswith(("PASS     magnitude k=2^-14",)) or
              "FAIL" in ln and "allclose" in ln]
     assert code == 1 and len(table) == 3
+    # --top 0 is every row, as profile's -t 0 (it was refused)
+    code, every, _ = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                            "--tol", "*:atol=1e-9", "--top", "0")
+    plain = verify(capsys, "diff", cnn_dumps["all"], cnn_dumps["disable"],
+                   "--tol", "*:atol=1e-9")[1]
+    assert code == 1 and every == plain and every.count("FAIL") > 3
 
 
 def test_shape_and_dtype_mismatches_are_rows_not_errors(dump_copy: Path) -> None:

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 @click.argument("reference", type=click.Path(path_type=Path))
 @click.option("--case", "case_index", type=click.IntRange(min=0), default=None,
               help="Compare only this case (default: every case both captures hold).")
-@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Show only the N worst tensors (by error in tolerance units).")
+@click.option("--top", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Show only the N worst tensors (by error in tolerance units); 0: all, as "
+                   "profile's --top 0.")
 @click.option("--only-failing", is_flag=True, help="Show only tensors over tolerance.")
 @click.option("--show-missing", is_flag=True,
               help="Also list each tensor present on one side only, with why.")
@@ -68,6 +69,7 @@ def diff(actual: Path, reference: Path, case_index: int | None, top: int | None,
     from verify.diff import diff_cases
     from verify.tolerance import tolerance_set
 
+    top = top or None  # 0: every row
     if top is not None and only_failing:
         raise UsageError("--top and --only-failing cannot be combined; pick one")
     t = tolerances

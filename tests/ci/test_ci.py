@@ -497,6 +497,22 @@ def test_a_report_path_that_cannot_be_a_file_stops_ci_before_any_job_runs(
     assert not (tmp_path / "bl").exists()
 
 
+def test_ci_reads_its_suite_once(device_env, tmp_path: Path, capsys,
+                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With reports asked for, the suite was read to check their paths and read again to run:
+    an edit in between ran another suite than the one checked."""
+    import verify.ci as ci_lib
+    from verify.cli import main
+
+    suite, reads = local_suite(tmp_path), []
+    real = ci_lib.load_suite
+    monkeypatch.setattr(ci_lib, "load_suite", lambda path: reads.append(path) or real(path))
+    report = tmp_path / "r.json"
+    assert main(["ci", str(suite), "--only", "cnn/local/opt-all", "--baselines",
+                 str(tmp_path / "bl"), "--report-json", str(report)]) in (0, 1)
+    assert json.loads(report.read_text())["jobs"] and reads == [suite]
+
+
 def test_a_device_spec_that_names_no_device_stops_ci_before_any_job_runs(
         device_env, tmp_path: Path, capsys) -> None:
     """A malformed spec (`ssh:` with no host) or a profile this machine lacks, for a device

@@ -71,9 +71,12 @@ def plan(request: CiRequest) -> tuple[Suite, list[Job], int]:
 
 
 def run_suite(request: CiRequest,
-              on_result: Callable[[JobResult], None] | None = None) -> CiOutcome:
+              on_result: Callable[[JobResult], None] | None = None,
+              planned: tuple[Suite, list[Job], int] | None = None) -> CiOutcome:
+    """Run the suite's selected jobs; `planned`: `plan(request)` already made (the suite file
+    is then not read again, so what was checked is what runs)."""
     started = time.monotonic()
-    suite, jobs, total = plan(request)
+    suite, jobs, total = planned or plan(request)
     check_devices(request.suite, jobs)
     ci = CiRun(suite_name=suite.name, baselines=request.baselines or suite.baselines,
                update_goldens=request.update_goldens,

@@ -93,8 +93,9 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
                                shard=ci_lib.parse_shard(shard) if shard else None,
                                update_goldens=update_goldens,
                                require_baselines=require_baselines, baselines=baselines)
+    planned = ci_lib.plan(request)  # read once: the reports' checks and the run see one suite
     if list_only:
-        _, jobs, total = ci_lib.plan(request)
+        _, jobs, total = planned
         if as_json:
             emit_json({"total": total, "jobs": [j.id for j in jobs]}, "ci-list")
         else:
@@ -108,7 +109,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     taken: list[tuple[str, Path | str | None]] = [("the suite file", suite)]
     if any(path is not None for _, path in reports):
         # every testcase of the suite, selected by --only/--shard or not, and its baselines
-        suite_doc = ci_lib.plan(request)[0]
+        suite_doc = planned[0]
         taken += [(f"testcase {job.testcase!r} of the suite", job.archive)
                   for job in ci_lib.expand(suite_doc)]
         kept = (baselines or suite_doc.baselines).resolve()
@@ -123,7 +124,7 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
     ci_lib.check_report_dependencies([option for option, path in reports
                                       if path and option in ci_lib.REPORT_LIBRARIES])
     show = None if as_json else (lambda r: click.echo(_line(r)))
-    outcome = ci_lib.run_suite(request, on_result=show)
+    outcome = ci_lib.run_suite(request, on_result=show, planned=planned)
     written = ci_lib.write_reports(outcome, junit=junit, markdown_path=markdown_path,
                                    json_path=json_path, html_path=html_path)
     if as_json:

@@ -308,15 +308,18 @@ def dump_summary(dump: Dump) -> dict[str, Any]:
     the manifest's own fields under their names, the cases counted."""
     m = dump.manifest
     counted, read = [], 0
-    for number in dump.case_numbers:
-        entries = dump.entries(number)
-        nbytes = 0
-        for e in entries:
-            if e.file is not None:
-                nbytes += int(dump.load(e).nbytes)
-                read += 1
-        counted.append({"number": number, "tensor_count": len(entries), "tensor_bytes": nbytes})
-    dump.close()
+    try:
+        for number in dump.case_numbers:
+            entries = dump.entries(number)
+            nbytes = 0
+            for e in entries:
+                if e.file is not None:
+                    nbytes += int(dump.load(e).nbytes)
+                    read += 1
+            counted.append({"number": number, "tensor_count": len(entries),
+                            "tensor_bytes": nbytes})
+    finally:  # a damaged tensor's DumpError too lets go of the files and maps
+        dump.close()
     kept = (M.FORMAT_VERSION, M.CREATED_UTC, M.VERIFY, M.SPEC, M.DEVICE, M.PROVIDERS,
             M.OPTIONS, M.GRAPH, M.MODEL_SHA256, M.SEGMENTS, M.SUBGRAPH_TENSORS, M.NOT_CAPTURED)
     return {"folder": str(dump.path), **{k: k.of(m) for k in kept},

@@ -178,6 +178,12 @@ def _damage(kind: str, d: Path) -> str:
         (d / "manifest.json").unlink()
         return (f"error: {d}: incomplete dump (tensor files but no manifest.json: the dump "
                 "was interrupted); re-run it")
+    if kind == "killed while staged":  # what a SIGKILL leaves: the staging folder alone
+        shutil.rmtree(d)
+        (d / ".verify-staging-k1x2").mkdir(parents=True)
+        (d / ".verify-staging-k1x2" / "c0.npys").write_bytes(b"\x93NUMPY")
+        return (f"error: {d}: incomplete dump (a run writing it was interrupted, or is still "
+                "writing: .verify-staging-k1x2/ holds what it wrote); re-run it")
     if kind == "empty":
         shutil.rmtree(d)
         d.mkdir()
@@ -202,7 +208,8 @@ def _damage(kind: str, d: Path) -> str:
 @pytest.mark.parametrize("kind", ["missing file", "truncated", "other shape", "pickled",
                                   "offset past the end", "overlapping", "unaligned", "fifo",
                                   "mangled header", "huge header", "manifest not json",
-                                  "incomplete", "empty", "no tensors", "listed twice",
+                                  "incomplete", "killed while staged", "empty", "no tensors",
+                                  "listed twice",
                                   "newer"])
 def test_bad_dumps_are_refused_with_one_line(kind: str, dump_copy: Path,
                                               cnn_dumps: dict[str, Path],

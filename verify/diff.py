@@ -276,8 +276,11 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     if skipped:
         notes.append(not_captured_text(skipped) + ": not compared")
     rows: list[DiffRow] = []
+    # a tensor one side could not capture (no .npy form, or a sequence) is not compared, as
+    # one with no value on a side (skipped): its side's note names it, no missing row
+    uncaptured = act.not_captured | ref.not_captured
     for i, t in enumerate(ref.tensors):
-        if t.name in skipped:
+        if t.name in skipped or t.name in uncaptured:
             continue
         if t.name in unpaired:
             rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual",
@@ -291,7 +294,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
             rows.append(DiffRow(i, t.name, t.node, t.op, diffs[t.name],
                                 fused=tuple(act.fused_into.get(t.name, ()))))
     paired = set(alias.values())
-    only_act = [t for t in act.tensors if t.name not in ref_names and t.name not in paired]
+    only_act = [t for t in act.tensors if t.name not in ref_names and t.name not in paired
+                and t.name not in uncaptured]
     for k, t in enumerate(only_act):
         if t.name in unpaired:
             rows.append(DiffRow(len(ref.tensors) + k, t.name, t.node, t.op, None, "reference",

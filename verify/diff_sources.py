@@ -56,6 +56,7 @@ class Side:
     note: str = ""  # what the report should say about where this side's values came from
     sequential: bool = False  # values computed in its own order: load them in that order
     dump_filter: str | None = None  # the --dump-filter that left some of its tensors out
+    not_captured: frozenset[str] = frozenset()  # no .npy form or no tensor: never written
     # tensors onnxruntime's optimizer made (a dump of the optimized graph), and what decides
     # their names (Dump.optimizer_build; empty: not known)
     optimizer_made: frozenset[str] = frozenset()
@@ -116,6 +117,7 @@ def _dump_side(dump: Dump, case: int) -> Side:
         load=lambda name: dump.load(entries[name]),
         fused_away=set(dump.fused_away), fused_into=dump.fused_into,
         model_sha256=dump.model_sha256, graph=dump.graph, dump_filter=dump.dump_filter,
+        not_captured=frozenset(dump.not_captured),
         optimizer_made=frozenset(e.name for e in entries.values() if e.origin == "optimized"),
         optimizer_build=dump.optimizer_build,
         shapes=lambda: {e.name: tuple(e.shape) for e in entries.values()},

@@ -251,7 +251,10 @@ def not_captured_text(names: Sequence[str]) -> str:
     """What a note says of tensors a dump could not capture."""
     shown = ", ".join(repr(n) for n in names[:5]) + (" …" if len(names) > 5 else "")
     return (f"{len(names)} tensor(s) not captured, their type having no .npy form (bfloat16, "
-            f"float8, string): {shown}")
+            f"float8, string) or being no tensor (a sequence): {shown}")
+
+
+STAGING = ".verify-staging-"  # + random: a dump folder being written (dump_dir)
 
 
 def open_dump(path: Path) -> Dump:
@@ -267,6 +270,10 @@ def open_dump(path: Path) -> Dump:
         if any(FILE_RE.fullmatch(p.name) for p in path.iterdir()):
             raise DumpError(f"{path}: incomplete dump (tensor files but no {MANIFEST}: the "
                             "dump was interrupted); re-run it")
+        staged = sorted(p.name for p in path.iterdir() if p.name.startswith(STAGING))
+        if staged:
+            raise DumpError(f"{path}: incomplete dump (a run writing it was interrupted, or is "
+                            f"still writing: {staged[0]}/ holds what it wrote); re-run it")
         if (path / "outputs.json").is_file():
             raise DumpError(f"{path}: a --bin-out-dump folder (final outputs only), not a "
                             "verify dump; capture every layer with --bin-io-dump")

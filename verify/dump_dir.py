@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from verify.dump import MANIFEST, is_tensor_file, write_manifest
+from verify.dump import MANIFEST, STAGING, is_tensor_file, write_manifest
 from verify.errors import UsageError
 from verify.files import output_errors, remove_empty_dirs, write_json_atomic
 
-_STAGING = ".verify-staging-"  # + random: a dump being written (or one being replaced)
+_STAGING = STAGING  # + random: a dump being written (or one being replaced)
 _locks: dict[str, int] = {}  # folder -> the descriptor holding its lock
 
 

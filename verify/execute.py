@@ -243,8 +243,10 @@ def _dump_note(capture: DumpCapture) -> str:
                        f"{capture.budget_bytes / 2**20:.3g} MB of marked tensors (a runner "
                        f"without segments), captured in {capture.seconds:.2f} s")
     pieces = f"{capture.segments} segment(s)"
-    measured = (f", {capture.measured} node output size(s) measured on the device"
-                if capture.measured else "")
+    # sized on the device: runner.py measures them (one profiled run), the native runner
+    # runs each such node alone (docs/native-runner.md)
+    measured = (f", {capture.measured} node(s) with outputs of a size the host could not "
+                "derive (sized on the device)" if capture.measured else "")
     largest = capture.largest_bytes()
     over = (f" (the largest tensor, {largest / 2**20:.3g} MB, is over it: a node with larger "
             "outputs ran alone)" if largest > capture.budget_bytes else "")
@@ -264,7 +266,8 @@ def _dump_spec(request: DumpOptions) -> DumpSpec | None:
     if request.budget_mb is not None:
         if not 0 < request.budget_mb < math.inf:
             raise UsageError(f"--dump-budget-mb must be a number > 0, got {request.budget_mb:g}")
-        budget = max(1, int(request.budget_mb * (1 << 20)))  # below a byte: one tensor a segment
+        # below a byte: one tensor a segment; past int64 (a runner's integer): no limit
+        budget = min(max(1, int(request.budget_mb * (1 << 20))), (1 << 63) - 1)
     compile_dump_filter(request.dump_filter)  # fail before anything runs
     if request.io_dump is not None and Path(request.io_dump).is_dir():
         raise UsageError(f"--io-dump {request.io_dump}: is a folder; give a file name "

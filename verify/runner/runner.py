@@ -31,6 +31,7 @@ that dump in a forked child, then times as usual (see forked_dump).
 import base64
 import collections
 import json
+import math
 import mmap
 import os
 import platform
@@ -560,7 +561,7 @@ def tensor_stats(np, value, first=STAT_FIRST):
     if a.dtype.kind not in "biuf":
         return stats
     flat = a.reshape(-1)
-    stats[Rec.FIRST] = [v.item() for v in flat[:first]]
+    stats[Rec.FIRST] = [_json_value(v.item()) for v in flat[:first]]
     count, total, m2, lo, hi = 0, 0.0, 0.0, None, None
     # one float64 buffer for all blocks, not one per block: where malloc maps each buffer
     # afresh (glibc's default; run_dump changes that where it can) it doubled the cost
@@ -606,10 +607,22 @@ def tensor_stats(np, value, first=STAT_FIRST):
             bmin, bmax = bmin.item(), bmax.item()
             lo = bmin if lo is None else min(lo, bmin)
             hi = bmax if hi is None else max(hi, bmax)
-    if count:
-        stats.update({Rec.MIN: lo, Rec.MAX: hi, Rec.MEAN: total / count,
-                      Rec.STD: (m2 / count) ** 0.5})
+    if count:  # a mean or spread past float64's range (inf) is null, as JSON has no inf
+        stats.update({Rec.MIN: lo, Rec.MAX: hi, Rec.MEAN: _finite_or_none(total / count),
+                      Rec.STD: _finite_or_none((m2 / count) ** 0.5)})
     return stats
+
+
+def _json_value(v):
+    """A summary's value as strict JSON has it: NaN and infinities as the strings "nan",
+    "inf", "-inf" (the contract's form, and the manifest's), never JSON's missing NaN token."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if v != v else ("inf" if v > 0 else "-inf")
+    return v
+
+
+def _finite_or_none(v):
+    return v if math.isfinite(v) else None
 
 
 _NP_TYPES = {"float": "float32", "float16": "float16", "double": "float64", "int8": "int8",
@@ -1284,7 +1297,8 @@ def run_dump(np, ort, job, workdir, result):
     first = int(DS.FIRST.of(spec))
     cases = [load_inputs(np, case, workdir) for case in job[J.CASES]]
     budget = DS.BUDGET_BYTES.of(spec)  # None: default_budget, raised to half a plain run's
-    budget = int(budget) if budget else None  # live activations once the sizes are known
+    # live activations once the sizes are known; not a positive number: the default too
+    budget = int(budget) if isinstance(budget, (int, float)) and budget >= 1 else None
     records = [[None] * len(tensors) for _ in cases]
     t0 = time.perf_counter()
     stats = {DR.BUDGET_BYTES: budget}
@@ -1476,12 +1490,28 @@ def execute_job(job, workdir):
         result = run_job(job, workdir)
     except JobError as exc:
         result = C.error_result(exc.kind, str(exc))
+    except EnvironmentError as exc:  # the device's disk, say: its reason, not a traceback's
+        result = C.error_result("runtime", _os_text(exc))
     except Exception as exc:  # anything else is a runner failure; keep the trace for the host
         result = C.error_result("runtime", "%s: %s" % (type(exc).__name__, exc),
                                 traceback.format_exc())
     result[R.DEVICE] = describe()
     result[R.PEAK_RSS_BYTES] = peak_rss_bytes()
     write_json_atomic(result_path, result)
+
+
+def _os_text(exc):
+    """An OSError in words: its reason and file, and numpy's short write (tofile on a full
+    disk: "N requested and M written", errno lost) as the full disk it almost always is."""
+    text = str(exc)
+    short = re.match(r"(\d+) requested and (\d+) written$", text.strip())
+    if short:
+        return "No space left on device? (a short write: %s of %s bytes written)" % (
+            short.group(2), short.group(1))
+    if getattr(exc, "strerror", None):
+        where = getattr(exc, "filename", None)
+        return "%s%s" % (exc.strerror, ": %s" % where if where else "")
+    return "%s: %s" % (type(exc).__name__, text)
 
 
 def forked_dump(job, workdir):

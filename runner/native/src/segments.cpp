@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -161,6 +163,41 @@ struct Graph {
   size_t body_tensors = 0;
 };
 
+// The nodes in the file's order where that is topological (ONNX requires it; onnxruntime's
+// saved models keep it), else stably reordered so each node follows what it reads (runner.py's
+// _topological): a segment cut from a graph stored out of order would read a value no earlier
+// segment made.
+std::vector<Node> topological(const std::string& model, std::vector<Node> nodes,
+                              std::set<std::string> available) {
+  available.insert("");
+  std::set<std::string> produced;
+  for (const Node& n : nodes) produced.insert(n.outputs.begin(), n.outputs.end());
+  std::vector<Node> ordered, pending = std::move(nodes);
+  ordered.reserve(pending.size());
+  while (!pending.empty()) {
+    std::vector<Node> later;
+    for (Node& n : pending) {
+      bool ready = true;
+      for (const auto& r : n.reads)
+        if (!available.count(r) && produced.count(r)) {
+          ready = false;
+          break;
+        }
+      if (ready) {
+        available.insert(n.outputs.begin(), n.outputs.end());
+        ordered.push_back(std::move(n));
+      } else {
+        later.push_back(std::move(n));
+      }
+    }
+    if (later.size() == pending.size())
+      throw JobError("model", "the graph has a cycle (node '" + name_of(model, later[0].where, 3) +
+                                  "')");
+    pending = std::move(later);
+  }
+  return ordered;
+}
+
 Graph parse_graph(const std::string& model) {
   Graph g;
   g.model = model;
@@ -188,11 +225,47 @@ Graph parse_graph(const std::string& model) {
       g.keep.push_back(f);
     }
   }
+  std::set<std::string> available;
+  for (const auto& kv : g.initializers) available.insert(kv.first);
+  for (const auto& kv : g.sparse) available.insert(kv.first);
+  for (const auto& kv : g.inputs) available.insert(kv.first);
+  g.nodes = topological(model, std::move(g.nodes), std::move(available));
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (is_constant(g.nodes[i]))
       for (const auto& o : g.nodes[i].outputs)
         if (!o.empty()) g.constants[o] = i;
   return g;
+}
+
+// The most bytes of node outputs a plain (unmarked) run holds at once: after each node, what
+// it and earlier nodes made that a later node still reads (runner.py's plain_live_bytes).
+int64_t plain_live_bytes(const Graph& g,
+                         const std::map<std::string, std::optional<int64_t>>& size,
+                         const std::map<std::string, size_t>& last_read) {
+  std::map<size_t, int64_t> ends;
+  int64_t live = 0, peak = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    int64_t passing = 0;  // made and not read later: held only while the node runs
+    for (const auto& o : g.nodes[i].outputs) {
+      if (o.empty()) continue;
+      auto s = size.find(o);
+      int64_t bytes = s != size.end() && s->second ? *s->second : 0;
+      auto r = last_read.find(o);
+      if (r != last_read.end() && r->second > i) {
+        live += bytes;
+        ends[r->second] += bytes;
+      } else {
+        passing += bytes;
+      }
+    }
+    peak = std::max(peak, live + passing);
+    auto e = ends.find(i);
+    if (e != ends.end()) {
+      live -= e->second;
+      ends.erase(e);
+    }
+  }
+  return peak;
 }
 
 std::string raw(const std::string& b, const Field& f) { return b.substr(f.start, f.end - f.start); }
@@ -272,12 +345,13 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
   std::vector<std::map<std::string, npy::Array>> cases;
   for (const json& c : job.at("cases")) cases.push_back(load_inputs(c, workdir));
   Graph g = parse_graph(read_file(model_path));
-  int64_t budget = spec.contains("budget_bytes") && spec["budget_bytes"].is_number()
-                       ? spec["budget_bytes"].get<int64_t>() : 0;
-  if (budget <= 0) {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    budget = default_budget(static_cast<int64_t>(g.model.size()),
-                            pages > 0 && page > 0 ? int64_t(pages) * page : 0);
+  // a positive integer, or the default (null, or anything else); one beyond int64 (which
+  // nlohmann keeps as a double: get<int64_t> on it was undefined) is no limit at all
+  int64_t budget = 0;
+  if (spec.contains("budget_bytes") && spec["budget_bytes"].is_number()) {
+    double b = spec["budget_bytes"].get<double>();
+    budget = b >= 9.2e18 ? std::numeric_limits<int64_t>::max()
+                         : b >= 1 ? static_cast<int64_t>(b) : 0;
   }
   const size_t n = g.nodes.size();
   std::map<std::string, size_t> last_read;  // Constant outputs left out: never held (is_constant)
@@ -298,6 +372,12 @@ void run_dump_segments(const json& job, const std::string& workdir, json& result
       if (!s) unknown[i] = true;
     }
     if (unknown[i]) ++measured;
+  }
+  if (budget <= 0) {  // raised to half what a plain run holds at once, as runner.py's
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    budget = std::max(default_budget(static_cast<int64_t>(g.model.size()),
+                                     pages > 0 && page > 0 ? int64_t(pages) * page : 0),
+                      plain_live_bytes(g, size, last_read) / 2);
   }
   std::set<std::string> wanted(tensors.begin(), tensors.end());
   auto marked_of = [&](size_t first, size_t last) {  // [first, last)

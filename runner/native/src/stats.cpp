@@ -69,7 +69,12 @@ struct Reader {
       case I64: return get<int64_t>(i);
       case U8: case U16: case U32: return static_cast<uint64_t>(at(i));
       case U64: return get<uint64_t>(i);
-      default: return at(i);
+      default: {  // NaN and infinities as the strings "nan", "inf", "-inf" (the contract's
+        double v = at(i);  // form; nlohmann would write null, and NaN could not be told
+        if (std::isnan(v)) return "nan";  // from an infinity)
+        if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+        return v;
+      }
     }
   }
 };
@@ -140,8 +145,9 @@ json tensor_stats(const npy::DType& dtype, const std::vector<int64_t>& shape, co
   if (count > 0) {
     stats["min"] = r.item(lo_i);
     stats["max"] = r.item(hi_i);
-    stats["mean"] = total / count;
-    stats["std"] = std::sqrt(m2 / count);
+    double mean = total / count, std = std::sqrt(m2 / count);
+    if (std::isfinite(mean)) stats["mean"] = mean;  // past float64's range: null
+    if (std::isfinite(std)) stats["std"] = std;
   }
   return stats;
 }

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,6 +167,25 @@ def test_devices_check_local(device_env: DeviceEnv, capsys: pytest.CaptureFixtur
     assert err == ""
     assert code == 0 and out.splitlines()[0] == "device local: reachable"
     assert f"  arch         {platform.machine()}" in out.splitlines()
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm, a second file system")
+def test_devices_check_reports_the_free_disk_of_the_work_folder(
+        device_env: DeviceEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile whose base_dir is on another file system (tmpfs) than the folder verify runs
+    in: the free disk shown is the base_dir's, where dumps go (it was the CLI's folder's, and
+    over adb /'s)."""
+    base = tempfile.mkdtemp(prefix="verify-free-", dir="/dev/shm")
+    try:
+        device_env.write_profile("shm", {"transport": "local", "base_dir": base})
+        info = run_json(["devices", "check", "shm"], capsys)
+        free = {path: os.statvfs(path).f_bavail * os.statvfs(path).f_frsize
+                for path in (base, os.getcwd())}
+        assert abs(info["free_disk_bytes"] - free[base]) < 64 << 20
+        if abs(free[base] - free[os.getcwd()]) > 256 << 20:  # told apart: not the CLI's
+            assert abs(info["free_disk_bytes"] - free[os.getcwd()]) > 128 << 20
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_devices_check_ssh_and_adb(device_env: DeviceEnv, sshd_server, adb_server, adb_device,

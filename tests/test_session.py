@@ -204,6 +204,17 @@ def test_a_serving_runner_that_dies_mid_bench_exits_3(
     assert list(device_env.local_jobs().iterdir()) == []  # its work directory went too
 
 
+def test_a_runner_writing_no_result_is_quoted_from_its_stdout_when_stderr_is_empty(
+        device_env: Any, cnn_two_cases: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrapper printing its failure on stdout: the error said "no output"."""
+    device_env.write_profile("talky", {"transport": "local", "runner": [
+        sys.executable, "-c", "print('wrapper: model cache is full')"]})
+    code, out, err = run_cli(["run", cnn_two_cases, "--device", "talky", "--iter", 1], capsys)
+    assert (code, out) == (3, "")
+    assert err == ("error: talky: the runner exited with status 0 without writing a result: "
+                   "on stdout: wrapper: model cache is full\n")
+
+
 def test_a_serving_runner_that_overruns_is_killed(
         transport: str, sshd: Any, device_env: Any, cnn_two_cases: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,10 @@ def describe_device(profile: Profile, timeout: float = 120.0) -> dict[str, Any]:
         probe = [] if profile.runner else ["--probe", ",".join(profile.providers)]
         argv = [*session.argv, "--describe", *probe]
         session.runner_starts += 1
-        res = session.dev.run(argv, timeout=timeout, check=False)
+        # run where jobs run: the free disk it reports (of its working folder) is then the
+        # device's work folder's, not the CLI's folder's (local) or / (adb)
+        session.dev.makedirs(session.dev.jobs_dir)
+        res = session.dev.run(argv, timeout=timeout, check=False, cwd=session.dev.jobs_dir)
         if res.status != 0:
             raise RunnerError(f"{profile.spec}: the runner could not start "
                               f"({shlex.join(argv[:3])}… exited {res.status}): "

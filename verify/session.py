@@ -231,21 +231,24 @@ class DeviceSession:
         if served and Job.DUMP.of(job):
             served = self._serves_dumps(timeout)
         try:
+            stdout = ""  # a served runner's is the protocol's
             if served:
                 status, stderr = self._served_job(path, timeout)
             else:
                 self.runner_starts += 1
                 res = self.dev.run([*self.argv, path], cwd=workdir, timeout=timeout, check=False)
-                status, stderr = res.status, res.stderr
+                status, stderr, stdout = res.status, res.stderr, res.stdout
         except DeviceTimeout as exc:  # say what ran and how to give it longer
             raise DeviceTimeout(f"{exc} (the runner's job: load, warmups, iterations, dumps); "
                                 "allow more with --timeout SECONDS (a suite's timeout) or the "
                                 "device profile's [timeouts] command") from exc
         self.last_stderr = stderr
-        return self.result(workdir, result_name, status, stderr)
+        return self.result(workdir, result_name, status, stderr, stdout)
 
-    def result(self, workdir: str, name: str, status: int = 0, stderr: str = "") -> dict[str, Any]:
-        """A result file the runner wrote, read and checked (see `job`)."""
+    def result(self, workdir: str, name: str, status: int = 0, stderr: str = "",
+               stdout: str = "") -> dict[str, Any]:
+        """A result file the runner wrote, read and checked (see `job`); without one, the error
+        quotes what the runner said: its stderr, else its stdout."""
         self._n += 1
         local = self.tmp / f"result{self._n}-{name}"
         try:
@@ -253,8 +256,9 @@ class DeviceSession:
         except DeviceError:
             how = f"was killed by signal {-status}" if status < 0 else \
                 f"exited with status {status}"
+            said = tail(stderr) or (f"on stdout: {tail(stdout)}" if stdout.strip() else "")
             raise RunnerError(f"{self.spec}: the runner {how} without writing a result: "
-                              f"{tail(stderr) or 'no output'}") from None
+                              f"{said or 'no output'}") from None
         try:
             result = json.loads(local.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):

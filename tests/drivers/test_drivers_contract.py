@@ -316,3 +316,18 @@ def test_a_download_onto_a_full_host_disk_is_one_output_line(driver: Driver,
         assert info.value.exit_code == EXIT_USAGE
         assert str(info.value) == f"{dest}: cannot write: No space left on device"
         assert list(full.iterdir()) == []  # the temp file and the folder made for it are gone
+
+
+def test_a_local_copy_that_fails_names_the_profile(tmp_path: Path) -> None:
+    """A full or unwritable work folder of a local profile named as the user named it (the
+    error said "local" for every local profile)."""
+    profile = Profile(name="pysmall", transport="local", base_dir=str(tmp_path / "dev"),
+                      python=(sys.executable,))
+    src = tmp_path / "x.npy"
+    src.write_bytes(b"x")
+    with make_driver(profile) as d:
+        d.makedirs(d.base_dir)
+        (Path(d.base_dir) / "blocker").write_text("a file, not a folder")
+        with pytest.raises(TransferError) as info:
+            d.put(src, f"{d.base_dir}/blocker/x.npy")
+    assert str(info.value).startswith("pysmall (local): copying ") and "failed: " in str(info.value)

@@ -85,10 +85,11 @@ class LocalDriver(Driver):
         return "file copy on this machine"
 
     def _put_impl(self, local: Path, remote: str, progress: Progress | None) -> None:
-        _copy(local, remote, f"copying {local}", progress)
+        _copy(local, remote, f"copying {local}", progress, where=self.describe_address())
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
-        _copy(remote, local, f"fetching {remote}", progress, host_side=True)
+        _copy(remote, local, f"fetching {remote}", progress, host_side=True,
+              where=self.describe_address())
 
     def _hand_over_impl(self, remote: str, local: Path) -> bool:
         """A rename onto `local` where both sit on one file system (123 files, 106 MB: ~1 ms
@@ -139,14 +140,15 @@ class LocalDriver(Driver):
 
 
 def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None,
-          host_side: bool = False) -> None:
-    """Copy a file; a failure is the device's (TransferError), except writing `dst` when it
-    is on the host (`host_side`: a full or read-only disk of the user's), which stays an
-    OSError for the host's writer to report (files.output_errors: exit 2)."""
+          host_side: bool = False, where: str = "local") -> None:
+    """Copy a file; a failure is the device's (TransferError, naming it `where`: the profile
+    as the user named it), except writing `dst` when it is on the host (`host_side`: a full
+    or read-only disk of the user's), which stays an OSError for the host's writer to report
+    (files.output_errors: exit 2)."""
     try:
         source = open(src, "rb")
     except OSError as exc:
-        raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
+        raise TransferError(f"{where}: {what} failed: {exc.strerror or exc}") from exc
     with source:
         try:
             with open(dst, "wb") as out:
@@ -154,7 +156,7 @@ def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None
         except OSError as exc:
             if host_side:
                 raise
-            raise TransferError(f"local: {what} failed: {exc.strerror or exc}") from exc
+            raise TransferError(f"{where}: {what} failed: {exc.strerror or exc}") from exc
     if progress:
         progress(os.path.getsize(dst))
 

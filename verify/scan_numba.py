@@ -107,6 +107,14 @@ def thread_pool() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(THREADS, thread_name_prefix="verify-compare")
 
 
+def stop_thread_pool() -> None:
+    """Let the pool's threads go (idle ones exit at once), if it was ever made: an interrupted
+    command joins every thread before it exits, and these never end on their own."""
+    if thread_pool.cache_info().currsize:
+        thread_pool().shutdown(wait=False, cancel_futures=True)
+        thread_pool.cache_clear()
+
+
 # A forked child inherits the pool but none of its threads: work submitted there would wait
 # forever (a process forked after a comparison hung on its next one). The child makes its own.
 os.register_at_fork(after_in_child=thread_pool.cache_clear)

@@ -85,11 +85,18 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
         lanes.setdefault(job.device.lane, []).append(i)
     results: list[JobResult | None] = [None] * len(jobs)
     lock = threading.Lock()
-    stop = threading.Event()   # set on Ctrl-C: jobs running finish, no new one starts
+    stop = threading.Event()   # set on Ctrl-C or SIGTERM: no job records or starts after it
+    workers: set[int] = set()  # the threads running a lane now
 
     def device_worker(indices: list[int]) -> None:
-        with _closing(Sessions()) as sessions:
-            lane(indices, sessions)
+        with lock:
+            workers.add(threading.get_ident())
+        try:
+            with _closing(Sessions()) as sessions:
+                lane(indices, sessions)
+        finally:
+            with lock:
+                workers.discard(threading.get_ident())
 
     def lane(indices: list[int], sessions: Sessions) -> None:
         down: dict[str, str] = {}    # device name -> why it is out of this run
@@ -102,6 +109,8 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                                    error_kind="device")
             else:
                 result = run_job(job, ci, sessions)
+                if stop.is_set():  # finished as the run was stopped: neither shown nor kept
+                    return
                 if result.unreachable:
                     down[job.device.name] = (f"device {job.device.name} was unreachable "
                                              f"earlier in this run ({result.error})")
@@ -114,12 +123,33 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
     try:
         for fut in [pool.submit(device_worker, idx) for idx in lanes.values()]:
             fut.result()
-    except BaseException:
+    except BaseException as exc:
         stop.set()
+        # the jobs running are stopped too, as a command's own job is on Ctrl-C: the same
+        # interruption raised in each lane's thread unwinds it (its device command killed,
+        # its work folder removed; the transports wait in slices, so it lands within ~0.25 s)
+        # instead of a job of up to its timeout finishing, and writing its baselines, after
+        # "terminated"
+        with lock:
+            for ident in workers:
+                _interrupt(ident, type(exc) if isinstance(exc, KeyboardInterrupt)
+                           else KeyboardInterrupt)
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
     return [r for r in results if r is not None]
+
+
+def _interrupt(ident: int, exc_type: type[BaseException]) -> None:
+    """Raise `exc_type` in the thread `ident` at its next Python instruction (CPython's
+    PyThreadState_SetAsyncExc; elsewhere nothing: the job then finishes, as it used to)."""
+    try:
+        import ctypes
+
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                   ctypes.py_object(exc_type))
+    except (ImportError, AttributeError):
+        pass
 
 
 @contextmanager

@@ -43,8 +43,32 @@ class Terminated(KeyboardInterrupt):
     runner running on the device."""
 
 
+# SIGTERM's state: "" none, "pending" raised, "handled" caught by _main. Raised from a signal
+# handler, Terminated is lost where the signal lands in a weakref callback or a __del__ (h5py's
+# registry: 1 in 4 SIGTERMs to `verify localize`, which then ran to its normal exit code), so
+# while it is pending it is raised again every REARM_S (SIGALRM), and a command that returns
+# with it pending still exits 143.
+_term = {"state": ""}
+REARM_S = 0.25
+
+
 def _terminated(signum: int, frame: Any) -> None:
+    _term["state"] = "pending"
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, REARM_S, REARM_S)
     raise Terminated()
+
+
+def _rearm(signum: int, frame: Any) -> None:
+    if _term["state"] == "pending":
+        raise Terminated()
+
+
+def _term_handled() -> None:
+    """Terminated reached _main: no more re-raising."""
+    _term["state"] = "handled"
+    if hasattr(signal, "setitimer"):
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 # numpy's OpenBLAS starts a worker thread per core when numpy is imported, and each spins for
@@ -62,14 +86,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if added:  # before anything imports numpy
         os.environ[BLAS_THREADS[0]] = BLAS_THREADS[1]
     warnings.formatwarning = _format_warning  # one line, not Python's file:line form
-    previous = None
+    previous = alarm = None
     if threading.current_thread() is threading.main_thread():
+        _term["state"] = ""
         previous = signal.signal(signal.SIGTERM, _terminated)
+        if hasattr(signal, "SIGALRM"):
+            alarm = signal.signal(signal.SIGALRM, _rearm)
     try:
         return _main(argv)
     finally:
         if previous is not None:
+            _term_handled()
             signal.signal(signal.SIGTERM, previous)
+            if alarm is not None:
+                signal.signal(signal.SIGALRM, alarm)
         if added:
             os.environ.pop(BLAS_THREADS[0], None)
 
@@ -89,6 +119,9 @@ def _main(argv: Sequence[str] | None) -> int:
         exc.show()
         code = EXIT_USAGE
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        if _term["state"] == "pending":
+            _term_handled()
+            exc = Terminated()  # raised again while the first one was still unwinding
         if isinstance(exc.__cause__, EOFError):
             # click turns an EOFError that escaped the command into Abort: not Ctrl-C but a bug
             # (a library's EOFError some boundary failed to convert), so not "interrupted"
@@ -120,6 +153,10 @@ def _main(argv: Sequence[str] | None) -> int:
         click.echo("error: internal error (a bug in verify; please report it with the trace above)",
                    err=True)
         code = EXIT_INTERNAL
+    if _term["state"] == "pending":  # lost where it was raised: the command ran on to its end
+        _term_handled()
+        click.echo("terminated", err=True)
+        code = EXIT_TERMINATED
     if argv is None:  # the `verify` command itself
         if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             _exit_interrupted(code)
@@ -136,6 +173,9 @@ def _exit_interrupted(code: int) -> None:
     import atexit
 
     try:
+        scan = sys.modules.get("verify.scan_numba")
+        if scan is not None:  # its idle threads never end on their own
+            scan.stop_thread_pool()
         for t in threading.enumerate():
             if t is not threading.current_thread() and not t.daemon:
                 t.join()

@@ -65,16 +65,20 @@ def why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+SLICE_S = 0.25  # the longest a wait goes without running Python code (`verify ci`'s stop)
+
+
 def recv(sock: socket.socket, deadline: float) -> bytes:
     """What the socket has next (b'' at EOF); Expired once `deadline` (monotonic) passes."""
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise Expired()
-    sock.settimeout(remaining)
-    try:
-        return sock.recv(1 << 16)
-    except TimeoutError:
-        raise Expired() from None
+    while True:  # in slices of SLICE_S: an interruption from another thread lands between
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Expired()
+        sock.settimeout(min(remaining, SLICE_S))
+        try:
+            return sock.recv(1 << 16)
+        except TimeoutError:
+            continue
 
 
 def recv_exact(sock: socket.socket, n: int, stall: float) -> bytes:

@@ -59,7 +59,7 @@ class LocalDriver(Driver):
         except OSError as exc:
             return CommandResult(tuple(argv), 127, "", f"{argv[0]}: {exc.strerror or exc}")
         try:
-            out, err = proc.communicate(timeout=timeout)
+            out, err = _communicate(proc, time.monotonic() + timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             raise DeviceTimeout(f"{self.describe_address()}: {Path(argv[0]).name} did not finish "
@@ -137,6 +137,23 @@ class LocalDriver(Driver):
 
     def _exists_impl(self, path: str) -> bool:
         return os.path.exists(path)
+
+
+SLICE_S = 0.25  # the longest a wait on a command goes without running Python code
+
+
+def _communicate(proc: subprocess.Popen[bytes], deadline: float) -> tuple[bytes, bytes]:
+    """proc.communicate() until `deadline` (monotonic; TimeoutExpired past it), in slices: an
+    interruption raised in this thread from another (`verify ci` stopping its device workers)
+    lands between two, where one wait of the whole timeout held it off to the job's end.
+    Retrying communicate after its TimeoutExpired loses no output (subprocess's docs)."""
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return proc.communicate(timeout=max(0.0, min(remaining, SLICE_S)))
+        except subprocess.TimeoutExpired:
+            if remaining <= SLICE_S:
+                raise
 
 
 def _copy(src: str | Path, dst: str | Path, what: str, progress: Progress | None,

@@ -355,6 +355,9 @@ def test_aggregate_by_type() -> None:
     assert [r.computation for r in summed if r.op_type == "TopK"] == [None]
     everything, = analyze(p, aggregate="sum").rows
     assert (everything.name, everything.nodes) == ("all", 4)
+    # the TopK of unknown FLOPs is counted, not a reason to hide the rest (it made the row N/A)
+    known = [r.computation for r in rows.values() if r.computation is not None]
+    assert everything.computation == sum(known) and everything.unknown_nodes >= 1
     assert analyze(p, aggregate_by="type").options.aggregate == "sum"
 
 

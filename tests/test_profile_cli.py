@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from fixtures_profile import only_line, verify
@@ -315,3 +316,57 @@ def test_model_counts_the_nodes_the_nchwc_layout_pass_renamed(
     assert by_type["all"]["MaxPool"] == by_type["disable"]["MaxPool"] > 0
     assert by_type["all"]["Upsample"] == 0  # nearest: a gather, as Resize at disable
     assert by_type["disable"]["Resize"] == 0
+
+
+def test_model_counts_a_matmul_onnxruntime_fused_a_transpose_into(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """PP-OCRv4 rec's classifier head at --opt-level all runs as a FusedMatMul named
+    'p2o.MatMul.24/MatmulTransposeFusion/' (transA, its weight pre-packed): it was N/A for
+    computation and memory, 4.6% of the model's FLOPs. The model's MatMul of the name before
+    '/' gives the weight, and the shapes give transA."""
+    from corpus import model_path
+
+    x = tmp_path / "x.npy"
+    np.save(x, np.random.default_rng(0).random((1, 3, 48, 320), dtype=np.float32))
+    vtc, trace = tmp_path / "rec.vtc", tmp_path / "rec.json"
+    code, _, err = verify(capsys, "pack", model_path("ppocr_rec"), "-d", f"x:{x}", "-o", vtc)
+    assert code == 0, err
+    code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--warmup", "0", "--threads", "1",
+                          "--opt-level", "all", "--profile", trace)
+    assert code == 0, err
+    got = doc(capsys, trace, "--model", vtc, "--type", "FusedMatMul", "-t", "0")
+    [row] = [r for r in got["rows"] if r["name"].startswith("p2o.MatMul.24/")]
+    # A {1,120,40} transposed times W {120,6625}: Y {1,40,6625}, K = 120
+    assert row["computation"] == 2 * 40 * 6625 * 120
+    assert row["memory"] == 4 * (120 * 40 + 120 * 6625 + 40 * 6625)
+    assert got["summary"]["unknown_computation"] == 0
+
+
+def test_a_node_run_with_two_shapes_says_so(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    """Two cases of different sizes: the row shows the most-called shape while its FLOPs are
+    both shapes' per run; it now says there was another shape (text and JSON)."""
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.ones((4, 3), np.float32), "w")
+    g = h.make_graph([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, ["m", 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["m", 3])], initializer=[w])
+    model = tmp_path / "mm.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), model)
+    for m in (2, 6):
+        np.save(tmp_path / f"x{m}.npy", np.ones((m, 4), np.float32))
+    vtc, trace = tmp_path / "mm.vtc", tmp_path / "mm.json"
+    code, _, err = verify(capsys, "pack", model, "-d", f"x:{tmp_path / 'x2.npy'}", "-d",
+                          f"x:{tmp_path / 'x6.npy'}", "-o", vtc)
+    assert code == 0, err
+    code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--warmup", "0", "--opt-level",
+                          "disable", "--profile", trace)
+    assert code == 0, err
+    [row] = [r for r in doc(capsys, trace, "--model", vtc, "-t", "0")["rows"] if r["name"] == "mm"]
+    assert row["shape_variants"] == 2
+    code, out, _ = verify(capsys, "profile", trace, "--model", vtc, "-t", "0")
+    assert code == 0 and "(+1 other" in out  # under the shape (the table may fold the rest)

@@ -21,7 +21,8 @@ divide of a mean) are ignored: they are small beside the per-element work.
   FusedConv/FusedGemm as Conv/Gemm, + out for the fused activation. A fused node keeps the
                       count of the op it reports (onnxruntime's NCHWc 'Conv' hides its fused
                       activation, so that one element-wise op per output is not counted).
-  FusedMatMul         as MatMul, K from transA (needs the node's attributes).
+  FusedMatMul         as MatMul, K from transA (the node's attributes; for a node onnxruntime
+                      made, from the shapes where A and the output tell it).
   MaxPool/AveragePool/LpPool   out * prod(kernel_shape) (needs attributes).
   GlobalAveragePool/GlobalMaxPool   in.
   element-wise        1 per output element per element operation, whatever the function:
@@ -221,9 +222,16 @@ def _matmul(ins: Inputs, outs: Inputs, attrs: Attrs) -> int | None:
 
 
 def _fused_matmul(ins: Inputs, outs: Inputs, attrs: Attrs) -> int | None:
-    a, out = _shape(ins, 0), _n(outs, 0)
-    if attrs is None or a is None or out is None or attrs.get("transBatchA"):
+    a, out, y = _shape(ins, 0), _n(outs, 0), _shape(outs, 0)
+    if a is None or out is None or (attrs is not None and attrs.get("transBatchA")):
         return None
+    if attrs is None:  # a node onnxruntime made (its attributes are in no model): transA is
+        # the one that fits the shapes, A (.., M, K) or transposed (.., K, M), when they tell
+        if y is None or len(a) < 2 or len(y) < 2 or a[-1] == a[-2]:
+            return None
+        if y[-2] == a[-2]:
+            return 2 * out * a[-1]
+        return 2 * out * a[-2] if y[-2] == a[-1] else None
     if int(attrs.get("transA", 0)):
         return 2 * out * a[-2] if len(a) >= 2 else None
     return 2 * out * a[-1]

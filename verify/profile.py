@@ -104,6 +104,10 @@ class ProfileRow:
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
     module: str = ""           # the PyTorch module path (profile --torch), '' when unknown
+    # the shapes it ran with: inputs/outputs are the most-called's, computation and memory
+    # sum them all (cases of two sizes: a row showed one shape beside the other's FLOPs)
+    shape_variants: int = 1
+    unknown_nodes: int = 0     # an aggregate's nodes of unknown FLOPs or bytes, left out of it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +121,7 @@ class ProfileRow:
             "memory": self.memory, "bandwidth": self.bandwidth,
             "inputs": [t.to_dict() for t in self.inputs],
             "outputs": [t.to_dict() for t in self.outputs],
+            "shape_variants": self.shape_variants, "unknown_nodes": self.unknown_nodes,
         }
 
 
@@ -247,9 +252,11 @@ def _node_row(s: NodeStats, index: ModelIndex | None, runs: int, clock: str) -> 
         written = (None if written is None or c.bytes_written is None
                    else written + c.bytes_written * v.calls)
     main = max(s.variants, key=lambda v: v.calls) if s.variants else None
-    return _row(s.name, s.op_type, s.provider, 1, s.calls, seconds / runs, seconds / s.calls,
-                _per_run(flops, runs), _per_run(read, runs), _per_run(written, runs),
-                main.inputs if main else (), main.outputs if main else ())
+    return replace(_row(s.name, s.op_type, s.provider, 1, s.calls, seconds / runs,
+                        seconds / s.calls, _per_run(flops, runs), _per_run(read, runs),
+                        _per_run(written, runs), main.inputs if main else (),
+                        main.outputs if main else ()),
+                   shape_variants=max(1, len(s.variants)))
 
 
 def _row(name: str, op_type: str, provider: str | None, nodes: int, calls: int, time: float,
@@ -289,9 +296,11 @@ def _summary(p: TraceProfile, rows: list[ProfileRow], clock: str) -> ProfileSumm
 
 
 def _agg(fn: Callable[[Sequence[float]], float], values: list[float | None]) -> float | None:
-    if not values or any(v is None for v in values):
-        return None
-    return fn(values)  # type: ignore[arg-type]
+    """`fn` over the known values (None where none is): a group's node of unknown FLOPs is
+    counted in its row's `unknown_nodes`, as the summary counts it, instead of hiding the
+    whole group's figure."""
+    known = [v for v in values if v is not None]
+    return fn(known) if known else None
 
 
 def _aggregate(rows: list[ProfileRow], how: str, by: str | None) -> list[ProfileRow]:
@@ -304,13 +313,14 @@ def _aggregate(rows: list[ProfileRow], how: str, by: str | None) -> list[Profile
     for key, rs in groups.items():
         providers = sorted({r.provider for r in rs if r.provider})
         calls = sum(r.calls for r in rs)
-        out.append(_row(
+        out.append(replace(_row(
             key, key if by == "type" else ("module" if by == "module" else "all"),
             ",".join(providers) or None, len(rs), calls,
             fn([r.time for r in rs]),
             math.fsum(r.time_per_call * r.calls for r in rs) / calls if calls else 0.0,
             _agg(fn, [r.computation for r in rs]), _agg(fn, [r.bytes_read for r in rs]),
-            _agg(fn, [r.bytes_written for r in rs]), memory=_agg(fn, [r.memory for r in rs])))
+            _agg(fn, [r.bytes_written for r in rs]), memory=_agg(fn, [r.memory for r in rs])),
+            unknown_nodes=sum(1 for r in rs if r.computation is None or r.memory is None)))
     return out
 
 

@@ -112,6 +112,13 @@ def variant_cost(stats: NodeStats, variant: ShapeVariant, model: ModelIndex | No
                               or (mnode.op_type, stats.op_type) in _RENAMED_OPS):
         inputs = _align_model(mnode, variant.inputs, model.initializers)
         return node_cost(stats.op_type, inputs, variant.outputs, mnode.attrs)
+    # a MatMul onnxruntime fused a Transpose into ("p2o.MatMul.24/MatmulTransposeFusion/"):
+    # the model's MatMul of that name gives the weight the kernel pre-packed; the attributes
+    # are the fused node's own (none in the model), read from the shapes
+    base = model.nodes.get(stats.name.split("/", 1)[0]) if model is not None else None
+    if base is not None and base.op_type == "MatMul" and stats.op_type == "FusedMatMul":
+        inputs = _align_model(base, variant.inputs, model.initializers)
+        return node_cost(stats.op_type, inputs, variant.outputs, None)
     return node_cost(stats.op_type, _align_trace(stats.op_type, variant), variant.outputs)
 
 

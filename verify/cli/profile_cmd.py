@@ -260,12 +260,21 @@ def rows_table(report: "ProfileReport"):
             _operator(r, report.options.aggregate is not None),
             si(r.computation, "FLO"), si(r.flops, "FLOP/s"),
             si(r.memory, "B", 1024), si(r.bandwidth, "B/s", 1024),
-            _shapes(r.inputs), _shapes(r.outputs))
+            _shapes(r.inputs) + _more_shapes(r), _shapes(r.outputs))
     return table
+
+
+def _more_shapes(r: "ProfileRow") -> str:
+    """Where a node ran with several shapes: the row shows the most-called one, and its
+    computation and memory are all of them per run."""
+    more = r.shape_variants - 1
+    return f"\n(+{more} other shape{'s' if more > 1 else ''}: figures are all)" if more else ""
 
 
 def _operator(r: "ProfileRow", aggregated: bool) -> str:
     provider = (r.provider or "").replace("ExecutionProvider", "")
     if aggregated:
-        return f"{r.name}\n{r.nodes} nodes, {r.calls} calls\n{provider}"
+        unknown = f", {r.unknown_nodes} of unknown FLOPs or bytes (left out)" \
+            if r.unknown_nodes else ""
+        return f"{r.name}\n{r.nodes} nodes, {r.calls} calls{unknown}\n{provider}"
     return f"{r.name}\n{r.op_type}\n{provider}"

@@ -157,12 +157,14 @@ class ToleranceSet:
             default = AllcloseRule(atol or 0.0, rtol or 0.0)
         return cls(default, tuple(parse_tolerance(s) for s in specs))
 
-    def notes(self) -> tuple[str, ...]:
-        """What a report says of the rules: the stored globs the command line set aside."""
+    def notes(self, given: str = "--atol/--rtol", keep: str = "add --tol to keep one"
+              ) -> tuple[str, ...]:
+        """What a report says of the rules: the stored globs the command line set aside
+        (`given`, `keep`: how the caller's user sets them: a suite says it otherwise)."""
         if not self.set_aside:
             return ()
-        return ("--atol/--rtol replace the archive's stored tolerances ("
-                + ", ".join(f"--tol {s!r}" for s in self.set_aside) + "); add --tol to keep one",)
+        return (f"{given} replace the archive's stored tolerances ("
+                + ", ".join(f"--tol {s!r}" for s in self.set_aside) + f"); {keep}",)
 
     def rule_for(self, name: str, floor: float = 0.0) -> Rule:
         """The rule judging `name`; `floor` (`saturating_floor`) fills an unset magnitude floor."""

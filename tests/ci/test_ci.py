@@ -114,6 +114,25 @@ def test_a_baseline_recorded_for_other_inputs_is_noted(device_env, tmp_path: Pat
     assert not any("matches no output" in n for n in run.job("two_io/local/opt-all")["notes"])
 
 
+def test_a_suite_atol_setting_aside_an_archive_glob_says_how_a_suite_keeps_it(
+        device_env, tmp_path: Path, capsys) -> None:
+    """The note named `--atol/--rtol` and `--tol`, flags `verify ci` does not have."""
+    from verify.cli import main
+
+    vtc = tmp_path / "tol.vtc"
+    assert main(["pack", str(TESTCASES.parent / "models" / "cnn.onnx"), "-d",
+                 str(TESTCASES.parent / "images" / "sample.png"), "--scale", "0.00392",
+                 "--tol", "prob:k=2^-10", "-o", str(vtc)]) == 0
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'[suite]\nname = "s"\nbaselines = "bl"\ngates = ["accuracy"]\n'
+                     f'iterations = 1\n[suite.tolerance]\natol = 1e-3\n'
+                     f'[[testcase]]\npath = "{vtc}"\n', encoding="utf-8")
+    run = run_ci([suite], capsys, tmp_path)
+    [job] = run.report["jobs"]
+    assert ("the suite's or testcase's atol/rtol replace the archive's stored tolerances (--tol "
+            "'prob:k=2^-10'); a glob in its [*.tolerance] tensors keeps one") in job["notes"]
+
+
 def test_a_layers_job_on_an_archive_without_layer_references_says_so(
         device_env, tmp_path: Path, capsys) -> None:
     """The suite asks for per-layer gates on an archive packed without --layers: the job is

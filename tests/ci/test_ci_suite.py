@@ -85,6 +85,12 @@ def test_duplicate_testcase_names_are_refused(tmp_path: Path, capsys) -> None:
     err = suite_error(tmp_path, text, capsys)
     assert err.startswith("error: S: line 16: testcase[1].path: testcase name 'two_io' is used "
                           "twice")
+    assert err.rstrip().endswith('give one a name of its own (name = "...")')
+    # a testcase that has a name already is told to take another (it was told to take one)
+    text = GOOD + (f'\n[[testcase]]\npath = "{TESTCASES / "cnn.vtc"}"\nname = "two_io"\n')
+    err = suite_error(tmp_path, text, capsys)
+    assert "testcase[1].name: testcase name 'two_io' is used twice" in err
+    assert err.rstrip().endswith('give one another name (its own name = "...")')
 
 
 def test_matrix_settings_layer_testcase_then_device_then_suite() -> None:

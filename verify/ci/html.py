@@ -66,31 +66,47 @@ def _error_axes(ax: Any, r: JobResult) -> None:
         ax.text(0.5, 0.5, "no tensors compared", ha="center", va="center")
         return
     rows.sort(key=lambda t: (t.case, t.index))
-    xs = list(range(len(rows)))
-    ys = [max(t.max_abs, ZERO_FLOOR) if math.isfinite(t.max_abs) else ZERO_FLOOR for t in rows]
-    tol = [max(t.threshold, ZERO_FLOOR) if math.isfinite(t.threshold) else math.nan for t in rows]
-    ax.semilogy(xs, ys, "o-", color="#0969da", ms=4, lw=1.2, label="max |x - r| (this run)")
-    # padded by half a step on each side, so a single tensor still shows its tolerance
-    ax.step([xs[0] - 0.5, *xs, xs[-1] + 0.5], [tol[0], *tol, tol[-1]], where="mid",
-            color="#cf222e", ls="--", lw=1.2, label="tolerance")
-    base = [r.baseline_errors.get(t.key) for t in rows]
-    if any(b is not None for b in base):
-        ax.semilogy(xs, [max(b, ZERO_FLOOR) if b is not None and math.isfinite(b) else math.nan
-                         for b in base], "s:", color="#8c959f", ms=3, label="baseline")
+    # x is the tensor's own index (a layer's topological index, as the text's "#237" says; an
+    # output's position): each case is a line of its own over the same x (they were drawn one
+    # after another, and x was the position among the compared tensors)
+    cases = sorted({t.case for t in rows})
+
+    def y(t: TensorError) -> float:
+        return max(t.max_abs, ZERO_FLOOR) if math.isfinite(t.max_abs) else ZERO_FLOOR
+
+    first_case = [t for t in rows if t.case == cases[0]]
+    for k, case in enumerate(cases):
+        sub = [t for t in rows if t.case == case]
+        xs = [t.index for t in sub]
+        tol = [max(t.threshold, ZERO_FLOOR) if math.isfinite(t.threshold) else math.nan
+               for t in sub]
+        ax.semilogy(xs, [y(t) for t in sub], "o-", color="#0969da", ms=4, lw=1.2,
+                    alpha=1.0 if k == 0 else 0.5,
+                    label=("max |x - r| (this run)" if len(cases) == 1 else
+                           f"max |x - r| (case {case})") if k < 3 else None)
+        # padded by half a step on each side, so a single tensor still shows its tolerance
+        ax.step([xs[0] - 0.5, *xs, xs[-1] + 0.5], [tol[0], *tol, tol[-1]], where="mid",
+                color="#cf222e", ls="--", lw=1.2, label="tolerance" if k == 0 else None)
+        base = [r.baseline_errors.get(t.key) for t in sub]
+        if any(b is not None for b in base):
+            ax.semilogy(xs, [max(b, ZERO_FLOOR) if b is not None and math.isfinite(b)
+                             else math.nan for b in base], "s:", color="#8c959f", ms=3,
+                        label="baseline" if k == 0 else None)
     first, label, color = r.first_divergent, "first divergent", "#cf222e"
     if first is None:  # within tolerance but worse than the baseline: mark the first regression
         first, label, color = _first_regressed(r, rows), "first regression", "#bc4c00"
     if first is not None and first in rows:
-        i = rows.index(first)
-        ax.plot([i], [ys[i]], "X", color=color, ms=13, zorder=5, label=f"{label}: {first.name}")
-        ax.annotate(first.name, (i, ys[i]), textcoords="offset points", xytext=(8, 8),
-                    color=color, fontsize=9)
+        ax.plot([first.index], [y(first)], "X", color=color, ms=13, zorder=5,
+                label=f"{label}: {first.name}")
+        ax.annotate(first.name, (first.index, y(first)), textcoords="offset points",
+                    xytext=(8, 8), color=color, fontsize=9)
     ax.set_xlabel(f"{what} index (topological order)" if r.layers else "output index")
     zeros = sum(1 for t in rows if t.max_abs == 0)
     ax.set_ylabel("max abs error (log)" + (f"; {zeros} exact (0) at 1e-12" if zeros else ""))
     ax.set_title(f"per-{what} error vs tolerance")
-    if len(rows) <= 12:
-        ax.set_xticks(xs, [t.name[:14] for t in rows], rotation=30, ha="right", fontsize=8)
+    if len(first_case) <= 12:
+        ax.set_xticks([t.index for t in first_case], [t.name[:14] for t in first_case],
+                      rotation=30, ha="right", fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, loc="best")
 

@@ -305,8 +305,11 @@ def _testcases(r: TableReader, items: Any, base: Path, devices: Mapping[str, Dev
                 raise r.fail([*where, "path"], f"{archive.name}: the testcase name {name!r} may "
                                                "only hold letters, digits and _ . + -")
             if name in names:
-                raise r.fail([*where, "path"], f"testcase name {name!r} is used twice "
-                                               f"({names[name]} and {archive}); give one a name")
+                fix = ("give one another name (its own name = \"...\")" if explicit else
+                       "give one a name of its own (name = \"...\")")
+                raise r.fail([*where, "name" if explicit else "path"],
+                             f"testcase name {name!r} is used twice ({names[name]} and "
+                             f"{archive}); {fix}")
             names[name] = archive
             entries.append(TestcaseEntry(name=name, archive=archive, **common))
     return tuple(entries)

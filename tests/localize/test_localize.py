@@ -412,6 +412,8 @@ def test_control_flow_reading_the_outer_scope(if_vtc: Path, faulty_profile, faul
     code, doc = _localize(if_vtc, spec, capsys, "-o", tmp_path,
                           *(["--no-dump"] if mode == "bisect" else []))
     assert code == 1 and (doc["verdict"], doc["subgraph"]) == ("faulty here", [node])
+    # an If named: the search did not look inside its bodies, and says so
+    assert any("control-flow node (If)" in n for n in doc["notes"]) == (node == "if")
     code, _, _ = run_cli(["run", doc["repro"], "--device", "local", "--iter", "1"], capsys)
     assert code == 0
 

@@ -29,13 +29,14 @@ from verify.errors import UsageError
 from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floors, value_sources
 from verify.origin import HOST, Attribution, attribute
 from verify.layer_judge import LayerJudge
+from verify.localize.cases import (activation_bytes, choose_case, control_flow_note,
+                                   reference_outputs)
 from verify.localize.repro import repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
 from verify.pipeline import RunOptions, Status
 from verify.runner import runner as _rt
-from verify.shapes import tensor_sizes
 from verify.subgraph import NodeGraph, Segment, describe_node, node_graph
 from verify.external import ExternalData
 from verify.testcase import Testcase
@@ -169,10 +170,10 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
 
-    case_index, whole, notes = _choose_case(tc, req.selection.case_index, device, check, len(ng))
+    case_index, whole, notes = choose_case(tc, req.selection.case_index, device, check, len(ng))
     case = tc.cases[case_index]
     types = inferred_types(model)  # shape inference once: marking in by_dump
-    need, unknown = _activation_bytes(model, tc, case_index)
+    need, unknown = activation_bytes(model, tc, case_index)
     fits = need <= req.budget_bytes
     refs = References(tc.model_bytes, case.inputs, tc.path if tc.has_layers else None,
                       case_index, req.budget_bytes, fetch_all=fits, model=model,
@@ -188,10 +189,15 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
                             "each counted as its largest input)" if unknown else "")
                          + f", over --budget {req.budget_bytes / 2**20:g}")
         search = _Search(ng, refs, device, judge, check, req)
+        # the archive's ground truth, unless this host's own run already differs from it
+        # (packed with --expected, or a torch reference): the search then finds where the
+        # device departs from this host, judged against it
+        wanted, differs = reference_outputs(case.outputs, refs, check)
+        notes = (*notes, *differs)
         if mode == "dump":
-            outcome = search.by_dump(model, types, tc.model_bytes, case.outputs, whole)
+            outcome = search.by_dump(model, types, tc.model_bytes, wanted, whole)
         else:
-            outcome = search.by_bisection(tc.model_bytes, case.outputs, whole)
+            outcome = search.by_bisection(tc.model_bytes, wanted, whole)
         outcome = replace(outcome, notes=(*notes, *tolerances.notes(), *outcome.notes))
         mode = outcome.mode or mode
         base = dict(archive=req.selection.archive, device=profile.spec, mode=mode,
@@ -227,7 +233,8 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
             verdict=verdict, suspect=suspect, suspect_info=info,
             subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
             rounds=tuple(device.rounds), repro=repro,
-            notes=(*outcome.notes, *outputs_pass_note(outcome.final)),
+            notes=(*outcome.notes, *outputs_pass_note(outcome.final),
+                   *control_flow_note(ng.nodes[lo])),
             attribution=_attribution(model, tc, ng, lo))
 
 
@@ -256,31 +263,6 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
 def _finite_or_text(x: float) -> float | str:
     """Strict JSON has no infinity: an error without a finite size becomes the text 'inf'."""
     return x if np.isfinite(x) else str(x)
-
-
-def _choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, check: Any,
-                 nodes: int) -> tuple[int, dict[str, np.ndarray] | None, tuple[str, ...]]:
-    """The case to localize with: the one asked for, the only one, or the first whose outputs
-    fail in one plain run of every case (whose outputs are returned for reuse)."""
-    if asked is not None or len(tc.cases) == 1:
-        return asked or 0, None, ()
-    runs = device.run_cases(tc.model_bytes, [c.inputs for c in tc.cases],
-                            f"the whole model, {len(tc.cases)} cases", nodes=nodes)
-    for i, (case, outs) in enumerate(zip(tc.cases, runs)):
-        if not all(d.passed for d in check(outs, case.outputs)):
-            return i, runs[i], (f"case {i} is the first of {len(tc.cases)} whose outputs fail",)
-    return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
-
-
-def _activation_bytes(model: Any, tc: Any, case_index: int) -> tuple[int, int]:
-    """What a per-layer reference of one case holds in memory, and how many tensor sizes were
-    not derivable: sizes from shape inference with the case's concrete input shapes
-    (`shapes.tensor_sizes`); one it cannot derive counts as the case's largest input."""
-    inputs = tc.cases[case_index].inputs
-    sizes = tensor_sizes(model, [{k: np.shape(v) for k, v in inputs.items()}])
-    fallback = max((int(np.asarray(v).nbytes) for v in inputs.values()), default=1)
-    unknown = sum(1 for v in sizes.values() if v is None)
-    return sum(fallback if v is None else v for v in sizes.values()), unknown
 
 
 def _finding(ng: NodeGraph, index: int, own: tuple[TensorDiff, ...],
@@ -333,6 +315,7 @@ class _Search:
         values = self.refs.get(names)
         cumulative: dict[str, TensorDiff] = {}
         notes: list[str] = []
+        last: dict[str, np.ndarray] = {}  # the device's outputs, judged as `run` judges them
         present = [n for n in names if n in values]
         for chunk in _rt.plan_chunks(present, [int(values[n].nbytes) for n in present],
                                      self.req.budget_bytes):
@@ -344,7 +327,10 @@ class _Search:
             for t in chunk:
                 if t in outs:
                     cumulative[t] = self.judge(t, outs[t], values[t])
-        final = tuple(cumulative[o] for o in reference_outputs if o in cumulative)
+            last.update((t, outs[t]) for t in chunk if t in outs and t in reference_outputs)
+        # not the layer judge's view, which lends upstream errors: "verify run would pass"
+        # was said of outputs `run` fails
+        final = tuple(self.check(last, reference_outputs))
         failing_nodes = rank_candidates(ng, cumulative)
         if not failing_nodes:
             plain = self.by_bisection(model_bytes, reference_outputs, whole)

@@ -1,0 +1,69 @@
+"""What localize judges a device's outputs against, and how (found by a review):
+
+- an archive whose ground truth this host's onnxruntime does not reproduce (packed with
+  --expected): a healthy device was told the whole model was a failing subgraph, a fusion bug,
+  with a repro that passes there;
+- the outputs in a per-layer run were judged by the layer judge, which lends upstream errors,
+  so localize said "verify run would pass" of outputs `verify run` fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from fixtures_devices import run_cli
+from fixtures_localize import REPO
+
+
+def _localize(archive: Path, device: str, capsys: pytest.CaptureFixture[str],
+              *extra: str) -> tuple[int, dict]:
+    code, out, err = run_cli(["localize", archive, "--device", device, "--json", *extra], capsys)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_ground_truth_this_host_does_not_reproduce_is_no_device_fault(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = REPO / "goldens" / "models" / "cnn.onnx"
+    x = np.random.default_rng(0).random((1, 3, 224, 224), dtype=np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    [name] = [o.name for o in sess.get_outputs()]
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", sess.run(None, {sess.get_inputs()[0].name: x})[0] * 1.01)
+    vtc = tmp_path / "given.vtc"
+    code, out, err = run_cli(["pack", model, "-d", tmp_path / "x.npy", "--expected",
+                              f"{name}:{tmp_path / 'y.npy'}", "-o", vtc], capsys)
+    assert code == 0, out + err
+    for mode in ([], ["--no-dump"]):
+        code, doc = _localize(vtc, "local", capsys, "-o", tmp_path / "out", *mode)
+        assert (code, doc["verdict"]) == (0, "no faulty node"), doc
+        assert any("this host's own onnxruntime run is over tolerance against the archive's "
+                   "ground truth" in n for n in doc["notes"]), doc["notes"]
+        assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_outputs_are_judged_as_run_judges_them(faulty_profile, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """PP-OCRv4 cls, its logits' Add scaled by 1.05: `run` fails the Softmax output; the
+    per-layer run lent it the Add's error and called it within tolerance."""
+    from corpus import model_path
+
+    spec = faulty_profile("dev", "scale", "Add@43", 1.05)
+    vtc = tmp_path / "cls.vtc"
+    code, out, err = run_cli(["pack", model_path("ppocr_cls"), "-d",
+                              REPO / "goldens" / "images" / "sample.png", "--shape",
+                              "x:1x3x48x192", "--scale", "0.00392156862745098", "-o", vtc], capsys)
+    assert code == 0, out + err
+    code, _, _ = run_cli(["run", vtc, "--device", spec, "--iter", "1"], capsys)
+    assert code == 1
+    code, doc = _localize(vtc, spec, capsys, "--no-repro")
+    assert code == 1 and doc["mode"] == "dump"
+    assert doc["outputs"] and not any(o["passed"] for o in doc["outputs"])
+    assert not any("verify run would pass" in n for n in doc["notes"])

@@ -1,0 +1,78 @@
+"""Which case localize searches with, what the device is judged against, and how much memory
+a per-layer reference of the case needs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from verify.localize.search import DeviceRounds, References
+from verify.shapes import tensor_sizes
+from verify.testcase import Testcase
+
+
+def choose_case(tc: Testcase, asked: int | None, device: DeviceRounds, check: Any,
+                 nodes: int) -> tuple[int, dict[str, np.ndarray] | None, tuple[str, ...]]:
+    """The case to localize with: the one asked for, the only one, or the first whose outputs
+    fail in one plain run of every case (whose outputs are returned for reuse)."""
+    if asked is not None or len(tc.cases) == 1:
+        return asked or 0, None, ()
+    runs = device.run_cases(tc.model_bytes, [c.inputs for c in tc.cases],
+                            f"the whole model, {len(tc.cases)} cases", nodes=nodes)
+    for i, (case, outs) in enumerate(zip(tc.cases, runs)):
+        if not all(d.passed for d in check(outs, case.outputs)):
+            return i, runs[i], (f"case {i} is the first of {len(tc.cases)} whose outputs fail",)
+    return 0, runs[0], (f"all {len(tc.cases)} cases pass at the outputs; using case 0",)
+
+
+def activation_bytes(model: Any, tc: Any, case_index: int) -> tuple[int, int]:
+    """What a per-layer reference of one case holds in memory, and how many tensor sizes were
+    not derivable: sizes from shape inference with the case's concrete input shapes
+    (`shapes.tensor_sizes`); one it cannot derive counts as the case's largest input."""
+    inputs = tc.cases[case_index].inputs
+    sizes = tensor_sizes(model, [{k: np.shape(v) for k, v in inputs.items()}])
+    fallback = max((int(np.asarray(v).nbytes) for v in inputs.values()), default=1)
+    unknown = sum(1 for v in sizes.values() if v is None)
+    return sum(fallback if v is None else v for v in sizes.values()), unknown
+
+
+def reference_outputs(given: Mapping[str, np.ndarray], refs: References, check: Any
+                      ) -> tuple[Mapping[str, np.ndarray], tuple[str, ...]]:
+    """What the device's outputs are judged against: the archive's ground truth `given`,
+    unless this host's own onnxruntime run, whose values judge every piece of the search,
+    already fails it (an archive packed with --expected, or a PyTorch reference, whose
+    numbers onnxruntime does not reproduce; `pack` warned). A healthy device was then told
+    the whole model was a failing subgraph, a fusion bug, with a repro that passes. Then the
+    host's outputs, and a note saying why."""
+    host = refs.get(list(given))
+    if set(host) != set(given):
+        return given, ()
+    bad = [d for d in check(host, given) if not d.passed]
+    if not bad:
+        return given, ()
+    d = bad[0]
+    return host, (f"this host's own onnxruntime run is over tolerance against the archive's "
+                  f"ground truth ({d.name!r}: max|a-r| {d.max_abs:.3g}; given with --expected "
+                  "or by a PyTorch reference?): the device is judged against this host's "
+                  "outputs, as every piece of the search is; `verify run` judges it against "
+                  "the archive's",)
+
+
+def control_flow_note(node: Any) -> tuple[str, ...]:
+    """For a suspect that is an If, Loop or Scan: the search treats it as one node and does not
+    look inside its bodies, and its repro holds them whole (it said nothing of either)."""
+    if node.op_type not in ("If", "Loop", "Scan"):
+        return ()
+
+    def count(graph: Any) -> int:
+        return sum(1 + sum(count(g) for a in n.attribute for g in (*([a.g] if a.HasField("g")
+                                                                     else []), *a.graphs))
+                   for n in graph.node)
+
+    inside = sum(count(g) for a in node.attribute for g in ([a.g] if a.HasField("g") else [])
+                 + list(a.graphs))
+    return (f"{node.name or node.op_type} is a control-flow node ({node.op_type}): localize "
+            f"treats it as one node and does not search its bodies ({inside} nodes; onnxruntime "
+            "cannot mark a body's tensors as outputs), so the repro holds the whole node",)

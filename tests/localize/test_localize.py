@@ -210,6 +210,8 @@ def test_benign_noise_is_no_faulty_node(archive: str, extra: list[str], tmp_path
                              capsys)
     assert code == 0, err
     assert "=== no faulty node: every tensor compared is within tolerance" in out
+    # bisection says it compared the outputs only (a layer-only fault is unseen there)
+    assert ("(the outputs only: bisection" in out) == ("--no-dump" in extra)
     assert list(folder.iterdir()) == []
 
 

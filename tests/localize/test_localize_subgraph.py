@@ -127,3 +127,14 @@ def test_archive_layers_over_the_budget_serve_bisection(tmp_path: Path, faulty_p
     doc = _found_in_1mb(vtc, faulty_profile("f", "leaky", "block3/relu1", 0.1), capsys)
     assert doc["suspect"]["name"] == "block3/relu1"
     assert (doc["mode"], doc["reference_source"]) == ("bisect", "archive")
+
+
+def test_a_subgraph_repro_name_takes_each_node_name_on_its_own() -> None:
+    """YOLOv8n's '/model.6/m.0/cv1/act/Sigmoid' .. '/model.6/m.0/cv1/act/Mul': the second
+    kept its leading '/' as '_' ('...Sigmoid-_model.6...')."""
+    from verify.localize.repro import repro_label, repro_path
+
+    label = repro_label("/model.6/m.0/cv1/act/Sigmoid", "/model.6/m.0/cv1/act/Mul")
+    assert label == "model.6_m.0_cv1_act_Sigmoid-model.6_m.0_cv1_act_Mul"
+    assert repro_path(Path("/tmp/yolo.vtc"), label).name == f"yolo.repro-{label}.vtc"
+    assert repro_label("/a/b") == "/a/b"  # one node: repro_path makes it safe

@@ -145,7 +145,10 @@ def print_report(r: "LocalizeResult") -> None:
         if len(r.candidates) > len(shown):
             echo(f"  … {len(r.candidates) - len(shown)} more propagated (--json lists them)")
     if not r.found:
-        echo(click.style("=== no faulty node: every tensor compared is within tolerance",
+        # bisection stops at passing outputs: a layer over tolerance behind them is unseen
+        only = (" (the outputs only: bisection; the per-layer run, without --no-dump, also "
+                "judges every layer)" if r.mode == "bisect" else "")
+        echo(click.style(f"=== no faulty node: every tensor compared is within tolerance{only}",
                          fg="green"))
     else:
         _print_suspect(r)

@@ -31,7 +31,7 @@ from verify.origin import HOST, Attribution, attribute
 from verify.layer_judge import LayerJudge
 from verify.localize.cases import (activation_bytes, choose_case, control_flow_note,
                                    reference_outputs)
-from verify.localize.repro import repro_path, write_repro
+from verify.localize.repro import repro_label, repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
 from verify.options import ArchiveSelection, DeviceTarget, SessionSettings, TimedRuns
@@ -250,7 +250,7 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
                  case_index: int, segment: Segment, found: Mapping[str, Any],
                  external_dir: Path | None = None) -> Path:
     lo, hi = segment.lo, segment.hi
-    label = ng.labels[lo] if hi - lo == 1 else f"{ng.labels[lo]}-{ng.labels[hi - 1]}"
+    label = repro_label(ng.labels[lo], ng.labels[hi - 1] if hi - lo > 1 else None)
     path = repro_path(req.selection.archive, label, req.out_dir)
     values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
     tol = req.selection.tolerances

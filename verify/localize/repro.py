@@ -15,6 +15,12 @@ from verify.subgraph import NodeGraph, Segment, build_batch, sanitize
 from verify.testcase import Case, Testcase, write_archive
 
 
+def repro_label(first: str, last: str | None = None) -> str:
+    """A node's name, or a subgraph's first and last, each made safe for a file name on its
+    own (`/model.6/.../Sigmoid-/model.6/.../Mul` kept the second's leading '/' as '_')."""
+    return first if last is None else f"{sanitize(first, 29)}-{sanitize(last, 29)}"  # 60 in all
+
+
 def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
     """`<dir>/<archive stem>.repro-<node>.vtc`, the node name made safe for a file name."""
     folder = out_dir if out_dir is not None else archive.parent

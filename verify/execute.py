@@ -128,7 +128,7 @@ def run(request: RunRequest, *, status: Status | None = None,
         return _run(request, prepared, status, progress, sessions)
 
 
-def _unmatched_specs(specs: Sequence[str], outputs: Sequence[str], label: str = "--tol",
+def unmatched_spec_notes(specs: Sequence[str], outputs: Sequence[str], label: str = "--tol",
                      layers: Sequence[str] = ()) -> list[str]:
     """A note for each --tol whose glob names no output run judges (nor, where the caller
     judges them too, a layer): a typo ('prob:' for 'probs') otherwise left the default rule
@@ -184,7 +184,7 @@ def _run(request: RunRequest, prepared: Prepared, status: Status | None,
                 profile.spec))) for pos, ci in enumerate(indices)]
             layers = ([t.name for t in tc.tensor_order]
                       if request.layers_judged and tc.has_layers else [])
-            notes.extend(_unmatched_specs(request.selection.tolerances.own_specs(),
+            notes.extend(unmatched_spec_notes(request.selection.tolerances.own_specs(),
                                           [n for i in indices for n in tc.cases[i].outputs],
                                           request.tol_label, layers))
             notes.extend(tolerances.notes() if request.tol_label == "--tol" else  # ci

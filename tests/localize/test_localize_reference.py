@@ -67,3 +67,17 @@ def test_outputs_are_judged_as_run_judges_them(faulty_profile, tmp_path: Path,
     assert code == 1 and doc["mode"] == "dump"
     assert doc["outputs"] and not any(o["passed"] for o in doc["outputs"])
     assert not any("verify run would pass" in n for n in doc["notes"])
+
+
+def test_a_tol_glob_matching_no_tensor_is_noted(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """As `run` notes it: a typo otherwise leaves the default rule judging without a word."""
+    model = REPO / "goldens" / "models" / "cnn.onnx"
+    vtc = tmp_path / "cnn.vtc"
+    code, out, err = run_cli(["pack", model, "-d", REPO / "goldens" / "images" / "sample.png",
+                              "--scale", "0.00392", "-o", vtc], capsys)
+    assert code == 0, out + err
+    code, doc = _localize(vtc, "local", capsys, "--tol", "nosuch:atol=1", "--no-repro")
+    assert code == 0
+    assert any(n.startswith("--tol 'nosuch:atol=1' matches no output or layer of the archive")
+               for n in doc["notes"]), doc["notes"]

@@ -167,6 +167,8 @@ def _localize(req: LocalizeRequest, prepared: Prepared, status: Status | None,
 def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, profile: Profile,
                  model: Any, ng: NodeGraph, floors: Mapping[str, float], judge: LayerJudge,
                  device: DeviceRounds, folder: Path | None) -> LocalizeResult:
+    from verify.execute import unmatched_spec_notes
+
     def check(outs: Mapping[str, np.ndarray], refs: Mapping[str, np.ndarray]) -> list[TensorDiff]:
         return check_outputs(outs, refs, tolerances, floors, profile.spec)  # as `run` checks
 
@@ -193,7 +195,8 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         # (packed with --expected, or a torch reference): the search then finds where the
         # device departs from this host, judged against it
         wanted, differs = reference_outputs(case.outputs, refs, check)
-        notes = (*notes, *differs)
+        notes = (*notes, *differs, *unmatched_spec_notes(  # a --tol typo, noted as run notes it
+            req.selection.tolerances.own_specs(), list(case.outputs), layers=ng.computed()))
         if mode == "dump":
             outcome = search.by_dump(model, types, tc.model_bytes, wanted, whole)
         else:

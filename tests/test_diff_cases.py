@@ -139,7 +139,8 @@ def test_an_archive_without_layers_is_compared_against_layers_computed_here(
     assert (code, err, computed["passed"]) == (0, "", True)
     assert computed["notes"] == [
         f"{plain} holds no per-layer references (packed without --layers): computed on this "
-        "host (onnxruntime CPU, optimizations off) from its model and case 0's inputs"]
+        "host (onnxruntime CPU, optimizations off) from its model and case 0's inputs; its "
+        "outputs are the ground truth it stores, as `run` judges them"]
     stored = json.loads(verify(capsys, "diff", dump, layered, "--case", "0", "--json")[1])
     assert [r["diff"] for r in computed["rows"]] == [r["diff"] for r in stored["rows"]]
     assert computed["counts"] == stored["counts"] and computed["counts"]["compared"] > 10

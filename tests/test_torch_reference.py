@@ -132,6 +132,24 @@ def test_altered_weight_differs_from_pytorch_already_on_the_host(
     assert ("  differs from PyTorch already on the host: onnxruntime on the packing host gives "
             "the same divergence (the export changed the numbers)") in out.splitlines()
 
+    # packed without --layers: the layers are computed on this host, which reproduces the
+    # altered weight, but the outputs are PyTorch's, as `run` judges them. diff passed (it
+    # judged against its own outputs) and localize blamed the healthy device whole.
+    plain = tmp_path / "altered-plain.vtc"
+    code, out, err = run_cli(["pack", altered, "--reference", f"torch:{files['pt2']}", "-o",
+                              plain], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["diff", dump, plain, "--case", "0", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 1, err
+    assert report["first_divergent"]["name"] in {o.name for o in model.graph.output}
+    assert any("its outputs are the ground truth it stores" in n for n in report["notes"])
+    code, out, err = run_cli(["localize", plain, "--device", "local", "--json", "--no-repro"],
+                             capsys)
+    doc = json.loads(out)
+    assert (code, doc["verdict"]) == (0, "no faulty node"), err
+    assert any("this host's own onnxruntime run is over tolerance" in n for n in doc["notes"])
+
     # verify ci's HTML report says the same beside its first divergent layer
     from fixtures_ci import local_suite, run_ci
 

@@ -14,11 +14,12 @@ torch is optional (`pip install 'onnx-verify[torch]'`) and imported only here, o
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -116,7 +117,7 @@ class TorchProgram:
     def outputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The program's outputs (flattened, in order) on the CPU, as numpy arrays."""
         torch = self.torch
-        with torch.no_grad():
+        with torch.no_grad(), users_code(f"{self.spec}: running the program on the inputs"):
             result = self.program.module()(*self._tensors(inputs))
         return [_numpy(t) for t in _flatten(result)]
 
@@ -164,7 +165,7 @@ class TorchProgram:
                     record(n.name, value)
                 return value
 
-        with torch.no_grad():
+        with torch.no_grad(), users_code(f"{self.spec}: running the program on the inputs"):
             Recorder(self.graph_module).run(*self._tensors(inputs))
 
     def _tensors(self, inputs: Sequence[np.ndarray]) -> list[Any]:
@@ -253,16 +254,40 @@ def _call_factory(file: Path, factory: str) -> Any:
         raise UsageError(f"{file}: cannot be imported as Python")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    # its folder first on the import path while it runs, as `python FILE.py` has it: a factory
+    # importing its own model module ("from net import Net") failed
+    folder = str(file.resolve().parent)
+    sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(module)
+        with users_code(f"{file}: importing it"):
+            spec.loader.exec_module(module)
         fn = getattr(module, factory, None)
         if not callable(fn):
             raise UsageError(f"{file}: defines no function {factory!r}")
-        return fn()
-    except UsageError:
+        with users_code(f"{file}:{factory}()"):
+            return fn()
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+
+
+@contextlib.contextmanager
+def users_code(what: str) -> Iterator[None]:
+    """Run the user's Python (their factory, their module's forward) inside verify: what it
+    prints goes to stderr (stdout is verify's, a --json document), and whatever it raises or
+    exits with is one InputError line (exit 2), not verify's traceback and exit 4, nor a
+    sys.exit() that ended verify with the program's status and no archive."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except (UsageError, InputError, KeyboardInterrupt):
         raise
+    except SystemExit as exc:
+        raise InputError(f"{what} called sys.exit({exc.code!r})") from None
     except Exception as exc:  # noqa: BLE001 - the user's code may raise anything
-        raise InputError(f"{file}:{factory}() failed: {type(exc).__name__}: {_first(exc)}") from None
+        hint = (" (a torch.export program runs inputs of the shapes it was exported with only, "
+                "unless exported with dynamic_shapes)" if "Guard failed" in str(exc) else "")
+        raise InputError(f"{what} failed: {type(exc).__name__}: {_first(exc)}{hint}") from None
 
 
 def _decomposed(torch: Any, program: Any) -> Any:

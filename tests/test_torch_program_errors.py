@@ -1,0 +1,102 @@
+"""The user's PyTorch program runs inside verify (`pack --reference torch:FILE.py:FACTORY`): what
+it prints, raises or exits with is its own (found by a review). A sys.exit(0) in a factory
+ended verify with status 0 and no archive; a print broke --json; an IndexError in forward was
+verify's traceback, "internal error", exit 4; a factory importing a module beside it failed."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fixtures_devices import run_cli
+
+torch = pytest.importorskip("torch")
+
+PROGRAM = textwrap.dedent("""
+    import sys
+    import torch
+
+    class Lin(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    class Emb(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.e = torch.nn.Embedding(5, 3)
+
+        def forward(self, ids):
+            return self.e(ids)
+
+    def lin():
+        return Lin(), (torch.ones(1, 4),)
+
+    def exits():
+        sys.exit(0)
+
+    def noisy():
+        print("loading my model...")
+        return lin()
+
+    def sibling():
+        from net import Net  # beside this file, as `python FILE.py` would find it
+        return Net(), (torch.ones(1, 4),)
+
+    def emb():
+        return Emb(), (torch.tensor([[1, 2, 3]]),)
+""")
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("torchprog")
+    (folder / "mymods.py").write_text(PROGRAM)
+    (folder / "net.py").write_text("from mymods import Lin as Net\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mymods_for_export", folder / "mymods.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, (module, args) in (("lin", mod.lin()), ("emb", mod.emb())):
+        torch.onnx.export(module.eval(), args, str(folder / f"{name}.onnx"), dynamo=False,
+                          input_names=["x" if name == "lin" else "ids"], output_names=["y"])
+    return folder
+
+
+def test_sys_exit_in_a_factory_is_an_error_not_verify_s_exit(
+        programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "ex.vtc"
+    code, out, err = run_cli(["pack", programs / "lin.onnx", "--reference",
+                              f"torch:{programs / 'mymods.py'}:exits", "-o", out_file], capsys)
+    assert (code, out) == (2, "") and not out_file.exists()
+    assert err == f"error: {programs / 'mymods.py'}:exits() called sys.exit(0)\n"
+
+
+def test_a_factory_that_prints_keeps_json_whole_and_finds_its_sibling_module(
+        programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for factory in ("noisy", "sibling"):
+        code, out, err = run_cli(["pack", programs / "lin.onnx", "--reference",
+                                  f"torch:{programs / 'mymods.py'}:{factory}", "-o",
+                                  tmp_path / f"{factory}.vtc", "--json"], capsys)
+        assert code == 0, err
+        json.loads(out)  # the program's print went to stderr
+        assert ("loading my model..." in err) == (factory == "noisy")
+
+
+def test_a_program_failing_on_the_inputs_is_one_line(
+        programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["pack", programs / "emb.onnx", "-d", "ids:[[7,1,2]]",
+                              "--reference", f"torch:{programs / 'mymods.py'}:emb", "-o",
+                              tmp_path / "emb.vtc"], capsys)
+    assert (code, out) == (2, "") and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {programs / 'mymods.py'}:emb: running the program on the "
+                          "inputs failed: IndexError: ")

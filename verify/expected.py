@@ -182,7 +182,7 @@ def host_agreement(given: Sequence[Mapping[str, np.ndarray]],
             if first is None:
                 first = {"tensor": verdict.name, "case": i, "max_abs": err}
     return {"passed": not failing, "compared": "outputs", "failing": list(failing),
-            "first": first}
+            "tensors": list(dict.fromkeys(n for case in given for n in case)), "first": first}
 
 
 def _by_name(arrays: Mapping[str | int, np.ndarray], names: Sequence[str], kind: str,

@@ -143,7 +143,12 @@ def attribute(model: onnx.ModelProto | None, provenance: Mapping[str, Any] | Non
     check = (provenance or {}).get(schema.PROV_HOST_CHECK)
     where = None
     if isinstance(check, Mapping):
-        where = HOST if tensor in set(check.get("failing") or ()) else DEVICE
+        compared = check.get("tensors")  # absent in archives packed before it was recorded
+        if tensor in set(check.get("failing") or ()):
+            where = HOST
+        elif compared is None or tensor in set(compared):
+            where = DEVICE  # never said of a tensor not judged against PyTorch (unmapped, or
+        # a layer of an archive packed without --layers): "matches PyTorch" was claimed there
     if origin is None and where is None:
         return None
     return Attribution(origin, where)

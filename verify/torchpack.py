@@ -63,6 +63,7 @@ def torch_truth(spec: str, model: onnx.ModelProto, model_bytes: bytes,
     outputs: list[dict[str, np.ndarray]] = []
     per_layer: list[dict[str, np.ndarray]] = []
     failing: dict[str, float] = {}
+    checked: set[str] = set()  # judged against PyTorch: only of those can a report say more
     shape_dropped: dict[str, str] = {}
     with HostCapture(model_bytes, model=model) as host:
         for i, feeds in enumerate(cases):
@@ -88,6 +89,7 @@ def torch_truth(spec: str, model: onnx.ModelProto, model_bytes: bytes,
                                            f"{tuple(ort_value.shape)} in ONNX")
                     continue
                 verdict = compare(name, ort_value, ref, rules.rule_for(name))
+                checked.add(name)
                 if not verdict.passed:
                     failing[name] = max(failing.get(name, 0.0), float(verdict.max_abs))
                 if name in values:
@@ -101,6 +103,7 @@ def torch_truth(spec: str, model: onnx.ModelProto, model_bytes: bytes,
         "passed": not failing,
         "compared": "outputs and mapped layers" if layers else "outputs",
         "failing": [n for n in order if n in failing],
+        "tensors": [n for n in order if n in checked],
         "first": None if first is None else {
             "tensor": first, "node": order[first].node, "op": order[first].op,
             "max_abs": failing[first],

@@ -131,6 +131,10 @@ def module_times(host: TorchProfile, model: onnx.ModelProto, device: TraceProfil
     producer = {out: node for node in model.graph.node for out in node.output if out}
     by_name = {node.name: node for node in model.graph.node}
     direct = {n.name: by_name[n.name] for n in device.nodes if n.name in by_name}
+    # a fusion keeps its first node's name with the fusion's after it
+    # ("node_MatMul_93/MatMulAddFusion": a Linear's MatMul and bias Add as one kernel)
+    direct.update({n.name: by_name[base] for n in device.nodes if n.name not in by_name
+                   and (base := _FUSION_SUFFIX.sub("", n.name)) in by_name})
     tensor_of = {n.name: _ORT_SUFFIX.sub("", n.name) for n in device.nodes
                  if n.name not in by_name and _ORT_SUFFIX.sub("", n.name) in producer}
     claimed: dict[str, set[str]] = {}
@@ -181,6 +185,8 @@ def module_times(host: TorchProfile, model: onnx.ModelProto, device: TraceProfil
 # onnxruntime names a node it made by fusing (or by the NCHWc layout transformer) after its
 # output tensor, with this suffix.
 _ORT_SUFFIX = re.compile(r"_nchwc$")
+# ... and a node fused from others after the first of them, with the fusion's name
+_FUSION_SUFFIX = re.compile(r"/[A-Za-z0-9]+Fusion/?$")
 
 
 def _named_op(producer: Mapping[str, onnx.NodeProto], node: onnx.NodeProto, op: str

@@ -100,3 +100,34 @@ def test_a_program_failing_on_the_inputs_is_one_line(
     assert (code, out) == (2, "") and len(err.splitlines()) == 1
     assert err.startswith(f"error: {programs / 'mymods.py'}:emb: running the program on the "
                           "inputs failed: IndexError: ")
+
+
+def test_the_provenance_names_the_dtype_the_program_ran_in(
+        programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "float32 as exported" of every program, a float64 one included."""
+    (programs / "dbl.py").write_text(
+        "import torch\n"
+        "from mymods import Lin\n"
+        "def dbl():\n"
+        "    return Lin().double(), (torch.ones(1, 4, dtype=torch.float64),)\n")
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dbl_for_export", programs / "dbl.py")
+    mod = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.path.insert(0, str(programs))
+    try:
+        spec.loader.exec_module(mod)
+        module, args = mod.dbl()
+    finally:
+        sys.path.remove(str(programs))
+    torch.onnx.export(module.eval(), args, str(programs / "dbl.onnx"), dynamo=False,
+                      input_names=["x"], output_names=["y"])
+    vtc = tmp_path / "dbl.vtc"
+    code, out, err = run_cli(["pack", programs / "dbl.onnx", "--reference",
+                              f"torch:{programs / 'dbl.py'}:dbl", "-o", vtc], capsys)
+    assert code == 0, err
+    code, out, err = run_cli(["inspect", vtc, "--json"], capsys)
+    prov = json.loads(out)["provenance"]
+    assert "(float64 as exported)" in prov["reference"] and prov["torch_dtype"] == ["float64"]

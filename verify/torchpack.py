@@ -109,11 +109,12 @@ def torch_truth(spec: str, model: onnx.ModelProto, model_bytes: bytes,
             "max_abs": failing[first],
             "module": origins[first].describe() if first in origins else ""},
     }
+    dtypes = sorted({str(a.dtype) for o in outputs for a in o.values()})
     prov: dict[str, object] = {
-        "reference": f"PyTorch {program.version} on the CPU (float32 as exported), "
-                     f"program {spec}",
-        "torch": program.version, "torch_program": spec,
-        "torch_dtype": sorted({str(a.dtype) for o in outputs for a in o.values()}),
+        # the outputs' dtypes, as exported (it said float32 of a float64 model)
+        "reference": f"PyTorch {program.version} on the CPU "
+                     f"({', '.join(dtypes) or 'no outputs'} as exported), program {spec}",
+        "torch": program.version, "torch_program": spec, "torch_dtype": dtypes,
         schema.PROV_HOST_CHECK: host_check,
     }
     if mapping is not None:

@@ -66,6 +66,9 @@ def test_names_exactly_the_injected_node(fixture: str, fault: str, node: str, va
         faulty = [c["name"] for c in doc["candidates"] if c["verdict"] == "faulty here"]
         assert faulty == [node]
         assert doc["round_trips"] == 2
+        # the per-layer round lists what it found over tolerance (it listed nothing)
+        per_layer = [r for r in doc["rounds"] if r["purpose"].startswith("per-layer run")]
+        assert per_layer and any(per_layer[0]["failing"])
     else:  # the final outputs are checked as `run` checks them, classifier agreement included
         assert doc["outputs"] and all(o["topk"] is not None for o in doc["outputs"])
     assert not list(tmp_path.glob(".*.part"))

@@ -199,8 +199,7 @@ def _archive_source(path: Path, stack: contextlib.ExitStack, with_floors: bool,
             # the outputs are the archive's ground truth, as `run` judges them: PyTorch's,
             # or --expected's, which this host's onnxruntime need not reproduce (a diff
             # against its own numbers passed where run failed)
-            value = computed(name)  # asked in order all the same: the pass goes by it
-            return stored[name] if name in stored else value
+            return stored[name] if name in stored else computed(name)  # (the pass goes by)
 
         return Side(label=str(path),
                      tensors=[Tensor(t.name, t.node, t.op, floors.get(t.name, 0.0), t.is_output,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.graph import graph_and_bodies, node_bodies
 from verify.localize.search import DeviceRounds, References
 from verify.shapes import tensor_sizes
 from verify.testcase import Testcase
@@ -66,13 +67,7 @@ def control_flow_note(node: Any) -> tuple[str, ...]:
     if node.op_type not in ("If", "Loop", "Scan"):
         return ()
 
-    def count(graph: Any) -> int:
-        return sum(1 + sum(count(g) for a in n.attribute for g in (*([a.g] if a.HasField("g")
-                                                                     else []), *a.graphs))
-                   for n in graph.node)
-
-    inside = sum(count(g) for a in node.attribute for g in ([a.g] if a.HasField("g") else [])
-                 + list(a.graphs))
+    inside = sum(len(g.node) for body in node_bodies(node) for g in graph_and_bodies(body))
     return (f"{node.name or node.op_type} is a control-flow node ({node.op_type}): localize "
             f"treats it as one node and does not search its bodies ({inside} nodes; onnxruntime "
             "cannot mark a body's tensors as outputs), so the repro holds the whole node",)

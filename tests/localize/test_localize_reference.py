@@ -67,6 +67,29 @@ def test_outputs_are_judged_as_run_judges_them(faulty_profile, tmp_path: Path,
     assert code == 1 and doc["mode"] == "dump"
     assert doc["outputs"] and not any(o["passed"] for o in doc["outputs"])
     assert not any("verify run would pass" in n for n in doc["notes"])
+    assert not any("ulp(s) of the output's peak" in n for n in doc["notes"]), doc["notes"]
+
+
+def test_an_error_of_a_few_ulps_is_called_rounding(faulty_profile, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A tolerance below float32's rounding (k=2^-22) finds a node whose output is off by 8
+    ulps of its peak (scaled by 1 + 2^-20, as a reordered sum can be): the report says that
+    is rounding, not a wrong kernel."""
+    from corpus import model_path
+
+    spec = faulty_profile("dev", "scale", "Add@43", 1 + 2.0 ** -20)
+    vtc = tmp_path / "cls.vtc"
+    code, out, err = run_cli(["pack", model_path("ppocr_cls"), "-d",
+                              REPO / "goldens" / "images" / "sample.png", "--shape",
+                              "x:1x3x48x192", "--scale", "0.00392156862745098", "-o", vtc], capsys)
+    assert code == 0, out + err
+    code, doc = _localize(vtc, spec, capsys, "--no-repro", "--tol", "*:k=2^-22",
+                          "--opt-level", "disable")  # the fault alone differs
+    assert code == 1 and doc["suspect"]["name"] == "Add@43", doc
+    note = [n for n in doc["notes"] if "ulp(s) of the output's peak" in n]
+    assert len(note) == 1 and note[0].startswith("Add@43's own error"), doc["notes"]
+    ulps = float(note[0].split(" is ")[1].split()[0])
+    assert 0 < ulps <= 8.5, note
 
 
 def test_a_tol_glob_matching_no_tensor_is_noted(tmp_path: Path,

@@ -30,7 +30,7 @@ from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floor
 from verify.origin import HOST, Attribution, attribute
 from verify.layer_judge import LayerJudge
 from verify.localize.cases import (activation_bytes, choose_case, control_flow_note,
-                                   reference_outputs)
+                                   reference_outputs, rounding_note)
 from verify.localize.repro import repro_label, repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
@@ -237,7 +237,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
             subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
             rounds=tuple(device.rounds), repro=repro,
             notes=(*outcome.notes, *outputs_pass_note(outcome.final),
-                   *control_flow_note(ng.nodes[lo])),
+                   *control_flow_note(ng.nodes[lo]), *rounding_note(ng.labels[lo], own)),
             attribution=_attribution(model, tc, ng, lo))
 
 

@@ -71,3 +71,29 @@ def control_flow_note(node: Any) -> tuple[str, ...]:
     return (f"{node.name or node.op_type} is a control-flow node ({node.op_type}): localize "
             f"treats it as one node and does not search its bodies ({inside} nodes; onnxruntime "
             "cannot mark a body's tensors as outputs), so the repro holds the whole node",)
+
+
+def rounding_note(label: str, own: "tuple[Any, ...]") -> tuple[str, ...]:
+    """For a node (or subgraph) found over a tolerance tighter than its dtype's arithmetic:
+    its own error is a few units in the last place of its output's peak, which is what a
+    different summation order or a fused kernel gives, not a wrong result. Said only when every
+    own difference over tolerance is that small (at most 16 ulps of the peak)."""
+    over = [d for d in own if not d.passed]
+    if not over:
+        return ()
+    ulps = []
+    for d in over:
+        try:
+            eps = float(np.finfo(np.dtype(d.actual_dtype)).eps)
+        except (TypeError, ValueError):
+            return ()  # an integer or unknown dtype: no rounding to speak of
+        if not (np.isfinite(d.max_abs) and np.isfinite(d.ref_peak) and d.ref_peak > 0):
+            return ()
+        ulps.append(d.max_abs / (eps * d.ref_peak))
+    if max(ulps) > 16:
+        return ()
+    d = over[int(np.argmax(ulps))]
+    return (f"{label}'s own error ({d.max_abs:.3g} at {d.name}) is {max(ulps):.1f} "
+            f"{d.actual_dtype} ulp(s) of the output's peak ({d.ref_peak:.3g}): rounding, as a different summation "
+            "order or a fused kernel gives, not a wrong result; the tolerance is tighter than "
+            f"{d.actual_dtype} arithmetic keeps (the default rule allows 2^-14 of the peak)",)

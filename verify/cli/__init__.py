@@ -43,29 +43,55 @@ class Terminated(KeyboardInterrupt):
     runner running on the device."""
 
 
-# SIGTERM's state: "" none, "pending" raised, "handled" caught by _main. Raised from a signal
-# handler, Terminated is lost where the signal lands in a weakref callback or a __del__ (h5py's
-# registry: 1 in 4 SIGTERMs to `verify localize`, which then ran to its normal exit code), so
-# while it is pending it is raised again every REARM_S (SIGALRM), and a command that returns
-# with it pending still exits 143.
-_term = {"state": ""}
+# The interrupt's state: "" none, "pending" raised, "handled" caught by _main; "exc" is what was
+# raised (Terminated for SIGTERM, KeyboardInterrupt for Ctrl-C). Raised from a signal handler,
+# it is lost where the signal lands in a weakref callback or a __del__ (h5py's registry: 1 in 4
+# SIGTERMs to `verify localize`, which then ran to its normal exit code), so while it is pending
+# it is raised again every REARM_S (SIGALRM), and a command that returns with it pending still
+# exits 143 (130 for Ctrl-C).
+_term: dict[str, Any] = {"state": "", "exc": Terminated}
 REARM_S = 0.25
 
 
-def _terminated(signum: int, frame: Any) -> None:
+def _pending(exc: type[KeyboardInterrupt]) -> None:
+    if _term["state"] != "pending":  # a second signal: the first one's kind stands
+        _term["exc"] = exc
     _term["state"] = "pending"
     if hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, REARM_S, REARM_S)
-    raise Terminated()
+    raise _term["exc"]()
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    _pending(Terminated)
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    """Ctrl-C: KeyboardInterrupt as Python raises it, kept pending as SIGTERM is."""
+    _pending(KeyboardInterrupt)
 
 
 def _rearm(signum: int, frame: Any) -> None:
-    if _term["state"] == "pending":
-        raise Terminated()
+    if _term["state"] == "pending" and not _unwinding(sys.exc_info()[1]):
+        raise _term["exc"]()
+
+
+def _unwinding(exc: BaseException | None) -> bool:
+    """Whether the interrupt is still on its way up: the code the alarm landed in handles it (a
+    `finally`, an `except` or an `__exit__` cleaning up: a device's runner stopped, its work
+    folder removed), or an exception raised while handling it. Raised again there, it would
+    cut that cleanup short; only an interrupt that was lost is raised again."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, click.exceptions.Abort)):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _term_handled() -> None:
-    """Terminated reached _main: no more re-raising."""
+    """The interrupt reached _main: no more re-raising."""
     _term["state"] = "handled"
     if hasattr(signal, "setitimer"):
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -86,12 +112,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if added:  # before anything imports numpy
         os.environ[BLAS_THREADS[0]] = BLAS_THREADS[1]
     warnings.formatwarning = _format_warning  # one line, not Python's file:line form
-    previous = alarm = None
+    previous = alarm = interrupt = None
     if threading.current_thread() is threading.main_thread():
-        _term["state"] = ""
+        _term.update(state="", exc=Terminated)
         previous = signal.signal(signal.SIGTERM, _terminated)
         if hasattr(signal, "SIGALRM"):
             alarm = signal.signal(signal.SIGALRM, _rearm)
+            # Ctrl-C kept pending too, unless the caller ignores it or handles it its own way
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                interrupt = signal.signal(signal.SIGINT, _interrupted)
     try:
         return _main(argv)
     finally:
@@ -100,6 +129,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
             if alarm is not None:
                 signal.signal(signal.SIGALRM, alarm)
+            if interrupt is not None:
+                signal.signal(signal.SIGINT, interrupt)
         if added:
             os.environ.pop(BLAS_THREADS[0], None)
 
@@ -121,7 +152,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         if _term["state"] == "pending":
             _term_handled()
-            exc = Terminated()  # raised again while the first one was still unwinding
+            exc = _term["exc"]()  # raised again while the first one was still unwinding
         if isinstance(exc.__cause__, EOFError):
             # click turns an EOFError that escaped the command into Abort: not Ctrl-C but a bug
             # (a library's EOFError some boundary failed to convert), so not "interrupted"
@@ -155,8 +186,9 @@ def _main(argv: Sequence[str] | None) -> int:
         code = EXIT_INTERNAL
     if _term["state"] == "pending":  # lost where it was raised: the command ran on to its end
         _term_handled()
-        click.echo("terminated", err=True)
-        code = EXIT_TERMINATED
+        terminated = _term["exc"] is Terminated
+        click.echo("terminated" if terminated else "interrupted", err=True)
+        code = EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     if argv is None:  # the `verify` command itself
         if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             _exit_interrupted(code)

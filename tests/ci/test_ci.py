@@ -176,6 +176,24 @@ def test_perturbed_model_within_tolerance_fails_regression_only(
     assert "first layer #17 Conv block2/proj/conv:0: max_abs=" in xml
 
 
+def test_a_job_failing_regression_records_no_latency_baseline(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys, monkeypatch) -> None:
+    """docs/suite.md: a missing latency baseline is recorded only when no other gate of the
+    job failed; the regression gate's failure was decided after that check."""
+    monkeypatch.setenv("VERIFY_MACHINE", "fresh-runner")
+    base = tmp_path / "baselines"
+    shutil.copytree(ci_baselines, base)
+    cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.00001)
+    suite = local_suite(tmp_path, testcases={"cnn": cnn})
+    run = run_ci([suite, "--baselines", base, "--only", "cnn/local/opt-off"], capsys, tmp_path)
+    assert run.code == 1, run.out + run.err
+    job = "cnn/local/opt-off"
+    assert run.gate(job, "regression")["status"] == "fail"
+    assert run.gate(job, "latency")["status"] == "no-baseline", run.gate(job, "latency")
+    assert run.report["recorded_latency_baselines"] == []
+    assert not list((base / "sample" / "latency").glob("fresh-runner-*"))
+
+
 def test_perturbed_model_over_tolerance_fails_accuracy_and_names_the_tensor(
         ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
     cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)

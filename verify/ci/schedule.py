@@ -290,6 +290,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
         if "latency" in job.gates:
             # the first run on this machine records its latency, where the suite keeps
             # baselines at all (a suite without any is reported, never given a tree silently)
+            # (not after any gate failed, the regression gate just above included)
+            gate_failed = any(g.status == FAIL for g in verdicts)
             if base_latency is None and not gate_failed and latency.samples_ms \
                     and (ci.baselines / ci.suite_name).is_dir():
                 try:

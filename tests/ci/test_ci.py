@@ -157,7 +157,8 @@ def test_perturbed_model_within_tolerance_fails_regression_only(
     cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.00001)
     suite = local_suite(tmp_path, testcases={"cnn": cnn})
     run = run_ci([suite, "--baselines", ci_baselines, "--only", "cnn/local/opt-off",
-                  "--junit", tmp_path / "ci.xml"], capsys, tmp_path)
+                  "--junit", tmp_path / "ci.xml", "--markdown", tmp_path / "ci.md"],
+                 capsys, tmp_path)
     assert run.code == 1, run.err
     job = "cnn/local/opt-off"
     gates = {g["gate"]: g["status"] for g in run.job(job)["gates"]}
@@ -174,6 +175,12 @@ def test_perturbed_model_within_tolerance_fails_regression_only(
     xml = (tmp_path / "ci.xml").read_text()
     assert 'type="regression"' in xml
     assert "first layer #17 Conv block2/proj/conv:0: max_abs=" in xml
+    # the Markdown's cell names the same tensor as the text and JUnit (it took the output's)
+    from verify.ci.results import fmt3
+    assert first["baseline_max_abs"] == 0  # optimizations off: the baseline was exact there
+    cell = (f"❌ {fmt3(first['max_abs'])} vs 0 ({fmt3(first['max_abs'] / first['limit'])}x "
+            "the limit) at `block2/proj/conv:0`")
+    assert cell in (tmp_path / "ci.md").read_text()
 
 
 def test_a_job_failing_regression_records_no_latency_baseline(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -110,7 +111,7 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
         note = f" ({unknown} tensor(s) not in the baseline)" if unknown else ""
         return GateResult("regression", PASS, f"no error grew beyond "
                           f"{settings.regression_factor:g}x the baseline{note}", details)
-    first = (worse_layers or worse)[0]
+    first = first_worse(details)
     kind = f"layer #{first['index']} {first['op']}" if worse_layers else "output"
     return GateResult(
         "regression", FAIL,
@@ -118,6 +119,13 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
         f"{settings.regression_factor:g}x the baseline; first {kind} {first['tensor']}: "
         f"max_abs={fmt3(first['max_abs'])} vs baseline {fmt3(first['baseline_max_abs'])} "
         f"(limit {fmt3(first['limit'])})", details)
+
+
+def first_worse(details: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The tensor a failed regression gate is named by: its first worse layer (where the error
+    starts to grow), else its first worse output. Every report names the same one."""
+    found = [*details.get("worse_layers", []), *details.get("worse_outputs", [])]
+    return found[0] if found else None
 
 
 def _seed(job_id: str) -> int:

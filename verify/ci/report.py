@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from verify.ci.results import (
     overall,
     recorded_latencies,
 )
+from verify.ci.gates import first_worse
 from verify.ci.suite import GATES
 
 FORMAT = "verify-ci-report"
@@ -121,17 +123,17 @@ def _gate_cell(result: JobResult, gate: str) -> str:
     if gate == "latency" and g.status in (PASS, FAIL):
         return f"{mark} {fmt3(g.details['median_ms'])} ms ({fmt3(g.details['ratio'])}x)"
     if gate == "regression" and g.status == FAIL:
-        worst = [*g.details["worse_outputs"], *g.details["worse_layers"]]
-        if not worst:
+        w = first_worse(g.details)  # the tensor the text and JUnit name
+        if w is None:
             return mark
-        w = worst[0]
-        if isinstance(w["ratio"], (int, float)):
-            return f"{mark} {fmt3(w['ratio'])}x"
+        at = f" at `{w['tensor']}`"
+        if isinstance(w["ratio"], (int, float)) and math.isfinite(w["ratio"]):
+            return f"{mark} {fmt3(w['ratio'])}x{at}"
         # a baseline error of 0: no ratio to it; the error, and how far over the limit
         over = (f" ({fmt3(w['max_abs'] / w['limit'])}x the limit)"
                 if isinstance(w["max_abs"], (int, float)) and
                 isinstance(w["limit"], (int, float)) and w["limit"] > 0 else "")
-        return f"{mark} {fmt3(w['max_abs'])} vs 0{over}"
+        return f"{mark} {fmt3(w['max_abs'])} vs 0{over}{at}"
     return mark
 
 

@@ -101,8 +101,15 @@ def test_a_baseline_recorded_for_other_inputs_is_noted(device_env, tmp_path: Pat
     run = run_ci([suite, "--baselines", base, "--only", "two_io"], capsys, tmp_path)
     assert not any("other inputs" in n for n in run.job("two_io/local/opt-all")["notes"])
     assert main(["pack", str(model), "--seed", "7", "-o", str(two_io)]) == 0
-    run = run_ci([suite, "--baselines", base, "--only", "two_io"], capsys, tmp_path)
+    run = run_ci([suite, "--baselines", base, "--only", "two_io", "--html",
+                  tmp_path / "ci.html"], capsys, tmp_path)
     note = next(n for n in run.job("two_io/local/opt-all")["notes"] if "other inputs" in n)
+    # a passing job's note is in the HTML too (only failed jobs' sections had notes)
+    import html
+
+    assert run.job("two_io/local/opt-all")["status"] == "passed"
+    assert f"<li><code>two_io/local/opt-all</code>: {html.escape(note)}</li>" in \
+        (tmp_path / "ci.html").read_text()
     assert note.startswith("the baseline was recorded for other inputs or ground truth (cases "
                            f"sha256 {recorded['cases_sha256'][:12]}…, now ")
     # the terminal shows the job's notes under its line, as the reports do
@@ -385,8 +392,10 @@ def test_missing_baselines_are_reported_not_created(device_env, tmp_path: Path, 
     suite = local_suite(tmp_path)
     empty = tmp_path / "none"
     run = run_ci([suite, "--baselines", empty, "--only", "two_io", "--markdown",
-                  tmp_path / "ci.md"], capsys, tmp_path)
+                  tmp_path / "ci.md", "--html", tmp_path / "ci.html"], capsys, tmp_path)
     assert run.code == 0
+    assert run.job("two_io/local/opt-all")["summary"] == \
+        "every judged gate held; not judged (no baseline): regression, latency"
     assert run.gate("two_io/local/opt-all", "regression")["status"] == "no-baseline"
     assert run.gate("two_io/local/opt-all", "latency")["status"] == "no-baseline"
     assert run.report["missing_baselines"] == ["two_io/local/opt-all"]
@@ -395,6 +404,14 @@ def test_missing_baselines_are_reported_not_created(device_env, tmp_path: Path, 
     record = f"`verify ci {suite} --baselines {empty} --update-goldens`"
     assert f"1 job(s) have no baseline; record them with {record}" in run.err
     assert f"Record baselines on purpose with {record}" in (tmp_path / "ci.md").read_text()
+    # the HTML says as much (it said "all gates held" and "Every job held every gate.")
+    import html
+
+    page = (tmp_path / "ci.html").read_text()
+    assert "<h2>Missing baselines</h2>" in page and "Every job held every gate it was judged " \
+        "by." in page and "<li><code>two_io/local/opt-all</code></li>" in page
+    assert "Record baselines on purpose with <code>" + html.escape(record.strip("`")) + \
+        "</code>" in page
     assert not empty.exists()
     strict = run_ci([suite, "--baselines", empty, "--only", "two_io", "--require-baselines",
                      "--junit", tmp_path / "ci.xml"], capsys, tmp_path)
@@ -756,6 +773,6 @@ def test_the_markdown_regression_cell_of_a_zero_baseline_shows_the_error_not_inf
         "worse_outputs": [{"tensor": "y", "max_abs": 2.5e-6, "baseline_max_abs": 0.0,
                            "limit": 1e-6, "ratio": "inf"}], "worse_layers": []})
     cell = _gate_cell(SimpleNamespace(gates=[gate]), "regression")  # type: ignore[arg-type]
-    assert cell.endswith(" 2.5e-06 vs 0 (2.5x the limit)") and "inf" not in cell
+    assert cell.endswith(" 2.5e-06 vs 0 (2.5x the limit) at `y`") and "inf" not in cell
     gate.details["worse_outputs"][0].update(baseline_max_abs=1e-6, limit=2e-6, ratio=2.5)
-    assert _gate_cell(SimpleNamespace(gates=[gate]), "regression").endswith(" 2.5x")
+    assert _gate_cell(SimpleNamespace(gates=[gate]), "regression").endswith(" 2.5x at `y`")

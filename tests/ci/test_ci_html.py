@@ -43,3 +43,40 @@ def test_layers_sit_at_their_topological_index_one_line_per_case() -> None:
         assert "layer index (topological order)" == ax.get_xlabel()
     finally:
         plt.close(fig)
+
+
+def test_the_latency_plot_shows_what_the_gate_judged() -> None:
+    """With a control, the gate compares the fastest tenth of the iterations over the fastest
+    tenth of the probes, each run on its own. The plot drew each iteration over the probe beside
+    it and a "median +25%" line: on a busy night a passing job's whole box sat above it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from verify.ci import gates
+    from verify.ci.html import _latency_axes
+    from verify.ci.results import Latency
+    from verify.ci.suite import GateSettings
+
+    base = Latency(tuple([10.0 + 0.01 * i for i in range(30)]), tuple([1.0] * 30))
+    # a busy night: most iterations descheduled while the probe beside them was not, and the
+    # other way round for a few; the work itself costs what it did
+    now = Latency(tuple([10.2] * 8 + [30.0] * 22), tuple([1.0] * 8 + [1.02] * 18 + [9.0] * 4))
+    settings = GateSettings(latency_control="probe")
+    gate = gates.latency(now, base, settings, "m/dev/opt", "bl")
+    assert gate.status == "pass", gate.message
+    r = SimpleNamespace(baseline_latency=base, latency=now, gates=(gate,),
+                        job=SimpleNamespace(settings=settings))
+    fig, ax = plt.subplots()
+    try:
+        _latency_axes(ax, r, settings.latency_threshold)
+        judged = [ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_marker() == "_"]
+        [limit] = [ln.get_ydata()[0] for ln in ax.get_lines() if ln.get_linestyle() == "--"]
+        assert len(judged) == 2
+        assert math.isclose(judged[1] / judged[0], gate.details["ratio"], rel_tol=1e-4)
+        assert math.isclose(limit, judged[0] * 1.25, rel_tol=1e-9)
+        assert judged[1] < limit     # the job passed: its statistic sits under the line
+        assert "fastest tenth" in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    finally:
+        plt.close(fig)

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from verify.ci.report import RunInfo, verdict
+from verify.ci.report import RunInfo, closing_sections, verdict
 from verify.ci.results import (
     ERROR,
     FAIL,
@@ -121,39 +121,56 @@ def _first_regressed(r: JobResult, rows: Sequence[TensorError]) -> TensorError |
 
 
 def _latency_axes(ax: Any, r: JobResult, threshold: float) -> None:
+    from verify.ci.gates import CONTROL_QUANTILE
+
     base, now = r.baseline_latency, r.latency
-    # with a control the gate judged each sample over the probe beside it: plot that, in ms at
-    # the baseline's probe speed, so the boxes and the limit line are what was judged
-    controlled = (r.job.settings.latency_control == "probe" and base is not None
-                  and now is not None and base.has_control and now.has_control)
-    scale = base.control_median_ms if controlled and base is not None else 1.0
-    series = [(n, tuple(x * scale for x in s.normalized()) if controlled else s.samples_ms)
-              for n, s in (("baseline", base), ("this run", now))
+    # what the gate judged: with a control, each run's iterations over the fastest tenth of its
+    # own probes (in ms at the baseline's probe speed), and their fastest tenth; else the
+    # iterations as measured, and their median. The limit line is the baseline's statistic
+    # times 1 + threshold. (A per-iteration ratio to the probe beside it is not what is judged:
+    # on a busy machine it put a passing job's whole box above the line.)
+    gate = next((g for g in r.gates if g.gate == "latency"), None)
+    controlled = (gate is not None and gate.details.get("control") == "probe"
+                  and base is not None and now is not None and base.has_control
+                  and now.has_control)
+    q = CONTROL_QUANTILE if controlled else 0.5
+    scale = float(np.quantile(base.control_ms, q)) if controlled and base is not None else 1.0
+
+    def judged(s: Any) -> tuple[float, ...]:
+        if not controlled:
+            return tuple(s.samples_ms)
+        probe = max(float(np.quantile(s.control_ms, q)), 1e-12)
+        return tuple(x / probe * scale for x in s.samples_ms)
+
+    series = [(n, judged(s)) for n, s in (("baseline", base), ("this run", now))
               if s is not None and s.samples_ms]
     if not series:
         ax.text(0.5, 0.5, "no latency samples", ha="center", va="center")
         return
+    stat_name = "fastest tenth (p10)" if controlled else "median"
     ax.boxplot([s for _, s in series], showfliers=True)
     ax.set_xticks(range(1, len(series) + 1), [n for n, _ in series])
     for k, (_, s) in enumerate(series, 1):
         ax.plot([k] * len(s), s, ".", color="#0969da", alpha=0.5)
+        ax.plot([k], [float(np.quantile(s, q))], "_", color="#1b1f23", ms=40, mew=2.5,
+                label=f"judged: {stat_name}" if k == 1 else None)
     every = [x for _, s in series for x in s]
-    # scaled to the medians (what the gate judges), not to the spread: on a busy machine a
-    # quarter of the samples can be descheduled ones, and they would squash the boxes
+    # scaled to the medians, not to the spread: on a busy machine a quarter of the samples can
+    # be descheduled ones, and they would squash the boxes
     top = 3.0 * max(float(np.median(s)) for _, s in series)
     if base is not None and base.samples_ms:
-        limit = float(np.median(series[0][1])) * (1 + threshold)
+        limit = float(np.quantile(series[0][1], q)) * (1 + threshold)
         top = max(top, 1.2 * limit)
         ax.axhline(limit, color="#cf222e", ls="--", lw=1.2,
-                   label=f"baseline median +{threshold:.0%}")
-        ax.legend(fontsize=8)
+                   label=f"baseline {stat_name.split(' (')[0]} +{threshold:.0%}")
+    ax.legend(fontsize=8)
     clipped = sum(1 for x in every if x > top)
     ax.set_ylim(0, top)
     if clipped:  # descheduled iterations would squash the boxes: say they are off the chart
         ax.text(0.02, 0.02, f"{clipped} sample(s) above {top:.3g} ms not shown",
                 transform=ax.transAxes, va="bottom", fontsize=8, color="#57606a")
-    ax.set_ylabel("per-iteration latency over the control probe\n(ms at the baseline's probe "
-                  "speed)" if controlled else "per-iteration latency (ms)")
+    ax.set_ylabel("per-iteration latency over the run's control probe\n(ms at the baseline's "
+                  "probe speed)" if controlled else "per-iteration latency (ms)")
     ax.set_title("latency vs baseline")
     ax.grid(True, axis="y", alpha=0.3)
 
@@ -220,12 +237,28 @@ def _section(r: JobResult) -> str:
     return "".join(parts)
 
 
+def _closing(title: str, lead: list[tuple[str, bool]],
+             items: list[list[tuple[str, bool]]]) -> str:
+    def text(segments: list[tuple[str, bool]]) -> str:
+        return "".join(f"<code>{_e(t)}</code>" if code else _e(t) for t, code in segments)
+
+    return (f"<h2>{_e(title)}</h2>" + (f"<p>{text(lead)}</p>" if lead else "")
+            + "<ul>" + "".join(f"<li>{text(i)}</li>" for i in items) + "</ul>")
+
+
 def html_report(results: Sequence[JobResult], info: RunInfo) -> str:
     counts = overall(results)
     v = verdict(results)
     cls = {"passed": "passed", "failed": "failed"}.get(v, "error")
     rows = "".join(_row(r) for r in results)
     sections = "".join(_section(r) for r in results if r.status in (FAILED, ERROR))
+    passed = {r.job.id for r in results if r.status == PASSED}
+    ends = [(title, lead, [i for i in items if title != "Notes" or i[0][0] in passed])
+            for title, lead, items in closing_sections(results, info)]
+    # a failed or errored job's notes are in its own section already
+    closing = "".join(_closing(*end) for end in ends if end[2])
+    held = "Every job held every gate" + (" it was judged by" if any(
+        title != "Notes" for title, _, _ in ends) else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>verify ci: {_e(info.suite_name)}</title>
 <style>{_CSS}</style></head><body>
@@ -235,6 +268,7 @@ def html_report(results: Sequence[JobResult], info: RunInfo) -> str:
 suite <code>{_e(info.suite_file)}</code></p>
 <table><thead><tr><th>job</th><th>device</th><th>status</th><th>gates</th>
 <th>median ms</th><th>baseline ms</th><th>summary</th></tr></thead><tbody>{rows}</tbody></table>
-{sections or '<p class="passed">Every job held every gate.</p>'}
+{sections or f'<p class="passed">{held}.</p>'}
+{closing}
 </body></html>
 """

@@ -150,6 +150,37 @@ def _machines_line(results: Sequence[JobResult]) -> list[str]:
         f"{dev} `{fp}`" for dev, fp in found.items()), ""]
 
 
+Segments = list[tuple[str, bool]]  # text, and whether it is code (a job id, a command)
+
+
+def closing_sections(results: Sequence[JobResult],
+                     info: RunInfo) -> list[tuple[str, Segments, list[Segments]]]:
+    """What every report ends with, whatever its jobs' status: the jobs without a baseline
+    (and the command that records them), the latencies recorded rather than judged, and every
+    job's notes. As (title, lead, items) for the Markdown and the HTML alike."""
+    out: list[tuple[str, Segments, list[Segments]]] = []
+    missing = missing_baselines(results)
+    if missing:
+        out.append(("Missing baselines", [
+            (f"{len(missing)} job(s) have no baseline; regression and latency were not judged "
+             "for them. Record baselines on purpose with ", False),
+            (info.record_command(), True), (" and commit them:", False)],
+            [[(m, True)] for m in missing]))
+    recorded = recorded_latencies(results)
+    if recorded:
+        out.append(("Latency recorded, not judged", [
+            (f"{len(recorded)} job(s) had no latency baseline for the machine they ran on; this "
+             "run's samples were recorded as its baseline and later runs there are judged "
+             "against them (commit them to keep them):", False)],
+            [[(r.job.id, True), (" on machine ", False), (r.machine, True)]
+             for r in results if r.job.id in recorded]))
+    notes = [[(r.job.id, True), (f": {n}", False)] for r in results for n in r.notes
+             if not n.startswith("Traceback")]
+    if notes:
+        out.append(("Notes", [], notes))
+    return out
+
+
 def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
     counts = overall(results)
     v = verdict(results)
@@ -183,23 +214,11 @@ def markdown(results: Sequence[JobResult], info: RunInfo) -> str:
         lines += ["", "### Errors", ""]
         lines += [f"- **`{r.job.id}`** ({r.error_kind}, {r.attempts} attempt(s)): {_cell(r.error)}"
                   for r in errored]
-    missing = missing_baselines(results)
-    if missing:
-        lines += ["", "### Missing baselines", "",
-                  f"{len(missing)} job(s) have no baseline; regression and latency were not "
-                  f"judged for them. Record baselines on purpose with "
-                  f"`{info.record_command()}` and commit them:", ""]
-        lines += [f"- `{m}`" for m in missing]
-    recorded = recorded_latencies(results)
-    if recorded:
-        lines += ["", "### Latency recorded, not judged", "",
-                  f"{len(recorded)} job(s) had no latency baseline for the machine they ran on; "
-                  "this run's samples were recorded as its baseline and later runs there are "
-                  "judged against them (commit them to keep them):", ""]
-        lines += [f"- `{r.job.id}` on machine `{r.machine}`" for r in results
-                  if r.job.id in recorded]
-    notes = [(r.job.id, n) for r in results for n in r.notes if not n.startswith("Traceback")]
-    if notes:
-        lines += ["", "### Notes", ""] + [f"- `{j}`: {_cell(n)}" for j, n in notes]
+    for title, lead, items in closing_sections(results, info):
+        lines += ["", f"### {title}", ""]
+        if lead:
+            lines += ["".join(f"`{t}`" if code else t for t, code in lead), ""]
+        lines += ["- " + "".join(f"`{t}`" if code else _cell(t) for t, code in item)
+                  for item in items]
     return "\n".join(lines) + "\n"
 

@@ -178,9 +178,11 @@ class JobResult:
         failed = self.failed_gates
         if failed:
             return "; ".join(f"{g.gate}: {g.message}" for g in failed)
+        missing = [g.gate for g in self.gates if g.status in (NO_BASELINE, RECORDED)]
         if self.status == FAILED:  # only --require-baselines fails a job without a failed gate
-            missing = [g.gate for g in self.gates if g.status in (NO_BASELINE, RECORDED)]
             return f"no baseline for {', '.join(missing)} (--require-baselines)"
+        if missing:  # held, but not every gate was judged: say which were not
+            return f"every judged gate held; not judged (no baseline): {', '.join(missing)}"
         return "all gates held"
 
     def to_dict(self) -> dict[str, Any]:

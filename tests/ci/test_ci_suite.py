@@ -62,6 +62,19 @@ def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -
      "latency, determinism)\n"),
     (("[[device]]", '[gate.latency]\ncontrol = "job"\n\n[[device]]'),
      "error: S: line 7: gate.latency.control: must be one of none, probe\n"),
+    # an empty list ran nothing, or judged nothing, and the night passed green
+    (("[[testcase]]", '[[testcase]]\ndevices = []'),
+     "error: S: line 13: testcase[0].devices: an empty list runs the testcase nowhere: name at "
+     "least one (known: local), or leave devices out for all\n"),
+    (("[[testcase]]", '[[testcase]]\noptions = []'),
+     "error: S: line 13: testcase[0].options: an empty list runs the testcase nowhere: name at "
+     "least one (known: o1), or leave options out for all\n"),
+    (('name = "local"', 'name = "local"\ngates = []'),
+     "error: S: line 8: device[0].gates: an empty list judges nothing: name at least one of "
+     "accuracy, regression, latency, determinism\n"),
+    (("iterations = 4", "iterations = 4\ngates = []"),
+     "error: S: line 5: suite.gates: an empty list judges nothing: name at least one of "
+     "accuracy, regression, latency, determinism\n"),
     (("two_io.vtc", "nothing*.vtc"), None),
     (("[[device]]", '[suite.tolerance]\ntensors = { "prob" = "atol=x" }\n\n[[device]]'), None),
     (("iterations = 4", "iterations = [4"), None),

@@ -163,6 +163,9 @@ def _gates(r: TableReader, data: Mapping[str, Any], where: list[str | int],
     gates = r.get(data, where, "gates", "strings", default)
     if gates is None:
         return None
+    if not gates:  # every job it covers would pass having checked nothing
+        raise r.fail([*where, "gates"], f"an empty list judges nothing: name at least one of "
+                                        f"{', '.join(GATES)}")
     for g in gates:
         if g not in GATES:
             raise r.fail([*where, "gates"], f"unknown gate {g!r} (known: {', '.join(GATES)})")
@@ -265,6 +268,9 @@ def _options(r: TableReader, items: Any) -> dict[str, OptionSet]:
 def _pick(r: TableReader, data: Mapping[str, Any], where: list[str | int], key: str,
           known: Mapping[str, Any]) -> tuple[str, ...]:
     names = r.get(data, where, key, "strings", tuple(known))
+    if not names:  # the testcase would run nowhere, and the night pass with it unchecked
+        raise r.fail([*where, key], f"an empty list runs the testcase nowhere: name at least one "
+                                    f"(known: {', '.join(known)}), or leave {key} out for all")
     for n in names:
         if n not in known:
             raise r.fail([*where, key], f"no [[{'device' if key == 'devices' else key}]] named "

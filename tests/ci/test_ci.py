@@ -208,6 +208,31 @@ def test_a_job_failing_regression_records_no_latency_baseline(
     assert not list((base / "sample" / "latency").glob("fresh-runner-*"))
 
 
+def test_a_baseline_recorded_on_another_device_spec_or_options_is_noted(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    """A [[device]] whose spec changed under the same name (a profile swapped), or an option
+    set changed under the same name, compared against the old setting's errors without a
+    word."""
+    spec = wrapped_runner_profile(device_env.profiles, "wrapped")
+    suite = local_suite(tmp_path, devices=f'[[device]]\nname = "local"\nspec = "{spec}"\n')
+    suite.write_text(suite.read_text().replace(
+        'name = "opt-all"\nopt_level = "all"\nthreads = 1',
+        'name = "opt-all"\nopt_level = "all"\nthreads = 2'))
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io/local/opt-all"],
+                 capsys, tmp_path)
+    notes = run.job("two_io/local/opt-all")["notes"]
+    assert ("the baseline was recorded on device spec 'local', now 'wrapped': its errors are "
+            "another device's; refresh it with --update-goldens if the change is intended"
+            ) in notes, notes
+    assert ("the baseline was recorded with other options (threads 1, now 2); refresh it with "
+            "--update-goldens if the change is intended") in notes, notes
+    (tmp_path / "same").mkdir()
+    same = run_ci([local_suite(tmp_path / "same"), "--baselines", ci_baselines, "--only",
+                   "two_io/local/opt-all"], capsys, tmp_path)
+    assert not any("recorded on device spec" in n or "other options" in n
+                   for n in same.job("two_io/local/opt-all")["notes"])
+
+
 def test_perturbed_model_over_tolerance_fails_accuracy_and_names_the_tensor(
         ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
     cnn = perturbed_archive(tmp_path / "bad" / "cnn.vtc", 1.01)

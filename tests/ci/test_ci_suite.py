@@ -194,6 +194,16 @@ def test_regression_gate_factor_and_noise_floor() -> None:
                              {"case0/conv": 1e-6}, s, "b")
     assert layer.status == "fail" and "first layer #3 Conv conv: max_abs=5e-06" in layer.message
     assert gates.regression([_t(1e-6)], [], None, {}, s, "b/x.json").status == "no-baseline"
+    # a baseline recorded without layers judges none of them, and says so (it said "0 layer(s)
+    # worse" of NaN layers, and nothing at all when the outputs held)
+    nan_layers = [_t(float("nan"), f"conv{i}", passed=False, index=i) for i in range(3)]
+    held = gates.regression([_t(1e-6)], nan_layers, base, {}, s, "b")
+    assert held.status == "pass" and held.message.endswith(
+        "(3 layer(s) not judged: the baseline was recorded without layers; refresh it with "
+        "--update-goldens)")
+    assert held.details["not_in_baseline"] == ["case0/conv0", "case0/conv1", "case0/conv2"]
+    worse = gates.regression([_t(3e-6)], nan_layers, base, {}, s, "b")
+    assert worse.status == "fail" and "(3 layer(s) not judged" in worse.message
 
 
 def test_latency_gate_decides_on_the_samples_not_one_average() -> None:

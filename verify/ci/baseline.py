@@ -39,6 +39,8 @@ class Baseline:
     layers: Mapping[str, float]       # "case0/conv1:0" -> max_abs (when captured per layer)
     model_sha256: str = ""
     cases_sha256: str = ""  # of the archive's inputs and ground truth ("": not recorded)
+    device_spec: str = ""   # the [[device]] spec it was recorded with ("": not recorded)
+    options: Mapping[str, Any] | None = None  # the option set it ran with (None: not recorded)
 
 
 def cases_sha256(testcase: Any) -> str:
@@ -99,7 +101,9 @@ def load(path: Path) -> Baseline | None:
             outputs={k: unnum(v["max_abs"]) for k, v in data.get("outputs", {}).items()},
             layers={k: unnum(v["max_abs"]) for k, v in data.get("layers", {}).items()},
             model_sha256=str(data.get("model_sha256", "")),
-            cases_sha256=str(data.get("cases_sha256", "")))
+            cases_sha256=str(data.get("cases_sha256", "")),
+            device_spec=str((data.get("device") or {}).get("spec", "")),
+            options=data.get("options") if isinstance(data.get("options"), dict) else None)
     except (KeyError, TypeError, ValueError) as exc:
         raise _malformed(path, exc) from None
 

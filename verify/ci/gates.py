@@ -102,13 +102,17 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
     if base_outputs is None:
         return GateResult("regression", NO_BASELINE, f"no baseline at {baseline_name}")
     worse, new = _worse(outputs, base_outputs, settings)
-    worse_layers, new_layers = _worse(layers, base_layers, settings) if base_layers else ([], [])
+    worse_layers, new_layers = _worse(layers, base_layers, settings)
     details = {"factor": settings.regression_factor, "min_units": settings.regression_min_units,
                "worse_outputs": worse, "worse_layers": worse_layers,
                "not_in_baseline": new + new_layers, "baseline": baseline_name}
-    if not worse and not worse_layers:
+    if layers and not base_layers:  # every layer unjudged, not one word said of it
+        note = (f" ({len(layers)} layer(s) not judged: the baseline was recorded without "
+                "layers; refresh it with --update-goldens)")
+    else:
         unknown = len(new + new_layers)
         note = f" ({unknown} tensor(s) not in the baseline)" if unknown else ""
+    if not worse and not worse_layers:
         return GateResult("regression", PASS, f"no error grew beyond "
                           f"{settings.regression_factor:g}x the baseline{note}", details)
     first = first_worse(details)
@@ -118,7 +122,7 @@ def regression(outputs: Sequence[TensorError], layers: Sequence[TensorError],
         f"{len(worse)} output(s), {len(worse_layers)} layer(s) worse than "
         f"{settings.regression_factor:g}x the baseline; first {kind} {first['tensor']}: "
         f"max_abs={fmt3(first['max_abs'])} vs baseline {fmt3(first['baseline_max_abs'])} "
-        f"(limit {fmt3(first['limit'])})", details)
+        f"(limit {fmt3(first['limit'])}){note}", details)
 
 
 def first_worse(details: Mapping[str, Any]) -> dict[str, Any] | None:

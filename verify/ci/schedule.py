@@ -256,6 +256,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
                      f"sha256 {base.cases_sha256[:12]}…, now {cases[:12]}…): its errors are "
                      "another experiment's; refresh it with --update-goldens if the change "
                      "is intended")
+    if base is not None and not ci.update_goldens:
+        notes += _setting_notes(base, job)
     verdicts: list[GateResult] = []
     if "accuracy" in job.gates:
         verdicts.append(gates.accuracy(outputs, layer_rows))
@@ -322,3 +324,22 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path)
+
+
+def _setting_notes(base: baselines.Baseline, job: Job) -> list[str]:
+    """Where the job's baseline was recorded on another device spec or with other session
+    options than the job now has: its errors are another setting's (a device profile swapped
+    under the same name compared against the old one's figures without a word)."""
+    notes = []
+    if base.device_spec and base.device_spec != job.device.spec:
+        notes.append(f"the baseline was recorded on device spec {base.device_spec!r}, now "
+                     f"{job.device.spec!r}: its errors are another device's; refresh it with "
+                     "--update-goldens if the change is intended")
+    now = job.options.to_dict()
+    if base.options is not None:
+        changed = [f"{k} {base.options.get(k)!r}, now {v!r}" for k, v in now.items()
+                   if k in base.options and base.options.get(k) != v]
+        if changed:
+            notes.append(f"the baseline was recorded with other options ({'; '.join(changed)}); "
+                         "refresh it with --update-goldens if the change is intended")
+    return notes

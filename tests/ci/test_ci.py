@@ -370,6 +370,28 @@ def test_unreachable_device_errors_its_jobs_and_the_others_go_on(
     assert 'type="device-error"' in (tmp_path / "ci.xml").read_text()
 
 
+def test_a_device_that_keeps_timing_out_is_taken_out_of_the_run(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys) -> None:
+    """A board that hangs cost every one of its jobs (retries + 1) x its timeout (hours with
+    the defaults); after two jobs in a row time out, its other jobs are not run."""
+    spec = wrapped_runner_profile(device_env.profiles, "hangs", "--sleep-ms", "60000")
+    devices = ('[[device]]\nname = "local"\nspec = "local"\n\n'
+               f'[[device]]\nname = "board"\nspec = "{spec}"\ntimeout = 1.5\n')
+    suite = local_suite(tmp_path, devices=devices)
+    suite.write_text(suite.read_text().replace('devices = ["local"]',
+                                               'devices = ["local", "board"]'))
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "board"], capsys, tmp_path)
+    ids = [j["id"] for j in run.report["jobs"]]
+    assert len(ids) >= 3 and run.code == 3, run.out
+    first, second, *rest = (run.job(i) for i in ids)
+    for job in (first, second):
+        assert job["error"]["type"] == "DeviceTimeout" and job["attempts"] == 2, job["error"]
+    for job in rest:
+        assert job["attempts"] == 0 and job["error"]["message"].startswith(
+            f"not run: device board timed out in 2 jobs in a row earlier in this run (the "
+            f"last: {second['id']}: "), job["error"]
+
+
 def test_a_connect_error_subclass_also_takes_the_device_out_of_the_run(
         link_down_transport: str, device_env, tmp_path: Path, capsys) -> None:
     # a third-party driver raises its own ConnectError subclass: the device is still lost

@@ -154,6 +154,7 @@ class JobResult:
     error_kind: str = ""             # device, input or internal
     error_type: str = ""             # the exception's class, e.g. ConnectError
     unreachable: bool = False        # a ConnectError (or subclass): the device is out of the run
+    timed_out: bool = False          # a DeviceTimeout on its last attempt (schedule: HUNG_AFTER)
     attempts: int = 0
     seconds: float = 0.0
     notes: tuple[str, ...] = ()

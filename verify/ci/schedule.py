@@ -77,6 +77,9 @@ def _retrying(fn: Callable[[], T], retries: int, attempts: _Attempts) -> T:
             time.sleep(RETRY_PAUSE_S * attempts.count)
 
 
+HUNG_AFTER = 2  # jobs in a row that timed out on every attempt: the device is out of the run
+
+
 def run_jobs(jobs: Sequence[Job], ci: CiRun,
              on_result: Callable[[JobResult], None] | None = None) -> list[JobResult]:
     """Run every job; results come back in the order of `jobs`."""
@@ -100,6 +103,7 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
 
     def lane(indices: list[int], sessions: Sessions) -> None:
         down: dict[str, str] = {}    # device name -> why it is out of this run
+        hung: dict[str, int] = {}    # device name -> jobs in a row that timed out
         for i in indices:
             if stop.is_set():
                 return
@@ -114,6 +118,14 @@ def run_jobs(jobs: Sequence[Job], ci: CiRun,
                 if result.unreachable:
                     down[job.device.name] = (f"device {job.device.name} was unreachable "
                                              f"earlier in this run ({result.error})")
+                # a board that hangs costs every job of it (retries + 1) x its timeout: after
+                # HUNG_AFTER jobs in a row timed out, it is out of the run as if unreachable
+                hung[job.device.name] = hung.get(job.device.name, 0) + 1 \
+                    if result.timed_out else 0
+                if hung[job.device.name] >= HUNG_AFTER:
+                    down[job.device.name] = (f"device {job.device.name} timed out in "
+                                             f"{HUNG_AFTER} jobs in a row earlier in this run "
+                                             f"(the last: {result.job.id}: {result.error})")
             results[i] = result
             if on_result is not None:
                 with lock:
@@ -175,7 +187,8 @@ def run_job(job: Job, ci: CiRun, sessions: Sessions | None = None) -> JobResult:
                 "input" if isinstance(exc, UsageError) else "internal")
         result = JobResult(job, ERROR, error=str(exc), error_kind=kind,
                            error_type=type(exc).__name__,
-                           unreachable=isinstance(exc, ConnectError))
+                           unreachable=isinstance(exc, ConnectError),
+                           timed_out=isinstance(exc, DeviceTimeout))
     except Exception as exc:  # a bug must not take the other jobs down; keep its trace
         result = JobResult(job, ERROR, error=f"{type(exc).__name__}: {exc}",
                            error_kind="internal", error_type=type(exc).__name__,

@@ -74,14 +74,19 @@ def _array_info(a: np.ndarray) -> dict[str, Any]:
     Inf counts too, where it has any (the range alone hid them)."""
     info: dict[str, Any] = {"dtype": a.dtype.name, "shape": list(a.shape)}
     if a.size and a.dtype.kind in "fiub":
-        finite = a[np.isfinite(a)] if a.dtype.kind == "f" else a
-        if finite.size:
-            info["min"] = float(finite.min())
-            info["max"] = float(finite.max())
-            info["mean"] = float(finite.astype(np.float64).mean())
-        if a.dtype.kind == "f" and finite.size < a.size:
+        # reductions in place, the mean accumulated in float64 chunk by chunk: copying the
+        # finite values and casting them whole took 9x a 2 GB uint8 input's size (18.9 GB)
+        mask = np.isfinite(a) if a.dtype.kind == "f" else None
+        count = int(np.count_nonzero(mask)) if mask is not None else a.size
+        kw: dict[str, Any] = {} if mask is None or count == a.size else {"where": mask}
+        if count:
+            info["min"] = float(np.min(a, initial=np.inf, **kw) if kw else a.min())
+            info["max"] = float(np.max(a, initial=-np.inf, **kw) if kw else a.max())
+            info["mean"] = float(np.mean(a, dtype=np.float64, **kw))
+        del kw, mask  # gone before np.isnan's own mask is made
+        if a.dtype.kind == "f" and count < a.size:
             info["nan"] = int(np.count_nonzero(np.isnan(a)))
-            info["inf"] = int(a.size - finite.size - info["nan"])
+            info["inf"] = int(a.size - count - info["nan"])
     return info
 
 

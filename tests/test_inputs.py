@@ -476,6 +476,12 @@ def test_random_ranges():
     assert error(build_cases, infos(("i", TensorProto.INT64, [2])), ["i:rand(0.2,0.5)"]) == (
         "input 'i' takes int64; rand(0.2,0.5) must hold integers within "
         "[-9223372036854775808, 9223372036854775807]")
+    # a float range past the dtype's largest value drew infinities (then all-Inf ground truth
+    # that `run` passed)
+    assert error(build_cases, ins, ["x:rand(1e40,1e41)"]) == (
+        "input 'x' takes float32; rand(1e+40,1e+41) must lie within [-3.40282e+38, 3.40282e+38]")
+    assert error(build_cases, infos(("h", TensorProto.FLOAT16, [2])), ["h:rand(0,7e4)"]) == (
+        "input 'h' takes float16; rand(0,70000) must lie within [-65504, 65504]")
 
 
 def test_string_input_refused():

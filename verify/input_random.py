@@ -70,6 +70,10 @@ def random_input(info: InputInfo, shape: tuple[Dim, ...] | None, spec: RandomSpe
     k = kind(info.dtype)
     if k == "f":
         low, high = (-1.0, 1.0) if spec.low is None else (spec.low, spec.high)
+        top = float(np.finfo(info.dtype).max)
+        if not (-top <= low and high <= top):  # float16 past 65504 was inf, float32 past 3.4e38
+            raise InputError(f"input '{info.name}' takes {dtype_name(info.dtype)}; "
+                             f"rand({low:g},{high:g}) must lie within [{-top:g}, {top:g}]")
         return rng.uniform(low, high, size=dims).astype(info.dtype)
     if k in "iu":
         lo_lim, hi_lim = int_limits(info.dtype)

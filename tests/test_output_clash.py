@@ -67,6 +67,41 @@ def test_pack_never_writes_over_its_model_or_data(tmp_path: Path, home: None,
     assert program.read_text() == "def make(): ...\n" and expected.read_text() == "{}"
 
 
+def test_pack_never_writes_over_a_file_its_model_or_data_folder_holds(
+        tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """The model's external weights file, and a file inside a -d folder (onnx_test_runner's
+    input_0.pb), were overwritten: the next pack fed the HDF5 bytes to onnxruntime as weights
+    and stored NaN ground truth, exit 0."""
+    import onnx
+
+    from verify.cli import main
+
+    model = onnx.load(str(CNN))
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    onnx.save_model(model, str(folder / "m.onnx"), save_as_external_data=True,
+                    location="m.data", size_threshold=0)
+    weights = (folder / "m.data").read_bytes()
+    code, _, err = verify(capsys, "pack", folder / "m.onnx", "-o", folder / "m.data")
+    assert (code, only_line(err)) == (
+        2, f"error: -o {folder / 'm.data'}: is the model's external data file; {DESTROY}")
+    assert (folder / "m.data").read_bytes() == weights
+
+    runner = tmp_path / "case"
+    (runner / "test_data_set_0").mkdir(parents=True)
+    assert main(["export", str(REPO / "goldens" / "testcases" / "cnn.vtc"), "-o",
+                 str(runner / "model.onnx"), "--data", str(runner)]) == 0
+    given = runner / "test_data_set_0" / "input_0.pb"
+    before = given.read_bytes()
+    code, _, err = verify(capsys, "pack", runner / "model.onnx", "-d", runner, "-o", given)
+    assert (code, only_line(err)) == (
+        2, f"error: -o {given}: is a file of the -d folder {runner}; {DESTROY}")
+    assert given.read_bytes() == before
+    # a new file in the folder is no input: written
+    assert verify(capsys, "pack", runner / "model.onnx", "-d", runner, "-o",
+                  runner / "new.vtc")[0] == 0
+
+
 def test_run_never_writes_over_its_archive_or_another_output(
         tmp_path: Path, home: None, capsys: pytest.CaptureFixture[str]) -> None:
     archive = tmp_path / "cnn.vtc"

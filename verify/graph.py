@@ -69,13 +69,15 @@ def parse_model(data: bytes, where: str, external: Sequence[ExternalFile] | bool
     return model
 
 
-def load_model(path: Path, keep_external: bool = False
+def load_model(path: Path, keep_external: bool = False,
+               found: list[ExternalFile] | None = None
                ) -> tuple[onnx.ModelProto, bytes, tuple[ExternalFile, ...]]:
     """A model file as a ModelProto, its bytes and its external data files. Weights stored as
     external data (`location` files beside the model) are read in, so the model is one
     self-contained message, unless `keep_external` asks otherwise or they do not fit
     protobuf's 2 GiB limit: then the model keeps its references and the files are returned
-    (checked to lie beside it; nothing of them is read)."""
+    (checked to lie beside it; nothing of them is read). `found`, when given, receives the
+    external data files either way (files an output must not overwrite)."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -86,6 +88,8 @@ def load_model(path: Path, keep_external: bool = False
     except (DecodeError, RuntimeError, ValueError):
         return parse_model(data, str(path)), data, ()  # parse_model says what is wrong
     files = find_external(model, Path(path))
+    if found is not None:
+        found.extend(files)
     if not files:
         return parse_model(data, str(path)), data, ()
     if keep_external or len(data) + sum(f.size for f in files) > PROTO_LIMIT:

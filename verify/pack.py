@@ -17,6 +17,8 @@ from verify.capture import HostCapture
 from verify.dump import not_captured_text
 from verify.graph import load_model, saturation_floors, sha256_bytes, tensor_order
 from verify.errors import InputError, UsageError
+from verify.external import ExternalFile
+from verify.files import check_output_file
 from verify.expected import (check_expected, host_agreement, read_case_sources,
                              read_expected)
 from verify.inputs import RANDOM_INT_HIGH, InputInfo, Preprocess, build_cases, model_inputs
@@ -69,7 +71,11 @@ def pack(model_path: Path, out: Path, options: PackOptions,
          note: Callable[[str], None] = lambda text: None) -> Testcase:
     """Build the cases, compute ground truth on the host, write the archive atomically.
     `note` hears what the user should know of the archive written (tensors --layers left out)."""
-    model, model_bytes, external = load_model(model_path, options.keep_external)
+    found: list[ExternalFile] = []
+    model, model_bytes, external = load_model(model_path, options.keep_external, found)
+    # before any work: the archive written over the weights it is made from (the next pack
+    # then fed onnxruntime HDF5 bytes as weights and stored NaN ground truth without a word)
+    check_output_file(out, "-o", [("the model's external data file", f.path) for f in found])
     folder = model_path.parent if external else None
     infos: list[InputInfo] = model_inputs(model)
     session = reference_session(model_bytes, str(model_path), folder)

@@ -91,6 +91,11 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
         for what, specs in (("a -d file", data), ("an --expected file", expected)):
             inputs += [(what, spec) for spec in specs]
             inputs += [(what, spec.split(":", 1)[1]) for spec in specs if ":" in spec]
+            # a file inside a -d/--expected folder (onnx_test_runner's input_0.pb) is one too
+            folders = [Path(p) for spec in specs for p in {spec, spec.split(":", 1)[-1]}
+                       if Path(p).is_dir()]
+            inputs += [(f"a file of the {what.split()[1]} folder {d}", out) for d in folders
+                       if out.is_file() and d.resolve() in out.resolve().parents]
         program = reference[len("torch:"):] if reference.startswith("torch:") else ""
         if program:
             inputs.append(("the --reference program", program.split(".py:", 1)[0] + ".py"

@@ -374,6 +374,24 @@ def test_image_into_hw_and_chw_inputs(tmp_path):
     np.testing.assert_array_equal(case["c"][1, 3], [30, 30, 30])  # (H,W,C)
 
 
+def test_high_depth_images_keep_their_values_in_every_channel(tmp_path):
+    """A 16-bit PNG or a float TIFF into a 3-channel input: converted to RGB it was clipped
+    at 255 (16-bit) or truncated to 0 (float), packed without a word."""
+    from PIL import Image
+
+    deep = np.array([[0, 1000], [40000, 65535]], np.uint16)
+    Image.fromarray(deep).save(tmp_path / "d16.png")
+    floats = np.array([[0.25, 0.5], [0.75, 1.5]], np.float32)
+    Image.fromarray(floats).save(tmp_path / "f.tif")
+    for name, want in (("d16.png", deep.astype(np.float32)), ("f.tif", floats)):
+        for spec, at in ((("x", TensorProto.FLOAT, [1, 3, 2, 2]), lambda x: x[0]),
+                         (("x", TensorProto.FLOAT, [1, 2, 2, 3]), lambda x: x[0].transpose(2, 0, 1)),
+                         (("x", TensorProto.FLOAT, [2, 2]), lambda x: x[None])):
+            [case] = build_cases(infos(spec), [name], base_dir=tmp_path)
+            for channel in at(case["x"]):
+                np.testing.assert_array_equal(channel, want)
+
+
 def test_file_named_like_rand(tmp_path):
     np.save(tmp_path / "rand.npy", np.array([5.0], np.float32))
     [case] = build_cases(infos(("x", TensorProto.FLOAT, [1])), ["x:rand.npy"], base_dir=tmp_path)

@@ -62,11 +62,11 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
             raise InputError(f"{opt} has {len(vals)} values but input '{name}' has "
                              f"{channels} {'channel' if channels == 1 else 'channels'}")
     img = open_image(path, label)
-    if channels == 1:
-        high_depth = img.mode in ("I", "I;16", "I;16B", "I;16L", "F")
-        img = img.convert("F" if high_depth else "L")
-    else:
-        img = img.convert("RGB")
+    # a 16-bit, 32-bit or float image is one channel (Pillow has no deeper colour modes): kept
+    # at its own depth, in its own units, and given to a 3-channel input as gray in each
+    # channel; converting it to RGB clipped 16-bit values at 255 and truncated floats to 0
+    high_depth = img.mode in ("I", "I;16", "I;16B", "I;16L", "F")
+    img = img.convert("F" if high_depth else "L" if channels == 1 else "RGB")
     h, w = (d if isinstance(d, int) else None for d in spatial)
     if h is None or w is None:
         # Keeping the image's own size would fix H/W silently, and models with dynamic H/W
@@ -95,7 +95,9 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
     size = (w, h)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BILINEAR)
-    x = np.asarray(img, dtype=np.float64).reshape(size[1], size[0], channels)  # HWC
+    x = np.asarray(img, dtype=np.float64).reshape(size[1], size[0], -1)  # HWC
+    if x.shape[2] != channels:  # a high-depth gray image into a 3-channel input
+        x = np.repeat(x, channels, axis=2)
     x = x * pre.scale
     if pre.mean is not None:
         x = x - np.asarray(pre.mean, dtype=np.float64)

@@ -166,6 +166,42 @@ def test_a_dataset_over_the_size_limit_is_refused_before_it_is_read(
     assert code == 2 and "expected a number of MB > 0" in err
 
 
+def test_pack_writes_nothing_a_reader_would_refuse(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """pack stored what the reader then refused in the same archive (a 2049 MB input, a model
+    over --max-tensor-mb, a per-layer reference): refused at pack, naming the part, the
+    limit and how to raise it, and no archive is left."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from verify.cli import main
+
+    out = tmp_path / "cnn.vtc"
+    code, _, err = verify(capsys, "--max-tensor-mb", "0.25", "pack", MODELS / "cnn.onnx", "-d",
+                          REPO / "goldens" / "images" / "sample.png", "-o", out)
+    assert (code, only_line(err)) == (2, (
+        f"error: {out}: case 0 input 'data' is 0.5742 MB, over the 0.25 MB an archive holds "
+        "per tensor (readers refuse it); raise the limit with verify --max-tensor-mb N or "
+        "$VERIFY_MAX_TENSOR_MB, for packing and reading alike"))
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    # a layer (streamed while the archive is written): 40,000 floats between a (1,4) input
+    # and a (1,1) output
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "reps"], ["wide"]),
+         helper.make_node("ReduceSum", ["wide"], ["y"], keepdims=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor("reps", TensorProto.INT64, [2], [1, 10000])])
+    model = tmp_path / "wide.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
+    out = tmp_path / "wide.vtc"
+    code, _, err = verify(capsys, "--max-tensor-mb", "0.1", "pack", model, "--layers", "-o", out)
+    assert (code, only_line(err).split(" MB an archive")[0]) == (
+        2, f"error: {out}: case 0 layer 'wide' is 0.1526 MB, over the 0.1")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["wide.onnx"]
+    assert main(["--max-tensor-mb", "0.2", "pack", str(model), "--layers", "-o", str(out)]) == 0
+
+
 def _write_v1(path: Path, src: Path) -> None:
     """An archive as format 1 wrote it: JSON records as variable-length root attributes, no
     checksums (the writer as it was, kept here to make one)."""

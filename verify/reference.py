@@ -49,16 +49,19 @@ def ort_log_severity() -> int:
     return 4 if level is None else level
 
 
-def reference_session(model_bytes: bytes, where: str, external_dir: Path | None = None):
-    """A plain CPU session (no graph optimizations: the plainest kernels); `external_dir`:
-    the folder the model's external data files lie in."""
+def reference_session(model_bytes: bytes, where: str, external_dir: Path | None = None,
+                      optimized: bool = False):
+    """A plain CPU session (no graph optimizations: the plainest kernels; with `optimized`,
+    every optimization, as `verify run` runs by default); `external_dir`: the folder the
+    model's external data files lie in."""
     import onnxruntime as ort
 
     from verify.external import EXTERNAL_FOLDER_KEY
 
     ort.set_default_logger_severity(ort_log_severity())
     so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized else
+                                   ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     so.log_severity_level = ort_log_severity()
     if external_dir is not None:
         so.add_session_config_entry(EXTERNAL_FOLDER_KEY, str(Path(external_dir).resolve()))

@@ -206,14 +206,24 @@ def _killed_while(growing: Callable[[], Iterable[Path]], server: SshServer,
     return _one_line_error(err)
 
 
+@pytest.mark.parametrize("cache", ["empty", "warm"])
 def test_server_killed_while_pulling_outputs(device_env: DeviceEnv, sshd_factory, small_vtc: Path,
-                                             tmp_path: Path) -> None:
-    """Exit 3 naming the transfer; no half-written output or temp file left on this side."""
+                                             tmp_path: Path, cache: str, capsys) -> None:
+    """Exit 3 naming the transfer; no half-written output or temp file left on this side.
+    With the device's cache already holding the model (any run after the first), closing the
+    session touched the files it reused over the dead link, and "connection lost (running
+    touch)" replaced what was being done."""
     server = sshd_factory()
     runner = tmp_path / "big_runner.py"
     runner.write_text(BIG_OUTPUT_RUNNER)
     spec = device_env.ssh_profile("dying", server, tmp_path / "d",
                                   runner=[sys.executable, str(runner)])
+    if cache == "warm":
+        # the big-output runner gives none of the model's outputs: exit 3, after the model
+        # and its inputs reached the device cache
+        code, _, err = run_cli(["run", small_vtc, "--device", spec, "--iter", "1"], capsys)
+        assert code == 3 and "returned no value for output(s)" in err, err
+        assert list((tmp_path / "d" / "cache").iterdir())
     host_tmp = tmp_path / "host-tmp"
     host_tmp.mkdir()
     out_dir = tmp_path / "bin-out"

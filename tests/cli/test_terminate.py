@@ -13,11 +13,12 @@ import textwrap
 import pytest
 
 from verify import cli
+from verify.cli import interrupts
 from verify.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 
 LOST_THEN_RAISED = textwrap.dedent("""
     import signal, sys, time
-    from verify import cli
+    from verify.cli import interrupts as cli
     signal.signal(signal.SIGALRM, cli._rearm)
     handler = getattr(cli, sys.argv[1])
 
@@ -49,7 +50,7 @@ def test_an_interrupt_lost_in_a_destructor_is_raised_again(handler: str, raised:
 
 CLEANUP_RUNS_WHOLE = textwrap.dedent("""
     import signal, sys, time
-    from verify import cli
+    from verify.cli import interrupts as cli
     signal.signal(signal.SIGALRM, cli._rearm)
     try:
         try:
@@ -73,12 +74,12 @@ def test_an_interrupt_on_its_way_up_does_not_cut_its_cleanup_short() -> None:
     assert proc.stdout == "cleaned up\ninterrupted once\n", proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("exc, code, said", [(cli.Terminated, EXIT_TERMINATED, "terminated"),
+@pytest.mark.parametrize("exc, code, said", [(interrupts.Terminated, EXIT_TERMINATED, "terminated"),
                                              (KeyboardInterrupt, EXIT_INTERRUPTED, "interrupted")])
 def test_a_command_returning_with_an_interrupt_pending_exits_as_interrupted(
         exc: type, code: int, said: str, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(cli._term, "state", "pending")
-    monkeypatch.setitem(cli._term, "exc", exc)
+    monkeypatch.setitem(interrupts._term, "state", "pending")
+    monkeypatch.setitem(interrupts._term, "exc", exc)
     assert cli._main(["--version"]) == code
-    assert capsys.readouterr().err == f"{said}\n" and cli._term["state"] == "handled"
+    assert capsys.readouterr().err == f"{said}\n" and interrupts._term["state"] == "handled"

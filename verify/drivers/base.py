@@ -11,92 +11,28 @@ string to a remote shell quotes them at its boundary with `shlex.join`, never by
 
 from __future__ import annotations
 
-import errno
+__all__ = ["CacheFile", "CommandResult", "Driver", "DriverConfig", "Progress", "TransferStats",
+           "sha256_file", "shell_command"]  # the plain parts live in basics.py
+
 import hashlib
 import posixpath
 import secrets
-import shlex
+import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
+from verify.drivers.basics import (CacheFile, CommandResult, DriverConfig, Progress, TransferStats,
+                                   host_write_error, sha256_file, shell_command)
 from verify.drivers.channel import LineChannel
 from verify.errors import DeviceError, OutputError, RemoteCommandFailed
 from verify.files import atomic_path, made_dirs, os_reason
 
-Progress = Callable[[int], None]
-"""Called with the number of bytes moved since the last call."""
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command on the device did."""
-
-    argv: tuple[str, ...]
-    status: int
-    stdout: str
-    stderr: str
-
-
 PART_MAX_AGE = 600.0  # seconds untouched before a partial transfer counts as abandoned
-
-
-@dataclass(frozen=True)
-class CacheFile:
-    """One file of a device's cache; `used` is its last use (mtime, seconds since epoch)."""
-
-    path: str
-    size: int
-    used: float
-
-
-@dataclass
-class TransferStats:
-    """Counts what actually crossed the wire, so tests and users can see the cache work."""
-
-    bytes_put: int = 0
-    files_put: int = 0
-    files_cached: int = 0
-    bytes_got: int = 0
-    files_got: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class DriverConfig:
-    """What a driver needs to know, taken from the device spec and its profile."""
-
-    transport: str
-    address: str = ""
-    base_dir: str = ""
-    env: Mapping[str, str] = field(default_factory=dict)
-    connect_timeout: float = 15.0
-    command_timeout: float = 600.0
-    options: Mapping[str, object] = field(default_factory=dict)
-    spec: str = ""  # the device as the user named it (`ssh:board`), for messages
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None,
-                  cwd: str | None = None, exec_: bool = True) -> str:
-    """Quote an argv (with optional env and cwd) into one POSIX shell command string; with
-    `exec_` False the shell stays (to see how the command ended) instead of becoming it."""
-    words = ["env", *(f"{k}={v}" for k, v in (env or {}).items()), *argv] if env else list(argv)
-    cmd = shlex.join(words)
-    run = f"exec {cmd}" if exec_ else cmd
-    return f"cd {shlex.quote(cwd)} && {run}" if cwd else run
+CLEANUP_TIMEOUT = 10.0  # seconds for each cleanup command after a failure or an interrupt
 
 
 class Driver(ABC):
@@ -112,6 +48,7 @@ class Driver(ABC):
         self._opened = False
         self._used: set[str] = set()     # cache files used this session (LRU bookkeeping)
         self._parts_swept = False
+        self._cleaning = False  # within _cleaning_up: every command capped at CLEANUP_TIMEOUT
 
     # --- transport primitives: subclasses implement these ----------------------------------
     @abstractmethod
@@ -166,11 +103,30 @@ class Driver(ABC):
         if self._opened:
             self._opened = False
             try:
-                if self._used:  # the cache files this session used: newest for LRU eviction
-                    self.mark_used(sorted(self._used))
-                    self._used.clear()
+                # the cache files this session used: newest for LRU eviction. A hint only:
+                # not while a failure or an interrupt is on its way up (over a dead link the
+                # touch replaced the real error with "connection lost (running touch)", and
+                # Ctrl-C's 130 with exit 3), and its own failure is never the command's
+                if self._used and sys.exc_info()[1] is None:
+                    with self._cleaning_up():
+                        try:
+                            self.mark_used(sorted(self._used))
+                        except DeviceError:
+                            pass
+                self._used.clear()
             finally:
                 self._close_impl()
+
+    @contextmanager
+    def _cleaning_up(self) -> Iterator[None]:
+        """Commands run within are capped at CLEANUP_TIMEOUT: cleaning up after a failure or an
+        interrupt on a device that stopped answering waited out the whole command timeout
+        (600 s) for each step, so Ctrl-C looked hung for minutes."""
+        old, self._cleaning = self._cleaning, True
+        try:
+            yield
+        finally:
+            self._cleaning = old
 
     def __enter__(self) -> "Driver":
         return self.open()
@@ -186,6 +142,8 @@ class Driver(ABC):
         """Run a command; with check, a non-zero exit raises RemoteCommandFailed."""
         merged = {**self.config.env, **(env or {})}
         limit = self.config.command_timeout if timeout is None else timeout
+        if self._cleaning:
+            limit = min(limit, CLEANUP_TIMEOUT)
         result = self._exec_impl(list(argv), timeout=limit, env=merged, cwd=cwd)
         if check and result.status != 0:
             raise RemoteCommandFailed(what or f"{self.describe_address()}: {argv[0]}",
@@ -237,7 +195,7 @@ class Driver(ABC):
             try:
                 (self._move_impl if move else self._get_impl)(remote, tmp, progress)
             except DeviceError as exc:
-                host = _host_write_error(exc)
+                host = host_write_error(exc)
                 if host is None:
                     raise
                 # the host's disk, not the device: the one line the local driver gives, exit 2
@@ -377,24 +335,8 @@ class Driver(ABC):
         return f"{self.transport}:{self.config.address}" if self.config.address else self.transport
 
     def _try_remove(self, path: str) -> None:
-        try:
-            self._remove_impl(path)
-        except Exception:  # noqa: BLE001 - cleanup after a failure must not mask it
-            pass
-
-
-# errnos only writing the host's file can raise during a download (never a socket's)
-_HOST_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
-
-
-def _host_write_error(exc: BaseException) -> OSError | None:
-    """The OSError behind a transport's error when it is the host's disk (full, read-only,
-    over quota) that failed a download: ssh and adb wrap every OSError as the device's."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return None
-        if isinstance(seen, OSError) and seen.errno in _HOST_ERRNOS:
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+        with self._cleaning_up():
+            try:
+                self._remove_impl(path)
+            except Exception:  # noqa: BLE001 - cleanup after a failure must not mask it
+                pass

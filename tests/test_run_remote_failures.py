@@ -267,3 +267,23 @@ def test_a_runner_killed_by_sigkill_over_ssh_names_signal_9(
     assert (code, out) == (3, "")
     assert _one_line_error(err) == (f"{spec}: the runner was killed by signal 9 without "
                                     "writing a result: no output")
+
+
+def test_a_full_device_disk_over_sftp_says_so(device_env: DeviceEnv, sshd_server, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """paramiko's pipelined SFTP upload reported a full disk as "size mismatch in put!": the
+    device's free space is now asked for and named (the adb driver said as much already)."""
+    from test_os_conditions import tmpfs
+
+    from verify.cli import main
+
+    vtc = tmp_path / "cnn.vtc"
+    cnn = Path(__file__).resolve().parent.parent / "goldens" / "models" / "cnn.onnx"
+    assert main(["pack", str(cnn), "-o", str(vtc)]) == 0
+    with tmpfs(tmp_path / "small", size="24k") as small:
+        spec = device_env.ssh_profile("smalldisk", sshd_server, small / "d")
+        code, out, err = run_cli(["run", vtc, "--device", spec, "--iter", "1"], capsys)
+        assert (code, out) == (3, "")
+        message = _one_line_error(err)
+        assert re.search(r" failed: No space left on device \([0-9.]+ MB free in \S+/cache, the "
+                         r"file is [0-9.]+ MB\)$", message), message

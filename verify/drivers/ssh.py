@@ -55,7 +55,7 @@ from verify.drivers.ssh_exec import KILL_TIMEOUT, close_quietly
 from verify.drivers.ssh_login import (Login, fingerprint, insecure_host_key, log_in, open_tunnel,
                                       reason, timed_out)
 from verify.drivers.ssh_route import SshHop, route
-from verify.errors import ConnectError, DeviceTimeout, ProfileError, TransferError
+from verify.errors import ConnectError, DeviceError, DeviceTimeout, ProfileError, TransferError
 
 # Without logging configured, paramiko's ERROR records would reach stderr through logging's
 # last-resort handler; verify reports the failure itself as one line.
@@ -286,7 +286,28 @@ class SshDriver(Driver):
         try:
             sftp.put(str(local), remote, callback=ssh_files.adapt_progress(progress), confirm=True)
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if "size mismatch" in str(exc):  # paramiko's pipelined writes hide the server's
+                raise TransferError(f"{self.describe_address()}: {what} failed: "  # ENOSPC
+                                    f"{self._short_write(remote, local.stat().st_size, exc)}"
+                                    ) from exc
             raise self._lost(what, exc, TransferError) from exc
+
+    def _short_write(self, remote: str, size: int, exc: BaseException) -> str:
+        """Why an SFTP upload came up short: a full disk where the device's folder has less
+        room than the file ("size mismatch in put!" said nothing of it), else paramiko's
+        words."""
+        folder = posixpath.dirname(remote) or "."
+        with self._cleaning_up():
+            try:
+                df = self.run(["df", "-Pk", folder], check=False)
+                free = int(df.stdout.splitlines()[-1].split()[3]) * 1024 if df.status == 0 \
+                    else None
+            except (DeviceError, ValueError, IndexError):
+                free = None
+        if free is not None and free < size:
+            return (f"No space left on device ({free / 2**20:.1f} MB free in {folder}, the file "
+                    f"is {size / 2**20:.1f} MB)")
+        return reason(exc)
 
     def _get_impl(self, remote: str, local: Path, progress: Progress | None) -> None:
         what = f"fetching {remote}"

@@ -79,3 +79,21 @@ def test_a_failing_touch_is_not_the_commands_error() -> None:
     d.dead = True
     d.close()  # the link died after the last job: its results stand
     assert d.calls == [("touch", CLEANUP_TIMEOUT)]
+
+
+def test_a_failed_file_command_names_the_device() -> None:
+    """adb's `base_dir` under /proc said "mkdir on device exited with status 1: …", not which
+    device (ssh's own makedirs named it)."""
+    from verify.errors import RemoteCommandFailed
+
+    class Refusing(Recording):
+        def _exec_impl(self, argv: Sequence[str], *, timeout: float, env: Mapping[str, str],
+                       cwd: str | None) -> CommandResult:
+            return CommandResult(tuple(argv), 1, "", f"{argv[0]}: cannot create directory")
+
+    d = Refusing(DriverConfig("recording", address="board7", spec="phone")).open()
+    with pytest.raises(RemoteCommandFailed) as err:
+        d._makedirs_impl("/proc/verify")
+    assert str(err.value).startswith(f"{d.describe_address()}: mkdir exited with status 1"), \
+        str(err.value)
+    assert "board7" in d.describe_address() or "phone" in d.describe_address()

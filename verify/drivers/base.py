@@ -81,13 +81,13 @@ class Driver(ABC):
         return False
 
     def _rename_impl(self, src: str, dst: str) -> None:
-        self.run(["mv", "-f", src, dst], what="rename on device")
+        self.run(["mv", "-f", src, dst], what=f"{self.describe_address()}: rename")
 
     def _makedirs_impl(self, path: str) -> None:
-        self.run(["mkdir", "-p", path], what="mkdir on device")
+        self.run(["mkdir", "-p", path], what=f"{self.describe_address()}: mkdir")
 
     def _remove_impl(self, path: str) -> None:
-        self.run(["rm", "-rf", path], what="remove on device")
+        self.run(["rm", "-rf", path], what=f"{self.describe_address()}: remove")
 
     def _exists_impl(self, path: str) -> bool:
         return self.run(["test", "-e", path], check=False).status == 0

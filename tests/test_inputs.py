@@ -392,6 +392,17 @@ def test_high_depth_images_keep_their_values_in_every_channel(tmp_path):
                 np.testing.assert_array_equal(channel, want)
 
 
+def test_one_input_given_two_shapes_is_refused():
+    """`--shape x:2x3 --shape x:3x3` kept the last without a word."""
+    from verify.inputs import parse_shape_options
+
+    assert parse_shape_options(["x:2x3", "y:4", "x:2,3"]) == {"x": (2, 3), "y": (4,)}
+    assert error(parse_shape_options, ["x:2x3", "x:3x3"]) == (
+        "--shape 'x:3x3': input 'x' already has --shape 2x3; give one shape per input")
+    assert error(parse_shape_options, ["2x3", "3x3"]) == (
+        "--shape '3x3': the model's input already has --shape 2x3; give one shape per input")
+
+
 def test_file_named_like_rand(tmp_path):
     np.save(tmp_path / "rand.npy", np.array([5.0], np.float32))
     [case] = build_cases(infos(("x", TensorProto.FLOAT, [1])), ["x:rand.npy"], base_dir=tmp_path)

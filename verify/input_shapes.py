@@ -28,6 +28,20 @@ def parse_shape_option(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
+def parse_shape_options(texts: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Every --shape, by input name; one input given twice is an InputError (the last one was
+    kept without a word)."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for text in texts:
+        name, dims = parse_shape_option(text)
+        if name in shapes and shapes[name] != dims:
+            shown = f"input '{name}'" if name else "the model's input"
+            raise InputError(f"--shape {text!r}: {shown} already has --shape "
+                             f"{'x'.join(map(str, shapes[name]))}; give one shape per input")
+        shapes[name] = dims
+    return shapes
+
+
 def effective_shapes(inputs: Sequence[InputInfo],
                      shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[Dim, ...] | None]:
     """Declared shapes with --shape laid over them; --shape may only set dynamic dims."""

@@ -59,10 +59,11 @@ from verify.errors import InputError
 from verify.input_images import ImageSizeError
 from verify.input_items import ItemParser, MissingShapeError, split_items
 from verify.input_random import RANDOM_INT_HIGH, RandomSpec
-from verify.input_shapes import Dim, effective_shapes, parse_shape_option
+from verify.input_shapes import Dim, effective_shapes, parse_shape_option, parse_shape_options
 
 __all__ = ["RANDOM_INT_HIGH", "Dim", "InputInfo", "MissingShapeError", "Preprocess",
-           "build_cases", "model_inputs", "override_input", "parse_shape_option"]
+           "build_cases", "model_inputs", "override_input", "parse_shape_option",
+           "parse_shape_options"]
 
 
 @dataclass(frozen=True)

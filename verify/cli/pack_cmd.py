@@ -79,7 +79,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
       verify pack model.onnx -d inputs.json --expected outputs.json   (Polygraphy's files)
     """
     from verify import pack as packing
-    from verify.inputs import Preprocess, parse_shape_option
+    from verify.inputs import Preprocess, parse_shape_options
     from verify.files import check_output_file
     from verify.tolerance import tolerance_record
 
@@ -104,7 +104,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     pre = Preprocess(mean=_floats(mean, "--mean"), std=_floats(std, "--std"), scale=scale,
                      bgr=bgr, layout=layout)
     options = packing.PackOptions(
-        data=data, shapes=dict(parse_shape_option(s) for s in shapes), seed=seed, pre=pre,
+        data=data, shapes=parse_shape_options(shapes), seed=seed, pre=pre,
         tolerances=tolerance_record(tolerances.atol, tolerances.rtol, tolerances.specs),
         layers=layers, expected=expected, reference=reference, keep_external=keep_external)
     notes: list[str] = []

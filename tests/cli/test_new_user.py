@@ -3,6 +3,8 @@ profile on real models, then wrong arguments): each a one-line error with its ex
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,14 @@ def test_a_tolerance_glob_that_matches_no_output_is_noted(tmp_path: Path, capsys
                      "whole name, and run judges the outputs only"]
     code, out, _ = verify(capsys, "run", vtc, "--iter", "1", "--tol", "prob:atol=1", "--json")
     assert code == 0 and "--tol" not in out
+    # pack says it too, of the tensors the archive's tolerances judge (outputs, and layers in
+    # diff and localize): it said nothing
+    code, out, _ = verify(capsys, "pack", CNN, "-o", vtc, "--tol", "pro:atol=1", "--tol",
+                          "block2*:k=2^-10", "--json")
+    assert code == 0
+    assert json.loads(out)["notes"] == [
+        "--tol 'pro:atol=1' matches no output or layer of the archive (prob); the glob must "
+        "match a whole name"]
 
 
 def test_export_never_replaces_a_changed_model_without_force(tmp_path: Path, capsys) -> None:

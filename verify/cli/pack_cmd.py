@@ -109,6 +109,10 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
         layers=layers, expected=expected, reference=reference, keep_external=keep_external)
     notes: list[str] = []
     tc = packing.pack(model, out, options, note=notes.append)
+    from verify.execute import unmatched_spec_notes  # a glob that matches nothing: as run says
+
+    notes += unmatched_spec_notes(tolerances.specs, list(tc.cases[0].outputs) if tc.cases else [],
+                                  layers=[t.name for t in tc.tensor_order])  # diff judges them
     summary = {**render_archive.pack_summary(tc, out), "notes": notes}
     if as_json:
         emit_json(summary, "pack")

@@ -4,7 +4,6 @@ profile on real models, then wrong arguments): each a one-line error with its ex
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 
 import pytest

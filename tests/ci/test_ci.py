@@ -264,11 +264,21 @@ def test_slowed_runner_fails_latency_and_nothing_else(
     run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io/local/opt-all",
                   "--html", tmp_path / "ci.html"], capsys, tmp_path)
     assert run.code == 1, run.out + run.err
+    assert not any("intra-op" in n for n in run.job("two_io/local/opt-all")["notes"])
     gates = {g["gate"]: g["status"] for g in run.job("two_io/local/opt-all")["gates"]}
     assert gates == {"accuracy": "pass", "regression": "pass", "latency": "fail"}
     lat = run.gate("two_io/local/opt-all", "latency")["details"]
     assert lat["ratio_lower_bound"] > 1.25 and lat["median_ms"] >= 3.0
     assert "latency: slower: median" in run.out
+    # with several intra-op threads, the failure says what a single-threaded probe cannot see
+    suite.write_text(suite.read_text().replace(
+        'name = "opt-all"\nopt_level = "all"\nthreads = 1',
+        'name = "opt-all"\nopt_level = "all"\nthreads = 2'))
+    run = run_ci([suite, "--baselines", ci_baselines, "--only", "two_io/local/opt-all"],
+                 capsys, tmp_path)
+    assert run.gate("two_io/local/opt-all", "latency")["status"] == "fail"
+    assert any(n.startswith("the session ran 2 intra-op threads: the control probe is single-"
+                            "threaded") for n in run.job("two_io/local/opt-all")["notes"])
 
 
 def test_a_2x_slower_runner_fails_latency_beside_a_busy_machine(

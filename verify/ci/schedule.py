@@ -320,6 +320,14 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
             else:
                 verdicts.append(gates.latency(latency, base_latency, job.settings, job.id,
                                               lat_shown, fingerprint))
+    lat = next((g for g in verdicts if g.gate == "latency" and g.status == FAIL), None)
+    if lat is not None and lat.details.get("control") == "probe" \
+            and job.options.session.threads != 1:
+        n = job.options.session.threads
+        ran = f"{n} intra-op threads" if n else "an intra-op thread per core (threads = 0)"
+        notes.append(f"the session ran {ran}: the control probe is single-threaded and cannot "
+                     "see other work taking their cores, so on a shared machine gate latency "
+                     "with threads = 1 (docs/suite.md)")
     failed = any(g.status == FAIL or (ci.require_baselines and g.status in (NO_BASELINE,
                                                                            RECORDED))
                  for g in verdicts)

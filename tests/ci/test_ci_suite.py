@@ -412,3 +412,16 @@ def test_a_profile_file_as_device_spec_is_read_relative_to_the_suite(tmp_path: P
     assert profile.transport == "local" and profile.name == spec
     with pytest.raises(UsageError, match=r"^device 'gone.toml': no such profile file gone.toml$"):
         resolve("gone.toml")
+
+
+def test_a_failed_job_s_summary_names_the_gates_it_could_not_judge() -> None:
+    """With a latency failure, the summary named that alone; a regression gate with no
+    baseline (a failure itself under --require-baselines) went unsaid."""
+    from verify.ci.results import FAILED, JobResult
+
+    r = JobResult(None, FAILED, gates=(  # type: ignore[arg-type]
+        gates.GateResult("accuracy", "pass", "1 output(s) within tolerance"),
+        gates.GateResult("regression", "no-baseline", "no baseline at b"),
+        gates.GateResult("latency", "fail", "slower: median 3 ms vs baseline 1 ms")))
+    assert r.summary() == ("latency: slower: median 3 ms vs baseline 1 ms; not judged (no "
+                           "baseline): regression")

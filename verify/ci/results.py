@@ -177,9 +177,10 @@ class JobResult:
         if self.status == ERROR:
             return f"{self.error_kind} error: {self.error}"
         failed = self.failed_gates
-        if failed:
-            return "; ".join(f"{g.gate}: {g.message}" for g in failed)
         missing = [g.gate for g in self.gates if g.status in (NO_BASELINE, RECORDED)]
+        if failed:
+            return "; ".join([f"{g.gate}: {g.message}" for g in failed] + (
+                [f"not judged (no baseline): {', '.join(missing)}"] if missing else []))
         if self.status == FAILED:  # only --require-baselines fails a job without a failed gate
             return f"no baseline for {', '.join(missing)} (--require-baselines)"
         if missing:  # held, but not every gate was judged: say which were not

@@ -204,3 +204,21 @@ def test_devices_clean_removes_the_cache_and_leftover_work(
         "format": "verify-devices-clean", "version": 1, "spec": spec,
         "removed": [str(cache), str(jobs)]}
     assert run_json(["devices", "clean", spec], capsys)["removed"] == []
+
+
+def test_a_device_python_without_numpy_is_told_what_to_do(device_env: DeviceEnv, small_vtc: Path,
+                                                         tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled runner on a device whose Python has no numpy said only "the runner failed:
+    ModuleNotFoundError: No module named 'numpy'"."""
+    blocked = tmp_path / "blocked" / "numpy"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    device_env.write_profile("nonumpy", {"transport": "local",
+                                         "env": {"PYTHONPATH": str(blocked.parent)}})
+    code, out, err = run_cli(["run", small_vtc, "--device", "nonumpy", "--iter", "1"], capsys)
+    assert (code, out) == (3, "")
+    assert "No module named 'numpy'" in err and err.rstrip().endswith(
+        "(the device's Python lacks numpy: install numpy and onnxruntime there, or use the "
+        "native runner, which needs no Python: docs/native-runner.md)"), err

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import sys
 import tempfile
 import time
@@ -274,6 +275,11 @@ class DeviceSession:
                 raise InputError(f"{self.spec}: {message}")
             if kind == "provider":
                 raise ProviderUnavailable(f"{self.spec}: {message}")
+            missing = re.search(r"No module named '(numpy|onnxruntime)'", message)
+            if missing:  # the device's Python, not the model: say what to do about it
+                message += (f" (the device's Python lacks {missing.group(1)}: install numpy and "
+                            "onnxruntime there, or use the native runner, which needs no "
+                            "Python: docs/native-runner.md)")
             raise RunnerError(f"{self.spec}: the runner failed: {message}")
         return result
 

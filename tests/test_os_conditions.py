@@ -5,6 +5,7 @@ tmpfs), a folder given where a file belongs, and bad numbers on the command line
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -113,3 +114,19 @@ def test_timeout_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], c
     shown = {"0": "0", "-1": "-1", "nan": "nan", "inf": "inf"}[value]
     assert (code, only_line(err)) == (2, f"error: --timeout {shown}: expected a number of "
                                          "seconds > 0")
+
+
+def test_a_disk_that_fills_midway_says_what_the_whole_archive_needs(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, local_home: None) -> None:
+    """`pack --layers` onto a disk that fills with the layers: the message quoted the next
+    layer's size against what was left ("needs about 0.4 MB, 0.3 MB free"), not the archive's."""
+    with tmpfs(tmp_path / "small", size="2m") as small:
+        code, _, err = verify(capsys, "pack", CNN, "-d", REPO / "goldens" / "images" /
+                              "sample.png", "--layers", "-o", small / "cnn.vtc")
+        line = only_line(err)
+        assert code == 2 and line.startswith(f"error: {small / 'cnn.vtc'}: cannot write: No "
+                                             "space left on device (needs at least "), line
+        need, free, written = (float(x) for x in re.findall(r"([0-9.]+) MB", line))
+        assert written > 0.5 and need > free > written, line  # the input and model went in
+        assert line.endswith(" MB written, then removed)")
+        assert list(small.iterdir()) == []

@@ -149,19 +149,23 @@ def remove_empty_dirs(dirs: list[Path]) -> None:
 SPACE_MARGIN = 256 << 10  # bytes kept free beyond a write's own size (metadata, the rename)
 
 
-def ensure_space(path: Path, nbytes: int) -> None:
+def ensure_space(path: Path, nbytes: int, written: int = 0) -> None:
     """Refuse, as one OutputError line, to write `nbytes` more into `path`'s folder when its
     file system has less free. For writers whose library does not survive a failed write:
-    the HDF5 library, after ENOSPC, fails its own close and then crashes the process."""
+    the HDF5 library, after ENOSPC, fails its own close and then crashes the process.
+    `written`: what the file already holds (removed with it), so the message says what the
+    whole file needs rather than its next part alone."""
     try:
         st = os.statvfs(Path(path).parent if str(Path(path).parent) else ".")
     except (OSError, AttributeError):  # no statvfs (Windows) or no folder: the write says
         return
     free = st.f_bavail * st.f_frsize
     if free < nbytes + SPACE_MARGIN:
-        raise OutputError(f"{path}: cannot write: No space left on device (needs about "
-                          f"{(nbytes + SPACE_MARGIN) / 2**20:.1f} MB, {free / 2**20:.1f} MB "
-                          "free)")
+        need = (written + nbytes + SPACE_MARGIN) / 2**20
+        raise OutputError(f"{path}: cannot write: No space left on device (needs at least "
+                          f"{need:.1f} MB, {(free + written) / 2**20:.1f} MB free"
+                          + (f" before it was started; {written / 2**20:.1f} MB written, "
+                             "then removed" if written else "") + ")")
 
 
 def check_output_file(path: Path | str, option: str,

@@ -77,7 +77,8 @@ def pack(model_path: Path, out: Path, options: PackOptions,
     model, model_bytes, external = load_model(model_path, options.keep_external, found)
     # before any work: the archive written over the weights it is made from (the next pack
     # then fed onnxruntime HDF5 bytes as weights and stored NaN ground truth without a word)
-    check_output_file(out, "-o", [("the model's external data file", f.path) for f in found])
+    if found:
+        check_output_file(out, "-o", [("the model's external data file", f.path) for f in found])
     folder = model_path.parent if external else None
     infos: list[InputInfo] = model_inputs(model)
     session = reference_session(model_bytes, str(model_path), folder)

@@ -5,6 +5,7 @@ Layout in `schema.py`; the reader, which treats the file as hostile, in `archive
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,7 +159,8 @@ def _write_named(group: h5py.Group, items: Any, path: Path, limit: int,
     for k, (name, value) in enumerate(items):
         value = np.asarray(value)
         _within(limit, path, f"{what} '{name}'", value.nbytes)  # a streamed layer, too
-        ensure_space(path, value.nbytes)  # a failed HDF5 write can crash: never try one
+        written = os.path.getsize(group.file.filename) if group.file.filename else 0
+        ensure_space(path, value.nbytes, written)  # a failed HDF5 write can crash: never try one
         ds = group.create_dataset(str(k), data=value)
         digest = tensor_digest(str(name), value)
         _set_text(ds, schema.ATTR_NAME, str(name))

@@ -88,6 +88,14 @@ def pack(model_path: Path, out: Path, options: PackOptions,
                                shapes=options.shapes, seed=options.seed, pre=options.pre,
                                probe=lambda feeds: _runs(session, feeds),
                                given=foreign.inputs(infos) if foreign is not None else ())
+    if foreign is not None:  # an input the other tool's files lack was drawn at random
+        given_names = foreign.inputs(infos)
+        for i, case in enumerate(given_names):
+            drawn = [info.name for info in infos if info.name not in case]
+            if drawn:
+                note(f"case {i}: {' '.join(foreign.labels)} holds no value for input(s) "
+                     f"{', '.join(repr(n) for n in drawn)}: drawn at random (--seed); give them "
+                     "in the folder or file if the model needs particular values")
     output_names = [o.name for o in session.get_outputs()]
     given = read_expected(options.expected, output_names, foreign)
     if given and len(given) != len(cases_inputs):

@@ -154,3 +154,22 @@ def test_export_never_replaces_a_changed_external_data_file(tmp_path: Path, caps
     assert not (out / "m.onnx").exists()
     assert verify(capsys, "export", vtc, "-o", out / "m.onnx", "--force")[0] == 0
     assert (out / "m.bin").read_bytes() == (src / "m.bin").read_bytes()
+
+
+def test_an_input_missing_from_a_test_runner_folder_is_noted(tmp_path: Path, capsys) -> None:
+    """A test_data_set_0 without input_1.pb filled that input at random without a word (the
+    given outputs then disagreed and the warning blamed the export)."""
+    from verify.cli import main
+
+    folder = tmp_path / "case"
+    folder.mkdir()
+    two_io = REPO / "goldens" / "testcases" / "two_io.vtc"
+    assert main(["export", str(two_io), "-o", str(folder / "model.onnx"), "--data",
+                 str(folder)]) == 0
+    (folder / "test_data_set_0" / "input_1.pb").unlink()
+    code, out, _ = verify(capsys, "pack", folder / "model.onnx", "-d", folder, "-o",
+                          tmp_path / "x.vtc", "--json")
+    assert code == 0
+    assert f"case 0: {folder} holds no value for input(s) 'b': drawn at random (--seed); give " \
+        "them in the folder or file if the model needs particular values" in \
+        json.loads(out)["notes"]

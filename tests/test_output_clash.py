@@ -97,9 +97,14 @@ def test_pack_never_writes_over_a_file_its_model_or_data_folder_holds(
     assert (code, only_line(err)) == (
         2, f"error: -o {given}: is a file of the -d folder {runner}; {DESTROY}")
     assert given.read_bytes() == before
-    # a new file in the folder is no input: written
-    assert verify(capsys, "pack", runner / "model.onnx", "-d", runner, "-o",
-                  runner / "new.vtc")[0] == 0
+    code, _, err = verify(capsys, "pack", runner / "model.onnx", "-d", runner /
+                          "test_data_set_0", "-o", given)  # the set's folder given itself
+    assert code == 2 and "is a file of the -d folder" in err and given.read_bytes() == before
+    # the folder's other files are not read: the default output beside the model is written,
+    # and written again (a re-pack was refused)
+    for _ in range(2):
+        assert verify(capsys, "pack", runner / "model.onnx", "-d", runner)[0] == 0
+    assert (runner / "model.vtc").is_file()
 
 
 def test_run_never_writes_over_its_archive_or_another_output(

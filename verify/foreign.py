@@ -35,6 +35,16 @@ _SET = re.compile(r"test_data_set_(\d+)")
 _PB = re.compile(r"(input|output)_(\d+)\.pb")
 
 
+def is_case_file(folder: Path, path: Path) -> bool:
+    """Whether `path` is one an onnx_test_runner `folder` is read from: its test_data_set_N/
+    input_K.pb or output_K.pb, or the folder's own when it is one test_data_set_N (what
+    `pack -o` must not overwrite; the folder's other files, model.vtc say, are not read)."""
+    path, folder = path.resolve(), folder.resolve()
+    sets = path.parent.name.startswith("test_data_set_")
+    return _PB.fullmatch(path.name) is not None and sets and folder in (path.parent,
+                                                                          path.parent.parent)
+
+
 @dataclass(frozen=True)
 class ForeignCase:
     """One case read from another tool's files: arrays by name (`str`) or by position (`int`)."""

@@ -81,6 +81,7 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
     from verify import pack as packing
     from verify.inputs import Preprocess, parse_shape_options
     from verify.files import check_output_file
+    from verify.foreign import is_case_file
     from verify.tolerance import tolerance_record
 
     out = output or model.with_suffix(".vtc")
@@ -91,11 +92,12 @@ def pack(model: Path, data: tuple[str, ...], output: Path | None, shapes: tuple[
         for what, specs in (("a -d file", data), ("an --expected file", expected)):
             inputs += [(what, spec) for spec in specs]
             inputs += [(what, spec.split(":", 1)[1]) for spec in specs if ":" in spec]
-            # a file inside a -d/--expected folder (onnx_test_runner's input_0.pb) is one too
+            # a file a -d/--expected folder's cases are read from (onnx_test_runner's
+            # test_data_set_N/input_K.pb) is one too; the folder's other files are not
             folders = [Path(p) for spec in specs for p in {spec, spec.split(":", 1)[-1]}
                        if Path(p).is_dir()]
             inputs += [(f"a file of the {what.split()[1]} folder {d}", out) for d in folders
-                       if out.is_file() and d.resolve() in out.resolve().parents]
+                       if out.is_file() and is_case_file(d, out)]
         program = reference[len("torch:"):] if reference.startswith("torch:") else ""
         if program:
             inputs.append(("the --reference program", program.split(".py:", 1)[0] + ".py"

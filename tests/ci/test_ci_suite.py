@@ -425,3 +425,23 @@ def test_a_failed_job_s_summary_names_the_gates_it_could_not_judge() -> None:
         gates.GateResult("latency", "fail", "slower: median 3 ms vs baseline 1 ms")))
     assert r.summary() == ("latency: slower: median 3 ms vs baseline 1 ms; not judged (no "
                            "baseline): regression")
+
+
+def test_a_profile_file_spec_is_the_same_device_wherever_ci_ran() -> None:
+    """A `spec = "board.toml"` is stored as the path ci resolved it to ("ci/board.toml" from
+    one folder, "board.toml" from another): not another device."""
+    from types import SimpleNamespace
+
+    from verify.ci.baseline import Baseline
+    from verify.ci.schedule import _setting_notes
+
+    def job(spec: str) -> SimpleNamespace:
+        return SimpleNamespace(device=SimpleNamespace(spec=spec),
+                               options=SimpleNamespace(to_dict=lambda: {"threads": 1}))
+
+    base = Baseline({}, {}, device_spec="ci/board.toml", options={"threads": 1})
+    assert _setting_notes(base, job("board.toml")) == []  # type: ignore[arg-type]
+    assert _setting_notes(base, job("/ci/checkout/ci/board.toml")) == []  # type: ignore[arg-type]
+    [note] = _setting_notes(base, job("phone.toml"))  # type: ignore[arg-type]
+    assert note.startswith("the baseline was recorded on device spec 'ci/board.toml', now "
+                           "'phone.toml'")

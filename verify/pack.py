@@ -179,12 +179,19 @@ def optimized_host_note(model: onnx.ModelProto, model_bytes: bytes, where: str,
     why = _low_precision(model)
     text = (f"`verify run` on this host (onnxruntime at --opt-level all, its default) already "
             f"fails this archive: {d.name} max_abs={d.max_abs:.3g} over {d.threshold:.3g} "
-            f"[{d.rule}]" + (f"; {why}" if why else ""))
-    if d.ref_peak > 0 and math.isfinite(d.max_abs):
-        k = 2.0 ** math.ceil(math.log2(4 * d.max_abs / d.ref_peak))  # 4x this host's error
-        text += (f". Pack with a tolerance it meets, e.g. --tol '{d.name}:k=2^"
-                 f"{int(math.log2(k))}' (4x this host's error), or a metric gate such as "
-                 f"--tol '*:sqnr>=30'; or run with --opt-level disable")
+            f"[{d.rule}]" + (f", {len(failing) - 1} more over it" if len(failing) > 1 else "")
+            + (f"; {why}" if why else ""))
+    # per failing output, the power of two over 4x this host's error relative to its peak (none
+    # where the error is no number or NaN/Inf sit elsewhere: a k cannot cover that)
+    need: dict[str, int] = {}
+    for f in failing:
+        if f.ref_peak > 0 and math.isfinite(f.max_abs) and f.max_abs > 0:
+            e = math.ceil(math.log2(4 * f.max_abs / f.ref_peak))
+            need[f.name] = max(e, need.get(f.name, e))
+    if need and len(need) == len({f.name for f in failing}):
+        text += (". Pack with tolerances it meets, e.g. " + " ".join(
+            f"--tol '{n}:k=2^{e}'" for n, e in need.items()) + " (4x this host's error), or a "
+            "metric gate such as --tol '*:sqnr>=30'; or run with --opt-level disable")
     return text
 
 

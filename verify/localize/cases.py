@@ -10,6 +10,7 @@ import numpy as np
 
 from verify.graph import graph_and_bodies, node_bodies
 from verify.localize.search import DeviceRounds, References
+from verify.rules import MagnitudeRule
 from verify.shapes import tensor_sizes
 from verify.testcase import Testcase
 
@@ -93,7 +94,9 @@ def rounding_note(label: str, own: "tuple[Any, ...]") -> tuple[str, ...]:
     if max(ulps) > 16:
         return ()
     d = over[int(np.argmax(ulps))]
+    default = MagnitudeRule().k_for(np.dtype(d.actual_dtype))  # 2^9 eps: 2^-14 for float32
     return (f"{label}'s own error ({d.max_abs:.3g} at {d.name}) is {max(ulps):.1f} "
-            f"{d.actual_dtype} ulp(s) of the output's peak ({d.ref_peak:.3g}): rounding, as a different summation "
-            "order or a fused kernel gives, not a wrong result; the tolerance is tighter than "
-            f"{d.actual_dtype} arithmetic keeps (the default rule allows 2^-14 of the peak)",)
+            f"{d.actual_dtype} ulp(s) of the output's peak ({d.ref_peak:.3g}): rounding, as a "
+            "different summation order or a fused kernel gives, not a wrong result; the "
+            f"tolerance is tighter than {d.actual_dtype} arithmetic keeps (the default rule "
+            f"allows 2^{round(np.log2(default))} of the peak)",)

@@ -833,3 +833,7 @@ def test_the_markdown_regression_cell_of_a_zero_baseline_shows_the_error_not_inf
     assert cell.endswith(" 2.5e-06 vs 0 (2.5x the limit) at `y`") and "inf" not in cell
     gate.details["worse_outputs"][0].update(baseline_max_abs=1e-6, limit=2e-6, ratio=2.5)
     assert _gate_cell(SimpleNamespace(gates=[gate]), "regression").endswith(" 2.5x at `y`")
+    # a NaN error against a baseline that was a number: said so, not "nan vs 0"
+    gate.details["worse_outputs"][0].update(max_abs="nan", baseline_max_abs=5e-4, ratio="nan")
+    assert _gate_cell(SimpleNamespace(gates=[gate]), "regression").endswith(
+        " nan vs 0.0005 at `y`")

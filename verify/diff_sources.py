@@ -24,7 +24,7 @@ from verify.dump import Dump, not_captured_text, open_dump
 from verify.dump_read import Scratch
 from verify.iodump import is_io_dump
 from verify.errors import DumpError, UsageError
-from verify.graph import parse_model, saturation_floors, value_sources
+from verify.graph import INPUT_OP, parse_model, saturation_floors, value_sources
 from verify.origin import Attribution, attribute
 from verify.rules import plural
 
@@ -269,3 +269,31 @@ def unpaired_why(name: str, side: Side, other: Side, side_word: str, other_word:
         return (f"made by the {side_word} side's optimizer (not paired with the {other_word}'s "
                 "namesake, which may be another tensor)")
     return f"not paired with the {other_word}'s namesake, which its optimizer made"
+
+
+def same_model_or_refuse(act: Side, ref: Side) -> None:
+    """Captures of two model files (an fp16 or quantized copy of a model, say) are compared
+    when at least half the smaller one's computed tensors have a namesake of the same shape on
+    the other side. Different models share names by chance: onnxruntime's reorder_token_1;
+    PaddleOCR's exporter names every model's weights and activations conv2d_0.w_0,
+    conv2d_0.tmp_0, ... (its det and rec models share 394 names, no activation alike in shape),
+    so Constant outputs do not count, nor the optimizer's own (reorder_token_N: 37 of them
+    made one network at opt-level all another model), and shapes must agree where known."""
+    def counted(t: Tensor, side: Side) -> bool:
+        return t.op not in (INPUT_OP, "Constant") and t.name not in side.optimizer_made
+
+    theirs = {t.name for t in act.tensors if counted(t, act)}
+    named = [t.name for t in ref.tensors if counted(t, ref) and t.name in theirs]
+    act_shapes, ref_shapes = act.shapes(), ref.shapes()
+    alike = sum(1 for n in named if None in (act_shapes.get(n), ref_shapes.get(n))
+                or act_shapes[n] == ref_shapes[n])
+    smaller = min(sum(1 for t in side.tensors if counted(t, side)) for side in (act, ref))
+    if alike < smaller / 2:
+        if len(named) >= smaller / 2:
+            why = (f"{len(named)} of {smaller} computed tensors share a name, {alike} of them "
+                   "its shape: another model, or inputs of another shape")
+        else:
+            why = f"{alike} of {smaller} computed tensors have a namesake of the same shape"
+        raise DumpError(
+            f"{act.label} and {ref.label} are captures of different models (model sha256 "
+            f"{act.model_sha256[:12]}… vs {ref.model_sha256[:12]}…; {why})")

@@ -400,12 +400,19 @@ def test_a_case_without_tensors_is_named_as_such_not_as_a_filter_or_model_mismat
 
 @pytest.mark.parametrize("edit, said", [
     (lambda m: m["cases"][0].pop("tensors"), "(case entry 0 has no tensor list)"),
-    (lambda m: m.update(cases=[]), "(no cases)")])
+    (lambda m: m.update(cases=[]), "(no cases)"),
+    # a floor the rule refuses: "floor must be finite and >= 0, got -5", naming nothing
+    (lambda m: m["cases"][0]["tensors"][3].update(floor=-5),
+     "(tensor '{name}': floor -5.0, not a finite number >= 0)"),
+    (lambda m: m["cases"][0]["tensors"][3].update(floor=float("inf")),
+     "(tensor '{name}': floor inf, not a finite number >= 0)")])
 def test_a_manifest_without_cases_or_tensor_lists_says_which(
         dump_copy: Path, cnn_dumps: dict[str, Path], capsys: pytest.CaptureFixture[str],
         edit: Callable[[dict], object], said: str) -> None:
     m = json.loads((dump_copy / "manifest.json").read_text())
+    name = m["cases"][0]["tensors"][3]["name"] if m["cases"] else ""
     edit(m)
     (dump_copy / "manifest.json").write_text(json.dumps(m))
     code, _, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
-    assert (code, only_line(err)) == (2, f"error: {dump_copy}: corrupt manifest.json {said}")
+    assert (code, only_line(err)) == (
+        2, f"error: {dump_copy}: corrupt manifest.json {said.format(name=name)}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import datetime as _dt
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,15 +197,20 @@ class Dump:
             raise UsageError(f"{self.path}: no case {case} (the dump holds case(s) "
                              f"{', '.join(map(str, numbers))})")
         try:
-            return [DumpEntry(int(t[MT.INDEX]), str(t[MT.NAME]), str(MT.NODE.of(t)),
-                              str(MT.OP.of(t)), str(t[MT.DTYPE]),
-                              tuple(int(d) for d in t[MT.SHAPE]), t.get(MT.FILE),
-                              MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)),
-                              MT.OFFSET.of(t), tuple(MT.SOURCES.of(t)))
-                    for t in self.manifest[M.CASES][numbers.index(case)][MC.TENSORS]]
+            entries = [DumpEntry(int(t[MT.INDEX]), str(t[MT.NAME]), str(MT.NODE.of(t)),
+                                 str(MT.OP.of(t)), str(t[MT.DTYPE]),
+                                 tuple(int(d) for d in t[MT.SHAPE]), t.get(MT.FILE),
+                                 MT.STATS.of(t), float(MT.FLOOR.of(t)), str(MT.ORIGIN.of(t)),
+                                 MT.OFFSET.of(t), tuple(MT.SOURCES.of(t)))
+                       for t in self.manifest[M.CASES][numbers.index(case)][MC.TENSORS]]
         except (KeyError, TypeError, ValueError) as exc:
             raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor entry: "
                             f"{type(exc).__name__}: {exc})") from None
+        for e in entries:  # a floor is a magnitude: the rule would refuse it, naming nothing
+            if not (math.isfinite(e.floor) and e.floor >= 0):
+                raise DumpError(f"{self.path}: corrupt {MANIFEST} (tensor {e.name!r}: floor "
+                                f"{e.floor!r}, not a finite number >= 0)")
+        return entries
 
     def load(self, entry: DumpEntry, scratch: Scratch | None = None) -> np.ndarray:
         """The tensor's values, after checking the file against the manifest: memory-mapped,

@@ -260,3 +260,9 @@ def test_captures_fed_different_inputs_are_refused_not_blamed_on_a_layer(
         "archive or case?)")
     same = make_dump(archive, tmp_path / "same", "disable", "--case", "0")
     assert verify(capsys, "diff", same, archive, "--case", "0")[0] == 0
+    # an input of another shape names the shapes (it said "max|a-r| nan")
+    np.save(tmp_path / "x2.npy", np.ones((2, 4), np.float32))
+    wider = make_dump(archive, tmp_path / "wider", "disable", "--case", "0", "--input",
+                      f"x:{tmp_path / 'x2.npy'}")
+    code, _, err = verify(capsys, "diff", wider, archive, "--case", "0")
+    assert code == 2 and "'x' differs (shape (2,4) vs (1,4));" in only_line(err), err

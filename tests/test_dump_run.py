@@ -206,6 +206,9 @@ def test_dump_budget_is_recorded_and_bounds_the_segments(cnn_vtc: Path, tmp_path
                              "missing ), unterminated subpattern at position 0"),
     (["--dump-filter", "^nothing-matches$"],
      "error: --dump-filter '^nothing-matches$' matches no tensor or node name"),
+    # as typed, ready to paste back (its repr doubled every backslash)
+    (["--dump-filter", r"conv\.99$"],
+     "error: --dump-filter 'conv\\.99$' matches no tensor or node name"),
     (["--dump-budget-mb", "0"], "error: --dump-budget-mb must be a number > 0, got 0"),
     (["--dump-budget-mb", "inf"], "error: --dump-budget-mb must be a number > 0, got inf"),
     (["--dump-budget-mb", "nan"], "error: --dump-budget-mb must be a number > 0, got nan"),

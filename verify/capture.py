@@ -12,6 +12,7 @@ is measured on the device. The segmenting is the device runner's own code
 from __future__ import annotations
 
 import re
+import shlex
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -164,7 +165,7 @@ def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"--dump-filter {pattern!r}: not a regular expression: {exc}") from None
+        raise UsageError(f"--dump-filter {shlex.quote(pattern)}: not a regular expression: {exc}") from None
 
 
 def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,

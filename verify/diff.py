@@ -19,6 +19,7 @@ SQNR gate (`--tol '*:sqnr>=30'`) the first divergent tensor is the first layer b
 from __future__ import annotations
 
 import contextlib
+import shlex
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -325,7 +326,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         raise UsageError(
             f"{act.label} and {ref.label} were fed different inputs in case {case}: "
             f"{', '.join(repr(r.name) for r in fed[:3])} differ{'s' if len(fed) == 1 else ''} "
-            f"(max|a-r| {d.max_abs:.3g}); compare captures of the same inputs (one run with "
+            f"({d.reason if d.reason.startswith('shape ') else f'max|a-r| {d.max_abs:.3g}'}); "
+            "compare captures of the same inputs (one run with "
             "--input, another archive or case?)")
     first = next((r for r in rows if r.passed is False), None)
     return DiffReport(
@@ -338,7 +340,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
 
 def _filtered(side: Side, text: str) -> str:
     """`text` naming the --dump-filter `side` was taken with, where it left tensors out."""
-    return text.format(f"--dump-filter {side.dump_filter!r}") if side.dump_filter else ""
+    return text.format(f"--dump-filter {shlex.quote(side.dump_filter)}") if side.dump_filter else ""
 
 
 # why a tensor one side lacks when nothing explains it further (no fusion, no --dump-filter):

@@ -8,6 +8,7 @@ which `dump.write_manifest` writes beside its reader, `dump.open_dump`.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,7 +89,7 @@ def prepare_job(job: dict[str, Any], dump: DumpSpec, opt_level: str, model_bytes
 def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
     if not plan.tensors:
-        raise UsageError(f"--dump-filter {dump.dump_filter!r} matches no tensor or node name")
+        raise UsageError(f"--dump-filter {shlex.quote(dump.dump_filter)} matches no tensor or node name")
     return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
             DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
             DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,

@@ -16,7 +16,7 @@ from fixtures_dump import CNN, REPO
 from fixtures_dump import cnn_dumps, cnn_layers_vtc, dump_factory  # noqa: F401 (fixtures)
 from helpers_cli import only_line, verify
 from helpers_dump import get_tensor, put_tensor, to_format_1
-from verify.compare import ToleranceSet
+from verify.compare import TensorDiff, ToleranceSet
 from verify.diff import diff_captures
 from verify.errors import DumpError
 
@@ -416,3 +416,20 @@ def test_a_manifest_without_cases_or_tensor_lists_says_which(
     code, _, err = verify(capsys, "diff", dump_copy, cnn_dumps["disable"])
     assert (code, only_line(err)) == (
         2, f"error: {dump_copy}: corrupt manifest.json {said.format(name=name)}")
+
+
+def test_a_long_fused_chain_is_shown_in_part_and_listed_whole_in_json() -> None:
+    """A fused chain across NCHWc reorders named 71 nodes, all of them in the one-line
+    verdict; the text now shows a few and how many more, the JSON every name."""
+    from verify.diff import DiffReport, DiffRow
+
+    fused = tuple(f"conv{i}:0" for i in range(71))
+    bad = TensorDiff("y", False, "magnitude", "max|a-r| 1 > 0.1", (2,), (2,), "float32",
+                     "float32", 2, 1.0, 1.0, 0.5, 0.9, 10.0, 1.0, 0.1, 10.0, 1, 0.5, 0, 0, 0, 0,
+                     0)
+    row = DiffRow(3, "y", "n", "Relu", bad, fused=fused)
+    report = DiffReport(actual="a", reference="r", case=0, rows=(row,), first_divergent=row,
+                        passed=False, only_in_actual=(), only_in_reference=())
+    assert report.verdict().endswith(
+        "fused on the actual side with conv0:0, conv1:0, conv2:0 (+68 more)")
+    assert report.to_dict()["first_divergent"]["fused"] == list(fused)

@@ -94,11 +94,11 @@ class DiffReport:
             return f"PASS: {n} tensors within tolerance"
         fd = self.first_divergent
         where = f"{fd.name!r} (node {fd.node or '-'}, op {fd.op or '-'})"
-        fused = (f", fused on the actual side with {', '.join(fd.fused)}" if fd.fused else "")
+        fused = (f", fused on the actual side with {few(fd.fused, 3)}" if fd.fused else "")
         return f"FAIL: {bad} of {n} tensors over tolerance; first divergent {where}{fused}"
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe({
+        return json_safe({  # every name in full, where the text shows a few (`few`)
             "actual": self.actual, "reference": self.reference, "case": self.case,
             "passed": self.passed, "verdict": self.verdict(),
             "first_divergent": self.first_divergent.to_dict() if self.first_divergent else None,
@@ -336,6 +336,12 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
+
+
+def few(names: Sequence[str], k: int) -> str:
+    """The first `k` names and how many more: a fused chain can name 70 (the one-line
+    verdict repeated all of them)."""
+    return ", ".join(names[:k]) + (f" (+{len(names) - k} more)" if len(names) > k else "")
 
 
 def _filtered(side: Side, text: str) -> str:

@@ -176,8 +176,11 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
         if report.attribution is not None:
             lines += [f"  {line}" for line in report.attribution.lines()]
         if fd.fused:
+            from verify.diff import few
+
             lines.append("  on the actual side this tensor's producer also computes the "
-                         f"fused-away {', '.join(fd.fused)}: the fault may be in any of them")
+                         f"fused-away {few(fd.fused, 8)}: the fault may be in any of them"
+                         + (" (--json lists them all)" if len(fd.fused) > 8 else ""))
     lines.append("=== " + report.verdict())
     return "\n".join(lines)
 

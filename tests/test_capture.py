@@ -56,7 +56,7 @@ def test_host_layers_refuses_unknown_tensor_names(feeds: dict[str, np.ndarray]) 
 
 def test_plan_dump_filter_and_bad_regex() -> None:
     plan = plan_dump(CNN.read_bytes(), None, r"^block3/se/")
-    assert [t.name for t in plan.tensors][:2] == ["block3/se/pool:0", "block3/se/fc1:0"]
+    assert [t.name for t in plan.tensors][:3] == ["data", "block3/se/pool:0", "block3/se/fc1:0"]
     assert [t.index for t in plan.tensors] == list(range(len(plan.tensors)))
     assert plan.floors["block3/se/sigmoid:0"] == 1 / 16
     with pytest.raises(UsageError, match=r"--dump-filter '\(': not a regular expression"):

@@ -5,6 +5,7 @@ reports as one `diff_captures` call per case, with the archive read and its mode
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -260,6 +261,14 @@ def test_captures_fed_different_inputs_are_refused_not_blamed_on_a_layer(
         "archive or case?)")
     same = make_dump(archive, tmp_path / "same", "disable", "--case", "0")
     assert verify(capsys, "diff", same, archive, "--case", "0")[0] == 0
+    # a dump filtered to one layer keeps the graph inputs: the check still sees them (every
+    # layer of such a dump was blamed)
+    last = [t["name"] for t in json.loads((same / "manifest.json").read_text())["cases"][0][
+        "tensors"]][-1]
+    filtered = make_dump(archive, tmp_path / "filtered", "disable", "--case", "0", "--input",
+                         f"x:{tmp_path / 'x.npy'}", "--dump-filter", f"^{re.escape(last)}$")
+    code, _, err = verify(capsys, "diff", filtered, archive, "--case", "0")
+    assert code == 2 and "were fed different inputs in case 0: 'x' differs" in err, err
     # an input of another shape names the shapes (it said "max|a-r| nan")
     np.save(tmp_path / "x2.npy", np.ones((2, 4), np.float32))
     wider = make_dump(archive, tmp_path / "wider", "disable", "--case", "0", "--input",

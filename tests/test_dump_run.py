@@ -108,7 +108,8 @@ def test_dump_filter_and_stats_only(cnn_vtc: Path, tmp_path: Path,
                            "--opt-level", "disable", "--dump-filter", "block3/se/")
     assert code == 0, err
     names = [e.name for e in open_dump(out).entries(0)]
-    assert names == ["block3/se/pool:0", "block3/se/fc1:0", "block3/se/relu:0",
+    assert names == ["data",  # the graph input, kept whatever the filter
+                     "block3/se/pool:0", "block3/se/fc1:0", "block3/se/relu:0",
                      "block3/se/fc2:0", "block3/se/sigmoid:0", "block3/se/scale:0"]
     stats = tmp_path / "stats"
     code, _, err = verify(capsys, "run", cnn_vtc, "--iter", "1", "--bin-io-dump", stats,
@@ -376,7 +377,7 @@ def test_a_new_dump_replaces_an_old_one_in_the_same_folder(cnn_vtc: Path, tmp_pa
     (out / "c1.npys").write_bytes(b"stale")
     make_dump(cnn_vtc, out, "disable", "--dump-filter", "^prob$")
     assert sorted(p.name for p in out.iterdir()) == ["c0.npys", "manifest.json"]
-    assert [e.name for e in open_dump(out).entries(0)] == ["prob"]
+    assert [e.name for e in open_dump(out).entries(0)] == ["data", "prob"]
 
 
 def test_dynamic_integer_and_multi_case_models_dump_and_diff(tmp_path: Path,

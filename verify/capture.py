@@ -22,8 +22,8 @@ import numpy as np
 import onnx
 
 from verify.errors import InputError, ModelError, UsageError
-from verify.graph import (TensorInfo, fused_away, graph_and_bodies, output_names, parse_model,
-                          saturation_floors, tensor_order, value_sources)
+from verify.graph import (INPUT_OP, TensorInfo, fused_away, graph_and_bodies, output_names,
+                          parse_model, saturation_floors, tensor_order, value_sources)
 from verify.reference import ort_log_severity
 from verify.runner import runner as _rt
 from verify.runner.contract import CPU_PROVIDER, Job
@@ -183,8 +183,10 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
     captured = original if captured_bytes is None else parse_model(
         captured_bytes, "the optimized model written on the device", external)
     order = tensor_order(captured)
-    kept = [t for t in order if pattern is None or pattern.search(t.name) or
-            pattern.search(t.node)]
+    # the graph inputs always: without them diff could not tell captures fed different inputs
+    # from a layer that computes wrong (a filtered dump's every layer was blamed)
+    kept = [t for t in order if pattern is None or t.op == INPUT_OP or pattern.search(t.name)
+            or pattern.search(t.node)]
     floors = saturation_floors(captured)
     sizes = tensor_sizes(captured, input_shapes) if input_shapes else {}
     inside = subgraph_tensor_count(captured)

@@ -8,6 +8,7 @@ which `dump.write_manifest` writes beside its reader, `dump.open_dump`.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -88,8 +89,11 @@ def prepare_job(job: dict[str, Any], dump: DumpSpec, opt_level: str, model_bytes
 
 def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
-    if not plan.tensors:
-        raise UsageError(f"--dump-filter {shlex.quote(dump.dump_filter)} matches no tensor or node name")
+    if not any(t.op != INPUT_OP for t in plan.tensors) and dump.dump_filter is not None \
+            and not any(re.search(dump.dump_filter, t.name) for t in plan.tensors):
+        # (the graph inputs are kept whatever the filter: they alone are no match)
+        raise UsageError(f"--dump-filter {shlex.quote(dump.dump_filter)} matches no tensor or "
+                         "node name")
     return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
             DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
             DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,

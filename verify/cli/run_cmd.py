@@ -49,7 +49,8 @@ dump_options = option_group("dump", _dump, (
                       "least 16, at most 1/16 of the device's memory, raised to half of what a "
                       "plain run holds at once); a node larger than it runs alone."),
     click.option("--dump-filter", default=None, metavar="REGEX",
-                 help="Dump only tensors whose name or producing node's name matches REGEX."),
+                 help="Dump only tensors whose name or producing node's name matches REGEX "
+                      "(and the graph inputs)."),
     click.option("--dump-stats-only", is_flag=True,
                  help="Compute the per-tensor summary on the device and transfer no tensors.")))
 

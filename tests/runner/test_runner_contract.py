@@ -521,3 +521,19 @@ def test_python_runner_serve_refuses_a_line_that_is_not_a_job(tmp_path: Path) ->
     assert proc.stdout == '{"verify-serve": 1, "ready": true, "dumps": true}\n'
     assert proc.stderr.startswith('runner --serve: expected {"job": "/abs/path"} per line, '
                                   "got 'job.json'")
+
+
+def test_a_served_job_that_cannot_be_read_says_why_not_read(tmp_path: Path) -> None:
+    """A job file that is no JSON: one line naming the job and the reason, status 2 in the
+    reply (the line said "cannot read job" of a full disk while the result was written,
+    too: it now says the job failed, and why)."""
+    bad = tmp_path / "bad" / "job.json"
+    bad.parent.mkdir()
+    bad.write_text("{not json")
+    lines = json.dumps({"job": str(bad)}) + "\n"
+    proc = subprocess.run([*runner_argv("python"), "--serve"], cwd=tmp_path, text=True,
+                          input=lines, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    replies = [json.loads(x) for x in proc.stdout.splitlines()]
+    assert replies[1] == {"verify-serve": 1, "job": str(bad), "status": 2}
+    assert proc.stderr.startswith(f"runner: job {bad} failed: "), proc.stderr

@@ -1475,8 +1475,10 @@ def serve(requests, run=None):
         os.chdir(os.path.dirname(path))
         try:
             status = run(path)
-        except (OSError, ValueError) as exc:  # an unreadable job file: as a one-shot run would
-            sys.stderr.write("runner: cannot read job %s: %s\n" % (path, exc))
+        except (OSError, ValueError) as exc:  # an unreadable job file, or a full disk while
+            # writing its result: as a one-shot run would (it said "cannot read" of either)
+            sys.stderr.write("runner: job %s failed: %s\n" % (path, _os_text(exc) if
+                                                             isinstance(exc, OSError) else exc))
             status = 2
         replies.write(json.dumps({SERVE_REPLY: CONTRACT_VERSION, C.Serve.JOB: path,
                                   C.Serve.STATUS: status}) + "\n")

@@ -433,3 +433,17 @@ def test_a_long_fused_chain_is_shown_in_part_and_listed_whole_in_json() -> None:
     assert report.verdict().endswith(
         "fused on the actual side with conv0:0, conv1:0, conv2:0 (+68 more)")
     assert report.to_dict()["first_divergent"]["fused"] == list(fused)
+
+
+def test_a_tol_aimed_at_integer_tensors_says_they_are_judged_exactly() -> None:
+    """`--tol '*_QuantizeLinear_Output:atol=20'` on a QDQ model's int8 tensors: still judged
+    exactly (as every integer tensor is), and nothing said so."""
+    from verify.tolerance_specs import exact_anyway_notes
+
+    rules = ToleranceSet.from_specs(["*_Q:atol=20", "*:sqnr>=15", "ids:exact"])
+    judged = [("a_Q", "int8"), ("b_Q", "uint8"), ("f_Q", "float32"), ("shape", "int64"),
+              ("ids", "int64")]
+    assert exact_anyway_notes(rules, judged) == [
+        "--tol '*_Q:atol=20' matched 2 integer or bool tensor(s) (a_Q, …): they are judged "
+        "exactly, as integer and bool tensors always are"]
+    assert exact_anyway_notes(rules, [("f_Q", "float32")]) == []

@@ -40,6 +40,7 @@ from verify.origin import Attribution
 from verify.rules import plural
 from verify.scan import Batch
 from verify.tolerance import describe_record
+from verify.tolerance_specs import exact_anyway_notes
 
 
 @dataclass(frozen=True)
@@ -283,6 +284,8 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
                      "the reference's dtype")
     if skipped:
         notes.append(not_captured_text(skipped) + ": not compared")
+    notes += exact_anyway_notes(tolerances, ((n, d.reference_dtype) for n, d in diffs.items()
+                                             if not d.passed))
     if relaid:
         notes.append(f"{plural(len(relaid), 'tensor')} laid out anew by an optimizer (the same "
                      "elements in another shape) not compared: " + ", ".join(

@@ -177,3 +177,21 @@ def unmatched_specs(specs: Iterable[str], names: Iterable[str]) -> list[str]:
     otherwise leaves the default rule judging without a word."""
     names = list(dict.fromkeys(names))
     return [spec for spec in specs if not any(parse_tolerance(spec).matches(n) for n in names)]
+
+
+def exact_anyway_notes(tolerances: ToleranceSet, judged: Iterable[tuple[str, str]]
+                       ) -> list[str]:
+    """A note for each --tol naming integer or bool tensors that failed (`judged`: (name,
+    reference dtype) pairs), which are judged exactly whatever the rule: a quantized model's
+    int8 tensors given `atol=20` were still judged exact, without a word. A catch-all `*`
+    glob is no such aim: not noted."""
+    hit: dict[str, list[str]] = {}
+    for name, dtype in judged:
+        if not dtype.startswith(("int", "uint", "bool")):
+            continue
+        o = next((o for o in tolerances.overrides if o.matches(name)), None)
+        if o is not None and o.pattern != "*" and not isinstance(o.rule, ExactRule):
+            hit.setdefault(o.spec, []).append(name)
+    return [f"--tol {spec!r} matched {len(names)} integer or bool tensor(s) ({names[0]}"
+            + (", …" if len(names) > 1 else "") + "): they are judged exactly, as integer and "
+            "bool tensors always are" for spec, names in hit.items()]

@@ -194,12 +194,13 @@ def test_pack_writes_nothing_a_reader_would_refuse(
         [helper.make_tensor("reps", TensorProto.INT64, [2], [1, 10000])])
     model = tmp_path / "wide.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), model)
-    out = tmp_path / "wide.vtc"
+    out = tmp_path / "new" / "wide.vtc"  # a folder pack makes, and removes when it fails
     code, _, err = verify(capsys, "--max-tensor-mb", "0.1", "pack", model, "--layers", "-o", out)
     assert (code, only_line(err).split(" MB an archive")[0]) == (
         2, f"error: {out}: case 0 layer 'wide' is 0.1526 MB, over the 0.1")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["wide.onnx"]
     assert main(["--max-tensor-mb", "0.2", "pack", str(model), "--layers", "-o", str(out)]) == 0
+    assert out.is_file()
 
 
 def _write_v1(path: Path, src: Path) -> None:

@@ -19,7 +19,7 @@ from verify.archive_file import max_tensor_bytes
 from verify.digest import archive_digest, sha256_hex, tensor_digest
 from verify.errors import ArchiveError, UsageError
 from verify.external import ExternalFile, write_dataset
-from verify.files import atomic_path, ensure_space, output_errors
+from verify.files import atomic_path, ensure_space, made_dirs, output_errors
 from verify.graph import TensorInfo
 
 
@@ -65,9 +65,6 @@ def write_archive(path: Path, tc: Testcase,
     root the archive's checksum; the provenance's model_sha256 is that of the bytes written.
     """
     path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise ArchiveError(f"{path}: folder {directory} does not exist")
     if path.is_dir():
         raise ArchiveError(f"{path}: is a folder; give the archive's file name")
     model_sha = sha256_hex(tc.model_bytes)
@@ -86,7 +83,9 @@ def write_archive(path: Path, tc: Testcase,
                            for kind, items in (("inputs", c.inputs), ("outputs", c.outputs))
                            for name, v in items.items())]:
         _within(limit, path, what, nbytes)  # before any byte is written
-    with output_errors(path), atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+    # a missing folder is made, as every other output's (and removed if the write fails)
+    with made_dirs(path.parent if str(path.parent) else "."), output_errors(path), \
+            atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         meta: dict[str, Any] = {
             schema.ATTR_FORMAT: schema.FORMAT_NAME,
             schema.ATTR_VERSION: schema.EXTERNAL_VERSION if tc.external else schema.FORMAT_VERSION,

@@ -295,9 +295,9 @@ def test_unreachable_device_exits_3(residual_vtc: Path, device_env,
 
 def test_export_errors(residual_vtc: Path, tmp_path: Path,
                        capsys: pytest.CaptureFixture[str]) -> None:
+    # a missing folder is made, as pack and run make theirs (it was an error here alone)
     code, _, err = run_cli(["export", residual_vtc, "-o", tmp_path / "no" / "m.onnx"], capsys)
-    assert (code, err) == (2, f"error: {tmp_path / 'no' / 'm.onnx'}: folder "
-                              f"{tmp_path / 'no'} does not exist\n")
+    assert (code, err) == (0, "") and (tmp_path / "no" / "m.onnx").is_file()
     code, _, err = run_cli(["export", residual_vtc, "-o", residual_vtc], capsys)
     assert (code, err) == (2, f"error: {residual_vtc}: would overwrite the archive itself; "
                               "pass -o model.onnx\n")

@@ -58,16 +58,15 @@ def export(archive: Path, output: Path | None, data_dir: Path | None, force: boo
                              "manifest.json); writing there would break it, give another folder")
     tc = read_archive(archive)
     parse_model(tc.model_bytes, str(archive), tc.external)  # a corrupt model is an error, not a file
-    if not target.parent.is_dir():
-        raise UsageError(f"{target}: folder {target.parent} does not exist")
     if any((target.parent / f.location).resolve() == target.resolve() for f in tc.external):
         raise UsageError(f"{target}: the model's external data is named so; pick another name")
     if not force:
         _refuse_to_replace(tc, target)
     written = {"model": str(target)}
-    for k, path in enumerate(export_external(tc, target.parent)):  # first: the model needs them
-        written[f"external data {k}" if k else "external data"] = str(path)
-    write_bytes_atomic(target, tc.model_bytes)
+    with made_dirs(target.parent):  # a missing folder is made, as for every output
+        for k, path in enumerate(export_external(tc, target.parent)):  # first: the model
+            written[f"external data {k}" if k else "external data"] = str(path)  # needs them
+        write_bytes_atomic(target, tc.model_bytes)
     if data_dir is not None:
         written["data"] = str(_write_test_data(tc, data_dir))
     if as_json:

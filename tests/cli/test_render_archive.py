@@ -45,3 +45,21 @@ def test_summaries_of_edge_arrays() -> None:
     assert _array_info(np.array([True, False])) == {
         "dtype": "bool", "shape": [2], "min": 0.0, "max": 1.0, "mean": 0.5}
     assert _array_info(np.zeros((0, 3), np.float32)) == {"dtype": "float32", "shape": [0, 3]}
+
+
+def test_inspect_says_a_layers_archive_holds_no_tensor_of_an_if_body(tmp_path, capsys) -> None:
+    """`inspect` of a --layers archive of a model with an If said "9 tensors" and nothing of
+    the bodies' tensors, which no capture holds (onnxruntime marks none of them)."""
+    import onnx
+    from fixtures_localize import if_model
+    from helpers_cli import verify
+
+    onnx.save(if_model(), tmp_path / "if.onnx")
+    code, _, err = verify(capsys, "pack", tmp_path / "if.onnx", "--layers", "-o",
+                          tmp_path / "if.vtc")
+    assert code == 0, err
+    code, out, _ = verify(capsys, "inspect", tmp_path / "if.vtc")
+    assert code == 0
+    [line] = [ln for ln in out.splitlines() if ln.startswith("per-layer references:")]
+    assert line.endswith("tensors in graph order; the tensors of the 2 nodes inside "
+                         "If/Loop/Scan bodies are not among them)"), line

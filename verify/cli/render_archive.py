@@ -237,8 +237,11 @@ def print_inspect(s: Mapping[str, Any]) -> None:
             for name, a in case[role].items():
                 rng = _values(a, "  min {min:.4g} max {max:.4g} mean {mean:.4g}")
                 con.print(f"  {role[:-1]:6} {name}: {a['dtype']}{fmt_shape(a['shape'])}{rng}")
+    inside = s["model"].get("subgraph_nodes", 0)  # onnxruntime marks no body's tensor
     con.print(f"per-layer references: {'yes' if s['per_layer_references'] else 'no'} "
-              f"({s['tensors']} tensors in graph order)")
+              f"({s['tensors']} tensors in graph order"
+              + (f"; the tensors of the {inside} nodes inside If/Loop/Scan bodies are not "
+                 "among them" if inside else "") + ")")
     con.print(f"tolerances: {s['tolerance_rule']}")
     if "integrity" in s:
         con.print(f"integrity: {s['integrity']}")

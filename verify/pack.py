@@ -125,6 +125,7 @@ def pack(model_path: Path, out: Path, options: PackOptions,
         "on this host)", schema.PROV_HOST_VS_GIVEN: host_agreement(
             [c.outputs for c in cases], host, options.tolerances, saturation_floors(model))}
         if given else {})
+    del session  # before the optimized one is made: one model's session in memory at a time
     if not given:  # the archive's first reader is usually `verify run` on this very host
         note_text = optimized_host_note(model, model_bytes, str(model_path), folder, cases,
                                         options.tolerances)
@@ -136,7 +137,6 @@ def pack(model_path: Path, out: Path, options: PackOptions,
                   provenance={**provenance(model_bytes, model_path), **reference,
                               "seed": options.seed, "data": list(options.data)},
                   has_layers=options.layers, external=external)
-    del session
     if not options.layers:
         del model
         write_archive(out, tc)

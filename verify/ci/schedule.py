@@ -77,7 +77,7 @@ def _retrying(fn: Callable[[], T], retries: int, attempts: _Attempts) -> T:
             time.sleep(RETRY_PAUSE_S * attempts.count)
 
 
-HUNG_AFTER = 2  # jobs in a row that timed out on every attempt: the device is out of the run
+HUNG_AFTER = 2  # jobs in a row whose last attempt timed out: the device is out of the run
 
 
 def run_jobs(jobs: Sequence[Job], ci: CiRun,

@@ -50,15 +50,17 @@ def _sha(model: bytes) -> str:
 def test_same_model_filtered_differently_is_compared_not_refused(
         dump_factory: Callable[..., Path], capsys: pytest.CaptureFixture[str]) -> None:
     """Two dumps of one model file, narrowed to different layers, share 2 of 6 tensors: the
-    two are compared (the shared two), not taken for captures of different models."""
+    two are compared (the shared two, and the graph input a filtered dump keeps), not taken
+    for captures of different models."""
     actual = dump_factory(CNN, "disable", "--dump-filter", ACTUAL)
     reference = dump_factory(CNN, "disable", "--dump-filter", UNDER_HALF)
     code, out, err = verify(capsys, "diff", actual, reference, "--json")
     assert code == 0, err
     report = json.loads(out)["cases"][0]
-    assert report["verdict"] == "PASS: 2 tensors within tolerance"
-    assert [r["name"] for r in report["rows"] if r["diff"]] == ["stem/conv:0", "stem/bn:0"]
-    assert report["counts"] == {"compared": 2, "failed": 0, "only_in_actual": 4,
+    assert report["verdict"] == "PASS: 3 tensors within tolerance"
+    assert [r["name"] for r in report["rows"] if r["diff"]] == ["data", "stem/conv:0",
+                                                                 "stem/bn:0"]
+    assert report["counts"] == {"compared": 3, "failed": 0, "only_in_actual": 4,
                                 "only_in_reference": 9}
     assert not any("different model" in n for n in report["notes"])
 
@@ -74,7 +76,7 @@ def test_two_model_files_sharing_half_their_tensors_are_compared_and_noted(
     assert [ln for ln in out.splitlines() if ln.startswith("note:")] == [
         f"note: the two captures come from different model files (sha256 "
         f"{_sha(retrained)[:12]} vs {_sha(CNN.read_bytes())[:12]})"]
-    assert out.splitlines()[-1] == "=== PASS: 3 tensors within tolerance"
+    assert out.splitlines()[-1] == "=== PASS: 4 tensors within tolerance"  # and the input
 
 
 def test_two_model_files_sharing_under_half_are_refused(

@@ -385,7 +385,8 @@ def test_high_depth_images_keep_their_values_in_every_channel(tmp_path):
     Image.fromarray(floats).save(tmp_path / "f.tif")
     for name, want in (("d16.png", deep.astype(np.float32)), ("f.tif", floats)):
         for spec, at in ((("x", TensorProto.FLOAT, [1, 3, 2, 2]), lambda x: x[0]),
-                         (("x", TensorProto.FLOAT, [1, 2, 2, 3]), lambda x: x[0].transpose(2, 0, 1)),
+                         (("x", TensorProto.FLOAT, [1, 2, 2, 3]),
+                          lambda x: x[0].transpose(2, 0, 1)),
                          (("x", TensorProto.FLOAT, [2, 2]), lambda x: x[None])):
             [case] = build_cases(infos(spec), [name], base_dir=tmp_path)
             for channel in at(case["x"]):

@@ -206,9 +206,9 @@ def test_devices_clean_removes_the_cache_and_leftover_work(
     assert run_json(["devices", "clean", spec], capsys)["removed"] == []
 
 
-def test_a_device_python_without_numpy_is_told_what_to_do(device_env: DeviceEnv, small_vtc: Path,
-                                                         tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_device_python_without_numpy_is_told_what_to_do(
+        device_env: DeviceEnv, small_vtc: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The bundled runner on a device whose Python has no numpy said only "the runner failed:
     ModuleNotFoundError: No module named 'numpy'"."""
     blocked = tmp_path / "blocked" / "numpy"

@@ -165,7 +165,8 @@ def compile_dump_filter(pattern: str | None) -> re.Pattern[str] | None:
     try:
         return re.compile(pattern)
     except re.error as exc:
-        raise UsageError(f"--dump-filter {shlex.quote(pattern)}: not a regular expression: {exc}") from None
+        raise UsageError(f"--dump-filter {shlex.quote(pattern)}: not a regular expression: "
+                         f"{exc}") from None
 
 
 def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
@@ -183,10 +184,14 @@ def plan_dump(original_bytes: bytes, captured_bytes: bytes | None = None,
     captured = original if captured_bytes is None else parse_model(
         captured_bytes, "the optimized model written on the device", external)
     order = tensor_order(captured)
+    matched = {t.name for t in order if pattern is None or pattern.search(t.name)
+               or pattern.search(t.node)}
+    if not matched and dump_filter is not None:
+        raise UsageError(f"--dump-filter {shlex.quote(dump_filter)} matches no tensor or node "
+                         "name")
     # the graph inputs always: without them diff could not tell captures fed different inputs
     # from a layer that computes wrong (a filtered dump's every layer was blamed)
-    kept = [t for t in order if pattern is None or t.op == INPUT_OP or pattern.search(t.name)
-            or pattern.search(t.node)]
+    kept = [t for t in order if t.name in matched or t.op == INPUT_OP]
     floors = saturation_floors(captured)
     sizes = tensor_sizes(captured, input_shapes) if input_shapes else {}
     inside = subgraph_tensor_count(captured)

@@ -349,7 +349,9 @@ def few(names: Sequence[str], k: int) -> str:
 
 def _filtered(side: Side, text: str) -> str:
     """`text` naming the --dump-filter `side` was taken with, where it left tensors out."""
-    return text.format(f"--dump-filter {shlex.quote(side.dump_filter)}") if side.dump_filter else ""
+    if not side.dump_filter:
+        return ""
+    return text.format(f"--dump-filter {shlex.quote(side.dump_filter)}")
 
 
 # why a tensor one side lacks when nothing explains it further (no fusion, no --dump-filter):

@@ -8,8 +8,6 @@ which `dump.write_manifest` writes beside its reader, `dump.open_dump`.
 
 from __future__ import annotations
 
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,7 @@ import numpy as np
 from verify.capture import DumpPlan, plan_dump
 from verify.dump import manifest_header
 from verify.dump_check import file_problem
-from verify.errors import RunnerError, UsageError
+from verify.errors import RunnerError
 from verify.graph import INPUT_OP
 from verify.runner.contract import (STAT_KEYS, DumpFirst, DumpResult, FusedAway, Job,
                                     ManifestCase, ManifestOptions, ManifestTensor, Record,
@@ -89,11 +87,6 @@ def prepare_job(job: dict[str, Any], dump: DumpSpec, opt_level: str, model_bytes
 
 def dump_entry(plan: DumpPlan, dump: DumpSpec) -> dict[str, Any]:
     """The job's "dump" entry: which tensors, the model's own outputs, budget, save or not."""
-    if not any(t.op != INPUT_OP for t in plan.tensors) and dump.dump_filter is not None \
-            and not any(re.search(dump.dump_filter, t.name) for t in plan.tensors):
-        # (the graph inputs are kept whatever the filter: they alone are no match)
-        raise UsageError(f"--dump-filter {shlex.quote(dump.dump_filter)} matches no tensor or "
-                         "node name")
     return {DumpEntry.TENSORS: [t.name for t in plan.tensors],
             DumpEntry.OUTPUTS: list(plan.outputs), DumpEntry.BUDGET_BYTES: dump.budget_bytes,
             DumpEntry.DIR: DumpEntry.DIR.default, DumpEntry.SAVE: dump.dest is not None,

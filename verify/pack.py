@@ -84,13 +84,12 @@ def pack(model_path: Path, out: Path, options: PackOptions,
     session = reference_session(model_bytes, str(model_path), folder)
     check_host_io(session, str(model_path))
     foreign = read_case_sources(options.data)
+    given_inputs = foreign.inputs(infos) if foreign is not None else []
     cases_inputs = build_cases(infos, [] if foreign is not None else options.data,
                                shapes=options.shapes, seed=options.seed, pre=options.pre,
-                               probe=lambda feeds: _runs(session, feeds),
-                               given=foreign.inputs(infos) if foreign is not None else ())
+                               probe=lambda feeds: _runs(session, feeds), given=given_inputs)
     if foreign is not None:  # an input the other tool's files lack was drawn at random
-        given_names = foreign.inputs(infos)
-        for i, case in enumerate(given_names):
+        for i, case in enumerate(given_inputs):
             drawn = [info.name for info in infos if info.name not in case]
             if drawn:
                 note(f"case {i}: {' '.join(foreign.labels)} holds no value for input(s) "

@@ -75,14 +75,11 @@ def write_archive(path: Path, tc: Testcase,
         schema.ATTR_TOLERANCES: json.dumps(tc.tolerances, sort_keys=True),
         schema.ATTR_TENSOR_ORDER: json.dumps([t.to_dict() for t in tc.tensor_order]),
     }
+    # before any byte is written; each tensor is checked as it is written (`_write_named`)
     for what, nbytes in [("the model", len(tc.model_bytes)),
                          *((f"the {key} record", len(text.encode("utf-8")))
-                           for key, text in records.items()),
-                         *((f"case {i} {kind[:-1]} '{name}'", np.asarray(v).nbytes)
-                           for i, c in enumerate(tc.cases)
-                           for kind, items in (("inputs", c.inputs), ("outputs", c.outputs))
-                           for name, v in items.items())]:
-        _within(limit, path, what, nbytes)  # before any byte is written
+                           for key, text in records.items())]:
+        _within(limit, path, what, nbytes)
     # a missing folder is made, as every other output's (and removed if the write fails)
     with made_dirs(path.parent if str(path.parent) else "."), output_errors(path), \
             atomic_path(path) as tmp, h5py.File(tmp, "w") as f:

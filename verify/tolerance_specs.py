@@ -166,10 +166,14 @@ class ToleranceSet:
         return (f"{given} replace the archive's stored tolerances ("
                 + ", ".join(f"--tol {s!r}" for s in self.set_aside) + f"); {keep}",)
 
+    def override_for(self, name: str) -> ToleranceOverride | None:
+        """The first override whose glob matches `name`, or None (the default judges it)."""
+        return next((o for o in self.overrides if o.matches(name)), None)
+
     def rule_for(self, name: str, floor: float = 0.0) -> Rule:
         """The rule judging `name`; `floor` (`saturating_floor`) fills an unset magnitude floor."""
-        rule = next((o.rule for o in self.overrides if o.matches(name)), self.default)
-        return rule.with_floor(floor)
+        o = self.override_for(name)
+        return (o.rule if o is not None else self.default).with_floor(floor)
 
 
 def unmatched_specs(specs: Iterable[str], names: Iterable[str]) -> list[str]:
@@ -189,7 +193,7 @@ def exact_anyway_notes(tolerances: ToleranceSet, judged: Iterable[tuple[str, str
     for name, dtype in judged:
         if not dtype.startswith(("int", "uint", "bool")):
             continue
-        o = next((o for o in tolerances.overrides if o.matches(name)), None)
+        o = tolerances.override_for(name)
         if o is not None and o.pattern != "*" and not isinstance(o.rule, ExactRule):
             hit.setdefault(o.spec, []).append(name)
     return [f"--tol {spec!r} matched {len(names)} integer or bool tensor(s) ({names[0]}"

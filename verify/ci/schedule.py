@@ -364,8 +364,8 @@ def _setting_notes(base: baselines.Baseline, job: Job) -> list[str]:
                      "--update-goldens if the change is intended")
     now = job.options.to_dict()
     if base.options is not None:
-        changed = [f"{k} {base.options.get(k)!r}, now {v!r}" for k, v in now.items()
-                   if k in base.options and base.options.get(k) != v]
+        changed = [f"{k} {base.options[k]!r}, now {v!r}" for k, v in now.items()
+                   if k in base.options and base.options[k] != v]
         if changed:
             notes.append(f"the baseline was recorded with other options ({'; '.join(changed)}); "
                          "refresh it with --update-goldens if the change is intended")

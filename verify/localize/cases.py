@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from verify.dtypes import float_eps
 from verify.graph import graph_and_bodies, node_bodies
 from verify.localize.search import DeviceRounds, References
 from verify.rules import MagnitudeRule
@@ -85,11 +86,12 @@ def rounding_note(label: str, own: "tuple[Any, ...]") -> tuple[str, ...]:
     ulps = []
     for d in over:
         try:
-            eps = float(np.finfo(np.dtype(d.actual_dtype)).eps)
-        except (TypeError, ValueError):
+            eps = float_eps(np.dtype(d.actual_dtype))
+        except TypeError:  # a dtype name numpy does not know
+            eps = None
+        if eps is None or not (np.isfinite(d.max_abs) and np.isfinite(d.ref_peak)
+                               and d.ref_peak > 0):
             return ()  # an integer or unknown dtype: no rounding to speak of
-        if not (np.isfinite(d.max_abs) and np.isfinite(d.ref_peak) and d.ref_peak > 0):
-            return ()
         ulps.append(d.max_abs / (eps * d.ref_peak))
     if max(ulps) > 16:
         return ()

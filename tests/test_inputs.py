@@ -393,6 +393,38 @@ def test_high_depth_images_keep_their_values_in_every_channel(tmp_path):
                 np.testing.assert_array_equal(channel, want)
 
 
+def _png16(path: Path, pixels: np.ndarray) -> None:
+    """A 16-bit colour PNG (Pillow cannot write one): (H,W,3) RGB or (H,W,4) RGBA."""
+    import struct
+    import zlib
+
+    h, w, planes = pixels.shape
+    rows = pixels.astype(">u2")
+    raw = b"".join(b"\0" + rows[i].tobytes() for i in range(h))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    colour = {3: 2, 4: 6}[planes]
+    path.write_bytes(b"\x89PNG\r\n\x1a\n"
+                     + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 16, colour, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("planes", [3, 4])
+def test_sixteen_bit_colour_images_are_refused_not_cut_to_eight_bits(tmp_path, planes):
+    """Pillow decodes a 16-bit RGB(A) PNG at 8 bits per channel: 3000 became 11, packed
+    without a word (a 16-bit gray one keeps its values, see above)."""
+    pixels = (np.arange(2 * 2 * planes).reshape(2, 2, planes) * 3000).astype(np.uint16)
+    _png16(tmp_path / "c16.png", pixels)
+    with pytest.raises(InputError, match=r"c16.png: a 16-bit colour image; .* 8 bits .*\.npy"):
+        build_cases(infos(("x", TensorProto.FLOAT, [1, 3, 2, 2])), ["c16.png"],
+                    base_dir=tmp_path)
+    with pytest.raises(InputError, match="16-bit colour"):
+        load_array_file(tmp_path / "c16.png", "x")
+
+
 def test_one_input_given_two_shapes_is_refused():
     """`--shape x:2x3 --shape x:3x3` kept the last without a word."""
     from verify.inputs import parse_shape_options

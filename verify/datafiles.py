@@ -139,6 +139,12 @@ def open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
 
     try:
         img = Image.open(path)
+        if img.mode in ("RGB", "RGBA") and any(";16" in _rawmode(t) for t in img.tile):
+            # Pillow has no 16-bit colour mode: it keeps each channel's high byte
+            raise InputError(f"{label}: a 16-bit colour image; Pillow decodes colour at 8 "
+                             "bits per channel (the low 8 would be lost): give its pixels as "
+                             "a .npy or .npz array (e.g. from cv2.imread(path, "
+                             "cv2.IMREAD_UNCHANGED)), or save it at 8 bits")
         img.load()
         return ImageOps.exif_transpose(img)
     except UnidentifiedImageError:
@@ -148,6 +154,13 @@ def open_image(path: Path, label: str):  # -> PIL.Image.Image, imported lazily
         raise InputError(f"{label}: cannot read: {e.strerror or e}") from None
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
         raise InputError(f"{label}: truncated or corrupt image ({e})") from None
+
+
+def _rawmode(tile: object) -> str:
+    """The raw mode a Pillow tile decodes from ('RGB;16B'): its args, or their first item."""
+    args = getattr(tile, "args", None)
+    args = args[0] if isinstance(args, tuple) and args else args
+    return args if isinstance(args, str) else ""
 
 
 def mapping_arrays(obj: dict, label: str) -> dict[str, np.ndarray]:

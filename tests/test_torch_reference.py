@@ -247,6 +247,50 @@ def test_profile_torch_tables_and_modules_beside_the_device(
     assert "per PyTorch module: this host vs" in out and "layer3.1.bn2 + layer3.1.conv2" in out
 
 
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_profile_torch_counts_every_nodes_flops_and_bytes(
+        arch: str, exported: dict, capsys: pytest.CaptureFixture[str]) -> None:
+    """`profile --torch` left FLOPs and bytes empty on every row: the aten ops were unknown to
+    the ONNX counter, and PyTorch's 'float32' was no dtype it knew. The products are checked
+    against PyTorch's own FLOP counter on the whole module, the rest against the conventions
+    of verify.flops."""
+    import math
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    import torch_models
+
+    code, out, err = run_cli(["profile", "--torch", str(exported[arch]["factory"]),
+                              "--warmup", "0", "--iterations", "1", "-t", "0", "--json"], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    rows = doc["rows"]
+    assert doc["summary"]["unknown_computation"] == 0
+    assert all(r["bytes_read"] is not None and r["bytes_written"] is not None for r in rows)
+
+    def elements(spec: dict) -> int:
+        return math.prod(spec["shape"])
+
+    products, biases = 0, 0
+    for r in rows:
+        out0 = elements(r["outputs"][0])
+        if r["type"] in ("aten.conv2d", "aten.linear"):
+            products += r["computation"]
+            biases += out0 if len(r["inputs"]) == 3 else 0  # 1 per output element
+        else:
+            want = {"aten._native_batch_norm_legit_no_training": 2 * out0,
+                    "aten.mean": elements(r["inputs"][0]),
+                    "aten.max_pool2d": 9 * out0,  # resnet18's 3x3 kernel
+                    "aten.view": 0, "<built-in function getitem>": 0}.get(r["type"], out0)
+            assert r["computation"] == want, r  # element-wise: 1 per output element
+        moved = sum(math.prod(t["shape"]) * 4 for t in r["inputs"] + r["outputs"])
+        assert r["bytes_read"] + r["bytes_written"] == (0 if r["computation"] == 0 else moved)
+    module, (x,) = getattr(torch_models, arch)()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        module(x)
+    assert products - biases == counter.get_total_flops() > 0
+
+
 def test_profile_torch_device_trace_needs_the_model(exported: dict, tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_cli(["profile", "--torch", exported["resnet18"]["pt2"],

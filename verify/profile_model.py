@@ -107,6 +107,8 @@ def variant_cost(stats: NodeStats, variant: ShapeVariant, model: ModelIndex | No
     (pre-packed weights) are taken from the model's initializers; without it, or for a node
     onnxruntime created, only the trace's shapes are (see _align_trace).
     """
+    if variant.cost is not None:
+        return variant.cost
     mnode = model.nodes.get(stats.name) if model is not None else None
     if mnode is not None and (mnode.op_type == stats.op_type
                               or (mnode.op_type, stats.op_type) in _RENAMED_OPS):

@@ -51,15 +51,17 @@ def torch_profile(spec: str, inputs: Sequence[np.ndarray] | None, warmup: int,
         raise UsageError("--iterations must be at least 1 and --warmup at least 0")
     program = TorchProgram(spec, inputs, option="--torch")
     feeds = list(inputs) if inputs is not None else program.example_inputs()
-    shapes = program.shapes(feeds)
+    costs = program.costs(feeds)
     per_node, totals = program.timed(feeds, warmup, iterations)
     nodes = []
     for index, node in enumerate(program.nodes):
         times = per_node.get(node.name) or []
         if not times:
             continue
-        variant = ShapeVariant(inputs=(), outputs=tuple(shapes.get(node.name, ())),
-                               calls=len(times))
+        shape = costs.get(node.name)
+        variant = ShapeVariant(inputs=shape.inputs if shape else (),
+                               outputs=shape.outputs if shape else (), calls=len(times),
+                               cost=shape.cost if shape else None)
         nodes.append(NodeStats(name=node.name, op_type=_short(node.op), provider=PROVIDER,
                                node_index=index, calls=len(times), total=math.fsum(times),
                                min=min(times), max=max(times), device_total=None,

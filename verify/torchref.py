@@ -57,6 +57,15 @@ class FxNode:
 
 
 @dataclass(frozen=True)
+class NodeShape:
+    """One execution of an FX node: its tensor arguments, results, FLOPs and bytes."""
+
+    inputs: tuple[Any, ...]   # flops.TensorSpec
+    outputs: tuple[Any, ...]
+    cost: Any                 # flops.NodeCost
+
+
+@dataclass(frozen=True)
 class Unmapped:
     fx: str
     module: str
@@ -101,17 +110,23 @@ class TorchProgram:
                              "way (--model ARCHIVE.vtc: its first case)")
         return [_numpy(t) for t in self._example]
 
-    def shapes(self, inputs: Sequence[np.ndarray]) -> dict[str, list[Any]]:
-        """Each FX node's output tensor specs (flops.TensorSpec), from one interpreted run."""
-        from verify.flops import TensorSpec
+    def costs(self, inputs: Sequence[np.ndarray]) -> dict[str, NodeShape]:
+        """Each FX node's tensor arguments and results (flops.TensorSpec) and the FLOPs and
+        bytes of one execution (verify.torchcost), from one interpreted run."""
+        from verify.torchcost import fx_cost, tensor_spec
 
-        got: dict[str, list[Any]] = {}
+        torch = self.torch
+        got: dict[str, NodeShape] = {}
 
-        def record(name: str, value: Any) -> None:
-            got[name] = [TensorSpec(str(t.dtype).replace("torch.", ""), tuple(t.shape))
-                         for t in _flatten(value) if isinstance(t, self.torch.Tensor)]
+        def record(n: Any, args: Any, kwargs: Any, value: Any) -> None:
+            cost = fx_cost(torch, n.target, args, kwargs, value,
+                           lambda: _counted(torch, n.target, args, kwargs))
+            got[n.name] = NodeShape(
+                tuple(tensor_spec(t) for t in _flatten(args) if isinstance(t, torch.Tensor)),
+                tuple(tensor_spec(t) for t in _flatten(value) if isinstance(t, torch.Tensor)),
+                cost)
 
-        self._interpret(inputs, record)
+        self._interpret(inputs, None, costs=record)
         return got
 
     def outputs(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -150,12 +165,17 @@ class TorchProgram:
         return per_node, totals
 
     def _interpret(self, inputs: Sequence[np.ndarray], record: Callable[[str, Any], None] | None,
-                   times: dict[str, float] | None = None) -> None:
+                   times: dict[str, float] | None = None,
+                   costs: Callable[[Any, Any, Any, Any], None] | None = None) -> None:
         torch = self.torch
 
         class Recorder(torch.fx.Interpreter):  # type: ignore[misc, name-defined]
             def run_node(self, n: Any) -> Any:
-                if times is None or n.op != "call_function":
+                if costs is not None and n.op == "call_function":
+                    args, kwargs = self.fetch_args_kwargs_from_env(n)
+                    value = super().run_node(n)
+                    costs(n, args, kwargs, value)
+                elif times is None or n.op != "call_function":
                     value = super().run_node(n)
                 else:
                     start = time.perf_counter()
@@ -186,6 +206,16 @@ class TorchProgram:
                                   "node, a module called twice, or folded by the exporter)")
                          for n in self.nodes if n.name in fused)
         return TorchMap(pairs, unmapped, how)
+
+
+def _counted(torch: Any, target: Any, args: Any, kwargs: Any) -> int | None:
+    """FLOPs of `target(*args, **kwargs)` by PyTorch's FLOP counter; None when no op it ran
+    has a formula there."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as mode:
+        target(*args, **kwargs)
+    return mode.get_total_flops() if any(mode.get_flop_counts().values()) else None
 
 
 def _by_module(nodes: Sequence[FxNode], model: onnx.ModelProto) -> dict[str, str]:

@@ -18,7 +18,7 @@ from typing import Any
 from verify import schema
 from verify.errors import ProfileError, UsageError
 from verify.files import read_user_file
-from verify.flops import UNKNOWN, TensorSpec
+from verify.flops import UNKNOWN, NodeCost, TensorSpec
 
 KERNEL_SUFFIX = "_kernel_time"
 WARMUP_KEY = "verify_warmup_runs"  # in a trace's otherData, written by the runner
@@ -32,6 +32,8 @@ class ShapeVariant:
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
     calls: int
+    cost: NodeCost | None = None  # counted where the shapes were taken (a PyTorch program's
+    # nodes, verify.torchcost); None: from the shapes and the model (profile_model.variant_cost)
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,25 @@ def test_a_program_failing_on_the_inputs_is_one_line(
                           "inputs failed: IndexError: ")
 
 
+@pytest.mark.parametrize("layer", ["BatchNorm1d(4)", "Dropout(0.5)"])
+def test_a_program_exported_in_training_mode_is_refused(
+        layer: str, programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A .pt2 exported from a module left in training mode was taken as the reference: its
+    batch norm used each batch's statistics (and updated its running ones between cases),
+    its dropout was random, and diff blamed the first such node of the ONNX model."""
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), eval(f"torch.nn.{layer}")).train()
+    saved = tmp_path / "train.pt2"
+    torch.export.save(torch.export.export(module, (torch.ones(2, 4),)), str(saved))
+    out_file = tmp_path / "t.vtc"
+    for argv in (["pack", programs / "lin.onnx", "--reference", f"torch:{saved}", "-o",
+                  out_file], ["profile", "--torch", saved]):
+        code, out, err = run_cli(argv, capsys)
+        assert (code, out) == (2, "") and not out_file.exists()
+        what = "batch norm" if "Batch" in layer else "dropout"
+        assert err == (f"error: {saved}: exported in training mode ({what}); export it from "
+                       "module.eval()\n")
+
+
 def test_the_provenance_names_the_dtype_the_program_ran_in(
         programs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It said "float32 as exported" of every program, a float64 one included."""

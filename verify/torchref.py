@@ -98,6 +98,10 @@ class TorchProgram:
             warnings.simplefilter("ignore")
             self.program, self._example = _load(torch, spec, example)
             self.graph_module = _decomposed(torch, self.program).module()
+        training = _training_ops(self.graph_module.graph)
+        if training:
+            raise InputError(f"{spec}: exported in training mode ({', '.join(training)}); "
+                             "export it from module.eval()")
         self.nodes = [_fx_node(n) for n in self.graph_module.graph.nodes
                       if n.op == "call_function"]
         self.version = str(torch.__version__)
@@ -206,6 +210,27 @@ class TorchProgram:
                                   "node, a module called twice, or folded by the exporter)")
                          for n in self.nodes if n.name in fused)
         return TorchMap(pairs, unmapped, how)
+
+
+def _training_ops(graph: Any) -> list[str]:
+    """What makes a program a training one (its batch norm takes each batch's statistics and
+    updates its running ones, its dropout is random), in graph order, each named once."""
+    found: list[str] = []
+    for n in graph.nodes:
+        name = getattr(getattr(n.target, "overloadpacket", None), "__name__", "")
+        # (input, weight, bias, running_mean, running_var, training, ...): batch statistics
+        # with running ones to update (an instance norm's, without running ones, is no sign)
+        if name in ("_native_batch_norm_legit_functional", "_native_batch_norm_legit",
+                    "batch_norm") and len(n.args) > 5 and n.args[5] is True:
+            what = "batch norm"
+        elif name == "native_dropout" or (
+                name.endswith("dropout") and len(n.args) > 2 and n.args[2] is True):
+            what = "dropout"
+        else:
+            continue
+        if what not in found:
+            found.append(what)
+    return found
 
 
 def _counted(torch: Any, target: Any, args: Any, kwargs: Any) -> int | None:

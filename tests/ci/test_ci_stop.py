@@ -1,11 +1,16 @@
 """A cancelled nightly run stops: SIGTERM (a CI system cancelling the job) while one device's
 job is running and another's, judged per layer, is done. It hung forever (the comparison's
 idle threads were joined), and before that let the running job go on to its end, up to its
-timeout, printing and keeping its result after "terminated"."""
+timeout, printing and keeping its result after "terminated". Nor does it leave the
+finished job's new baseline beside the others' old ones; a run killed outright leaves its
+staged baselines, which the next run removes."""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -47,12 +52,26 @@ layers = true
     return path
 
 
-def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: Path) -> None:
-    pidfile = tmp_path / "runner.pid"
+# the baseline an earlier --update-goldens left for the job that finishes before the signal
+OLD = {"format": "verify-ci-baseline", "version": 2, "job": "cnn/local/off", "outputs": {}}
+
+
+def _old_baseline(folder: Path) -> Path:
+    path = folder / "baselines" / "stop" / "cnn" / "local" / "off.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(OLD), encoding="utf-8")
+    return path
+
+
+def _started(device_env: DeviceEnv, folder: Path,
+             *extra: str) -> tuple[subprocess.Popen[str], list[str], threading.Thread, Path]:
+    """`verify ci --update-goldens` of the suite, once the local job is done and the slow
+    device's runner hangs: the process, its stdout lines, their reader, the runner's pid file."""
+    pidfile = folder / "runner.pid"
     device_env.write_profile("slow", {"transport": "local", "runner": [
         sys.executable, "-c", SLEEPER.format(pidfile=str(pidfile))]})
-    suite = _suite(tmp_path)
-    proc = verify_process(["ci", suite, "--update-goldens"], device_env.env)
+    suite = _suite(folder)
+    proc = verify_process(["ci", suite, "--update-goldens", *extra], device_env.env)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -62,6 +81,12 @@ def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: P
         assert proc.poll() is None, (lines, proc.stderr.read())
         assert time.monotonic() < deadline, lines
         time.sleep(0.05)
+    return proc, lines, reader, pidfile
+
+
+def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: Path) -> None:
+    old = _old_baseline(tmp_path)
+    proc, lines, reader, pidfile = _started(device_env, tmp_path)
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
     try:
@@ -74,10 +99,35 @@ def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: P
     assert code == 143 and err.endswith("terminated\n"), (code, lines, err)
     assert time.monotonic() - started < 30
     assert not any("slow" in ln for ln in lines)  # neither shown nor kept after the signal
-    assert not list((tmp_path / "baselines").rglob("*slow*"))
+    # the finished job's new baseline was not put beside the others' old ones: the set is the
+    # one before the run, byte for byte, and nothing staged is left
+    assert json.loads(old.read_text()) == OLD
+    assert sorted(p for p in (tmp_path / "baselines").rglob("*") if p.is_file()) == [old]
     pid = int(pidfile.read_text())
     gone = time.monotonic() + 10
     while process_alive(pid) and time.monotonic() < gone:
         time.sleep(0.05)
     assert not process_alive(pid)  # the runner was stopped with it
     assert list(device_env.local_jobs().iterdir()) == []
+
+
+def test_a_run_killed_outright_leaves_the_old_set_and_the_next_run_removes_what_it_staged(
+        device_env: DeviceEnv, tmp_path: Path, capsys) -> None:
+    from fixtures_ci import run_ci
+
+    old = _old_baseline(tmp_path)
+    proc, _, reader, pidfile = _started(device_env, tmp_path)
+    proc.kill()
+    proc.wait(timeout=30)
+    reader.join(5)
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)  # its runner, which nothing stopped
+    assert json.loads(old.read_text()) == OLD
+    staged = list((tmp_path / "baselines").glob(".stop.staging~*"))
+    assert len(staged) == 1 and (staged[0] / "new" / "cnn" / "local" / "off.json").is_file()
+    run = run_ci([_suite(tmp_path), "--only", "local"], capsys, tmp_path)
+    assert (f"note: removed {staged[0].name}: the staged baselines of a run that did not "
+            "finish (the baselines were left as they were)\n") in run.err
+    assert not staged[0].exists() and json.loads(old.read_text()) == OLD
+    # judged against the old baseline (recorded without layers), not the staged one
+    assert "not judged: the baseline was recorded without layers" in run.gate(
+        "cnn/local/off", "regression")["message"]

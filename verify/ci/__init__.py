@@ -16,6 +16,7 @@ from verify.ci.jobs import Job, expand, parse_shard, select
 from verify.ci.report import RunInfo, markdown, to_json, verdict
 from verify.ci.results import JobResult
 from verify.ci.schedule import CiRun, run_jobs
+from verify.ci.staging import StagedBaselines, clear_leftovers
 from verify.ci.suite import Suite, SuiteError, load_suite
 from verify.errors import MissingDependency, UsageError
 from verify.files import write_text_atomic
@@ -42,6 +43,7 @@ class CiRequest:
 class CiOutcome:
     results: tuple[JobResult, ...]
     info: RunInfo
+    cleared: tuple[str, ...] = ()   # what was done with the staging folders of killed runs
 
     @property
     def verdict(self) -> str:
@@ -74,19 +76,25 @@ def run_suite(request: CiRequest,
               on_result: Callable[[JobResult], None] | None = None,
               planned: tuple[Suite, list[Job], int] | None = None) -> CiOutcome:
     """Run the suite's selected jobs; `planned`: `plan(request)` already made (the suite file
-    is then not read again, so what was checked is what runs)."""
+    is then not read again, so what was checked is what runs).
+
+    The baselines the jobs write are staged and put in place together once every job has
+    run; an interrupt or an exception before that leaves the baselines as they were."""
     started = time.monotonic()
     suite, jobs, total = planned or plan(request)
     check_devices(request.suite, jobs)
-    ci = CiRun(suite_name=suite.name, baselines=request.baselines or suite.baselines,
-               update_goldens=request.update_goldens,
-               require_baselines=request.require_baselines)
-    results = run_jobs(jobs, ci, on_result)
+    root = request.baselines or suite.baselines
+    cleared = clear_leftovers(root, suite.name)
+    with StagedBaselines(root, suite.name) as staged:
+        ci = CiRun(suite_name=suite.name, baselines=root, update_goldens=request.update_goldens,
+                   require_baselines=request.require_baselines, staged=staged)
+        results = run_jobs(jobs, ci, on_result)
+        staged.commit()
     info = RunInfo(suite_name=suite.name, suite_file=str(request.suite), total_jobs=total,
                    shard=request.shard, only=tuple(request.only),
                    update_goldens=request.update_goldens, seconds=time.monotonic() - started,
                    baselines=str(request.baselines) if request.baselines else "")
-    return CiOutcome(tuple(results), info)
+    return CiOutcome(tuple(results), info, tuple(cleared))
 
 
 def check_devices(suite_file: Path, jobs: Sequence[Job]) -> None:

@@ -8,6 +8,8 @@ Latency: per machine (a median only means something where it was measured), at
 `<baselines>/<suite>/latency/<machine fingerprint>/<testcase>/<device>/<options>.json`.
 Written by --update-goldens, and recorded by a run that finds none for its machine (the
 report says so: that job's latency was recorded, not judged).
+
+A run writes both through `staging.StagedBaselines`: put in place together when it finishes.
 """
 
 from __future__ import annotations

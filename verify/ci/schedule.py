@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from verify import execute
 from verify.ci import baseline as baselines
@@ -46,6 +46,9 @@ from verify.errors import (
 from verify.options import TimedRuns
 from verify.sessions import Sessions
 
+if TYPE_CHECKING:
+    from verify.ci.staging import StagedBaselines
+
 RETRYABLE = (ConnectError, TransferError, DeviceTimeout)
 RETRY_PAUSE_S = 1.0
 T = TypeVar("T")
@@ -53,12 +56,17 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class CiRun:
-    """How to run: where baselines live, and whether to rewrite them."""
+    """How to run: where baselines live, and whether to rewrite them; `staged`: where this
+    run's baselines wait until it has finished (None: written in place at once)."""
 
     suite_name: str
     baselines: Path
     update_goldens: bool = False
     require_baselines: bool = False
+    staged: StagedBaselines | None = None
+
+    def write(self, path: Path, doc: Any) -> None:
+        (self.staged.write if self.staged is not None else baselines.write)(path, doc)
 
 
 class _Attempts:
@@ -290,7 +298,7 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
             kept = f"{shown} left as it was" if path.exists() else f"no {shown} was written"
             notes.append(f"baseline not written: a gate failed ({kept})")
         else:
-            baselines.write(path, baselines.document(result, ci.suite_name, sha, cases))
+            ci.write(path, baselines.document(result, ci.suite_name, sha, cases))
             if "regression" in job.gates:
                 verdicts.append(GateResult("regression", UPDATED, f"baseline written to {shown}"))
             if "latency" in job.gates:
@@ -337,7 +345,7 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
 
 def _write_latency(result: JobResult, ci: CiRun, path: Path, sha: str) -> None:
     facts = machine.facts(result.device)
-    baselines.write(path, baselines.latency_document(result, ci.suite_name, facts, sha))
+    ci.write(path, baselines.latency_document(result, ci.suite_name, facts, sha))
 
 
 def _shown(path: Path) -> str:

@@ -52,7 +52,9 @@ def _show_fingerprint(ctx: click.Context, _param: click.Parameter, value: bool) 
               metavar="FILE", help="Write the HTML report (offline; plots per failing job).")
 @click.option("--update-goldens", is_flag=True,
               help="Record this run's errors and latencies as the baselines (on purpose; "
-                   "commit the files it writes). Jobs failing a gate keep their old baseline.")
+                   "commit the files it writes). Jobs failing a gate keep their old baseline. "
+                   "They are put in place together when every job has run: an interrupted "
+                   "run changes none.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (stable: a job's shard depends on its id and N).")
 @click.option("--only", multiple=True, metavar="PATTERN",
@@ -125,6 +127,8 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
                                       if path and option in ci_lib.REPORT_LIBRARIES])
     show = None if as_json else (lambda r: click.echo(_line(r)))
     outcome = ci_lib.run_suite(request, on_result=show, planned=planned)
+    for line in outcome.cleared:
+        click.echo(f"note: {line}", err=True)
     written = ci_lib.write_reports(outcome, junit=junit, markdown_path=markdown_path,
                                    json_path=json_path, html_path=html_path)
     if as_json:

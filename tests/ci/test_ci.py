@@ -503,6 +503,8 @@ def test_update_goldens_writes_sorted_reviewable_json_and_keeps_failing_jobs_out
     assert run.gate("int_bool/local/opt-all", "latency")["status"] == "updated"
     assert "baseline not written: a gate failed (no " in " ".join(
         run.job("cnn/local/opt-all")["notes"])  # there was none to leave as it was
+    assert run.report["baselines_not_updated"] == [
+        {"job": "cnn/local/opt-all", "why": "a gate failed (accuracy)"}]
 
 
 def test_a_corrupt_baseline_fails_the_job_and_update_goldens_replaces_it(

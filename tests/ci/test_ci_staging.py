@@ -1,7 +1,8 @@
 """A run's baselines are put in place together or not at all (verify/ci/staging.py): staged
 beside the suite's baselines, moved when the run has finished, dropped when it has not; the
 staging folders runs killed outright leave are cleared by the next run, and another run's
-folder in progress is left alone."""
+folder in progress is left alone. Under --update-goldens, the jobs that held their gates are
+updated together, and those that failed or errored are listed as not updated, with why."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import os
 from pathlib import Path
 
 import pytest
+
+from fixtures_ci import TESTCASES, run_ci
 
 from verify.ci import staging
 from verify.ci.staging import StagedBaselines, clear_leftovers
@@ -118,3 +121,44 @@ def test_a_staging_folder_is_never_a_suite_s_baselines() -> None:
     from verify.tomltable import NAME_RE
 
     assert not NAME_RE.fullmatch(".s" + staging.MARK + "abc")  # `~` is in no suite name
+
+
+def test_update_goldens_with_a_device_down_updates_the_others_and_lists_what_it_kept(
+        link_down_transport: str, device_env, tmp_path: Path, capsys) -> None:
+    suite = tmp_path / "lost.toml"
+    suite.write_text(
+        '[suite]\nname = "lost"\niterations = 2\nwarmup = 0\nretries = 0\n'
+        'gates = ["accuracy", "regression"]\n\n'
+        f'[[device]]\nname = "board"\nspec = "{link_down_transport}:rack7"\n\n'
+        '[[device]]\nname = "local"\nspec = "local"\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "two_io.vtc"))}\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "int_bool.vtc"))}\n',
+        encoding="utf-8")
+    base = tmp_path / "bl"
+    old = base / "lost" / "two_io" / "board" / "default.json"
+    old.parent.mkdir(parents=True)
+    old.write_text('{"format": "verify-ci-baseline", "version": 2, "outputs": {}}')
+    before = old.read_bytes()
+    run = run_ci([suite, "--baselines", base, "--update-goldens", "--markdown",
+                  tmp_path / "ci.md"], capsys, tmp_path)
+    assert run.code == 3, run.out    # the step still fails: device errors
+    assert old.read_bytes() == before
+    assert sorted(p.relative_to(base).as_posix() for p in base.rglob("*.json")) == [
+        "lost/int_bool/local/default.json", "lost/two_io/board/default.json",
+        "lost/two_io/local/default.json"]
+    down = "linkdown:rack7: the link is down"
+    assert run.report["baselines_not_updated"] == [
+        {"job": "two_io/board/default", "why": f"device error: {down}"},
+        {"job": "int_bool/board/default",
+         "why": f"device error: not run: device board was unreachable earlier in this run "
+                f"({down})"}]
+    record = (f"verify ci {suite} --baselines {base} --update-goldens --only "
+              "two_io/board/default --only int_bool/board/default")
+    assert ("2 job(s) kept their old baseline (not updated: a gate failed or the job errored): "
+            "two_io/board/default, int_bool/board/default; the other jobs' baselines were put "
+            f"in place; record these once they pass with `{record}`\n") in run.err
+    md = (tmp_path / "ci.md").read_text()
+    assert (f"### Baselines not updated\n\n2 job(s) kept their old baselines (or still have "
+            "none); the other jobs' new baselines were put in place together. Record these "
+            f"once they pass with `{record}`:\n\n- `two_io/board/default`: device error: "
+            f"{down}\n") in md

@@ -23,6 +23,7 @@ from verify.ci.results import (
     JobResult,
     fmt3,
     missing_baselines,
+    not_updated,
     overall,
     recorded_latencies,
 )
@@ -48,10 +49,12 @@ class RunInfo:
         _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
     baselines: str = ""  # the --baselines folder given, if any
 
-    def record_command(self) -> str:
-        """The command that records the missing baselines where this run looked for them."""
+    def record_command(self, only: Sequence[str] = ()) -> str:
+        """The command that records the missing baselines (of the jobs `only`, when given)
+        where this run looked for them."""
         where = f" --baselines {shlex.quote(self.baselines)}" if self.baselines else ""
-        return f"verify ci {shlex.quote(self.suite_file)}{where} --update-goldens"
+        jobs = "".join(f" --only {shlex.quote(j)}" for j in only)
+        return f"verify ci {shlex.quote(self.suite_file)}{where} --update-goldens{jobs}"
 
     def scope(self, ran: int) -> str:
         parts = [f"{ran} of {self.total_jobs} job(s)"]
@@ -90,6 +93,8 @@ def document(results: Sequence[JobResult], info: RunInfo) -> dict[str, Any]:
         "seconds": round(info.seconds, 3), "verdict": verdict(results),
         "counts": overall(results), "missing_baselines": missing_baselines(results),
         "recorded_latency_baselines": recorded_latencies(results),
+        "baselines_not_updated": [{"job": job, "why": why} for job, why in not_updated(results)]
+        if info.update_goldens else [],
         "machines": machines(results),
         "jobs": [r.to_dict() for r in results],
     }
@@ -157,8 +162,9 @@ Segments = list[tuple[str, bool]]  # text, and whether it is code (a job id, a c
 def closing_sections(results: Sequence[JobResult],
                      info: RunInfo) -> list[tuple[str, Segments, list[Segments]]]:
     """What every report ends with, whatever its jobs' status: the jobs without a baseline
-    (and the command that records them), the latencies recorded rather than judged, and every
-    job's notes. As (title, lead, items) for the Markdown and the HTML alike."""
+    (and the command that records them), under --update-goldens the jobs whose baselines were
+    not updated (and why), the latencies recorded rather than judged, and every job's notes.
+    As (title, lead, items) for the Markdown and the HTML alike."""
     out: list[tuple[str, Segments, list[Segments]]] = []
     missing = missing_baselines(results)
     if missing:
@@ -167,6 +173,13 @@ def closing_sections(results: Sequence[JobResult],
              "for them. Record baselines on purpose with ", False),
             (info.record_command(), True), (" and commit them:", False)],
             [[(m, True)] for m in missing]))
+    kept = not_updated(results) if info.update_goldens else []
+    if kept:
+        out.append(("Baselines not updated", [
+            (f"{len(kept)} job(s) kept their old baselines (or still have none); the other "
+             "jobs' new baselines were put in place together. Record these once they pass "
+             "with ", False), (info.record_command([job for job, _ in kept]), True),
+            (":", False)], [[(job, True), (f": {why}", False)] for job, why in kept]))
     recorded = recorded_latencies(results)
     if recorded:
         out.append(("Latency recorded, not judged", [

@@ -223,3 +223,11 @@ def missing_baselines(results: Sequence[JobResult]) -> list[str]:
 def recorded_latencies(results: Sequence[JobResult]) -> list[str]:
     """Jobs whose latency was recorded (no baseline for their machine), not judged."""
     return [r.job.id for r in results if any(g.status == RECORDED for g in r.gates)]
+
+
+def not_updated(results: Sequence[JobResult]) -> list[tuple[str, str]]:
+    """Under --update-goldens: the jobs whose baselines the run did not write (they keep
+    their old ones, or still have none), each with why: a gate failed, or the job errored."""
+    return [(r.job.id, r.summary() if r.status == ERROR else
+             f"a gate failed ({', '.join(g.gate for g in r.failed_gates) or 'none judged'})")
+            for r in results if r.status != PASSED]

@@ -52,9 +52,9 @@ def _show_fingerprint(ctx: click.Context, _param: click.Parameter, value: bool) 
               metavar="FILE", help="Write the HTML report (offline; plots per failing job).")
 @click.option("--update-goldens", is_flag=True,
               help="Record this run's errors and latencies as the baselines (on purpose; "
-                   "commit the files it writes). Jobs failing a gate keep their old baseline. "
-                   "They are put in place together when every job has run: an interrupted "
-                   "run changes none.")
+                   "commit the files it writes). Put in place together when every job has "
+                   "run: an interrupted run changes none. Jobs failing a gate or erroring "
+                   "keep their old baseline and are listed as not updated.")
 @click.option("--shard", default=None, metavar="I/N",
               help="Run only shard I of N (stable: a job's shard depends on its id and N).")
 @click.option("--only", multiple=True, metavar="PATTERN",
@@ -136,12 +136,20 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
 
         emit_json({**document(outcome.results, outcome.info), "written": written}, "ci-report")
     else:
-        from verify.ci.results import missing_baselines, overall, recorded_latencies
+        from verify.ci.results import (missing_baselines, not_updated, overall,
+                                       recorded_latencies)
 
         counts = overall(outcome.results)
         click.echo(f"=== {outcome.verdict.upper()}: {counts['passed']} passed, "
                    f"{counts['failed']} failed, {counts['error']} error(s) — "
                    f"{outcome.info.scope(len(outcome.results))}")
+        kept = not_updated(outcome.results) if update_goldens else []
+        if kept:
+            click.echo(f"{len(kept)} job(s) kept their old baseline (not updated: a gate "
+                       f"failed or the job errored): {', '.join(job for job, _ in kept)}; "
+                       "the other jobs' baselines were put in place; record these once they "
+                       f"pass with `{outcome.info.record_command([j for j, _ in kept])}`",
+                       err=True)
         missing = missing_baselines(outcome.results)
         if missing and not update_goldens:
             click.echo(f"{len(missing)} job(s) have no baseline; record them with "

@@ -658,6 +658,27 @@ def test_a_device_spec_that_names_no_device_stops_ci_before_any_job_runs(
     assert "PASS  cnn/local/opt-all" in capsys.readouterr().out
 
 
+def test_a_run_that_stops_on_the_way_leaves_no_earlier_report_standing(
+        device_env, tmp_path: Path, capsys) -> None:
+    """The reports are removed before any job runs and written at its end: a run that stops
+    on the way (here on a device spec naming no device; killed: tests/ci/test_ci_stop.py)
+    leaves none, rather than an earlier run's that a CI step would read as this one's."""
+    from verify.cli import main
+
+    suite = local_suite(tmp_path, devices='[[device]]\nname = "local"\nspec = "local"\n'
+                        '[[device]]\nname = "board"\nspec = "nosuch"\n')
+    suite.write_text(suite.read_text().replace('devices = ["local"]',
+                                               'devices = ["local", "board"]'))
+    reports = {option: tmp_path / f"old.{ext}" for option, ext in (
+        ("--junit", "xml"), ("--markdown", "md"), ("--report-json", "json"), ("--html", "html"))}
+    for path in reports.values():
+        path.write_text("an earlier run's report, all green\n")
+    argv = [str(x) for option, path in reports.items() for x in (option, path)]
+    assert main(["ci", str(suite), "--baselines", str(tmp_path / "bl"), *argv]) == 2
+    assert "[[device]] 'board': unknown device 'nosuch'" in capsys.readouterr().err
+    assert [path for path in reports.values() if path.exists()] == []
+
+
 def test_help_has_an_example(capsys) -> None:
     from verify.cli import main
 

@@ -1,9 +1,9 @@
 """A cancelled nightly run stops: SIGTERM (a CI system cancelling the job) while one device's
 job is running and another's, judged per layer, is done. It hung forever (the comparison's
 idle threads were joined), and before that let the running job go on to its end, up to its
-timeout, printing and keeping its result after "terminated". Nor does it leave the
-finished job's new baseline beside the others' old ones; a run killed outright leaves its
-staged baselines, which the next run removes."""
+timeout, printing and keeping its result after "terminated". Neither does it leave the
+finished job's new baseline beside the others' old ones, nor an earlier run's report in
+place; a run killed outright leaves its staged baselines, which the next run removes."""
 
 from __future__ import annotations
 
@@ -86,7 +86,9 @@ def _started(device_env: DeviceEnv, folder: Path,
 
 def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: Path) -> None:
     old = _old_baseline(tmp_path)
-    proc, lines, reader, pidfile = _started(device_env, tmp_path)
+    stale = tmp_path / "ci.xml"  # an earlier run's report, all green
+    stale.write_text('<testsuites tests="1" failures="0"/>\n', encoding="utf-8")
+    proc, lines, reader, pidfile = _started(device_env, tmp_path, "--junit", str(stale))
     proc.send_signal(signal.SIGTERM)
     started = time.monotonic()
     try:
@@ -103,6 +105,7 @@ def test_sigterm_stops_ci_and_its_running_job(device_env: DeviceEnv, tmp_path: P
     # one before the run, byte for byte, and nothing staged is left
     assert json.loads(old.read_text()) == OLD
     assert sorted(p for p in (tmp_path / "baselines").rglob("*") if p.is_file()) == [old]
+    assert not stale.exists()  # no earlier run's report stands for this one
     pid = int(pidfile.read_text())
     gone = time.monotonic() + 10
     while process_alive(pid) and time.monotonic() < gone:

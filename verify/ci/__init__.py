@@ -8,7 +8,7 @@ suite (TOML) -> jobs (matrix, --only, --shard) -> schedule (devices in parallel,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,11 +19,11 @@ from verify.ci.schedule import CiRun, run_jobs
 from verify.ci.staging import StagedBaselines, clear_leftovers
 from verify.ci.suite import Suite, SuiteError, load_suite
 from verify.errors import MissingDependency, UsageError
-from verify.files import write_text_atomic
+from verify.files import output_errors, write_text_atomic
 
 __all__ = ["CiOutcome", "CiRequest", "Job", "JobResult", "Suite", "SuiteError",
-           "check_report_dependencies", "load_suite", "parse_shard", "plan", "run_suite",
-           "verdict", "write_reports"]
+           "check_report_dependencies", "load_suite", "parse_shard", "plan",
+           "remove_stale_reports", "run_suite", "verdict", "write_reports"]
 
 # report option -> the library it needs (both in the `report` extra)
 REPORT_LIBRARIES = {"--junit": "junitparser", "--html": "matplotlib"}
@@ -110,6 +110,16 @@ def check_devices(suite_file: Path, jobs: Sequence[Job]) -> None:
             job.target.profile()
         except UsageError as exc:
             raise SuiteError(f"{suite_file}: [[device]] {job.device.name!r}: {exc}") from None
+
+
+def remove_stale_reports(paths: Iterable[Path]) -> None:
+    """Remove the files at the report paths before any job runs; `write_reports` writes them
+    anew at the end. A run that is killed or fails on the way then leaves no report at all,
+    which a CI step reading it notices, rather than an earlier run's (a green JUnit file from
+    last night, read as tonight's). A path that cannot be removed is one OutputError line."""
+    for path in paths:
+        with output_errors(path):
+            Path(path).unlink(missing_ok=True)
 
 
 def write_reports(outcome: CiOutcome, *, junit: Path | None = None,

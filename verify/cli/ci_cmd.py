@@ -77,8 +77,9 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
 
     Runs every testcase x device x option set of the suite (devices in parallel, one job at a
     time per device), judges the gates (accuracy, regression and latency against the
-    baselines, determinism) and writes the reports asked for. The suite format is in
-    docs/suite.md.
+    baselines, determinism) and writes the reports asked for: an earlier file at a report
+    path is removed before any job runs, so a run killed or failing leaves no report rather
+    than a stale one. The suite format is in docs/suite.md.
 
     \b
       verify ci goldens/suites/sample.toml --junit ci.xml --markdown summary.md --html ci.html
@@ -123,6 +124,9 @@ def ci(suite: Path, junit: Path | None, markdown_path: Path | None, json_path: P
                                  "writing there could replace a baseline, give another file "
                                  "name")
             taken.append((f"the {option} report", path))
+    # an earlier run's reports go now: this run's replace them at its end, and a run killed
+    # or failing before then leaves none rather than last night's standing for it
+    ci_lib.remove_stale_reports(path for _, path in reports if path is not None)
     ci_lib.check_report_dependencies([option for option, path in reports
                                       if path and option in ci_lib.REPORT_LIBRARIES])
     show = None if as_json else (lambda r: click.echo(_line(r)))

@@ -104,11 +104,14 @@ def npy_refusal(exc: BaseException, head: bytes) -> str:
 
 @contextmanager
 def output_errors(path: Path | str, error: type[VerifyError] = OutputError) -> Iterator[None]:
-    """An OSError raised inside becomes one `error` line: '<path>: cannot write: <reason>'."""
+    """An OSError raised inside becomes one `error` line: '<path>: cannot write: <reason>'
+    (the reason alone is its `reason`)."""
     try:
         yield
     except OSError as exc:
-        raise error(f"{path}: cannot write: {os_reason(exc)}") from None
+        failure = error(f"{path}: cannot write: {os_reason(exc)}")
+        failure.reason = os_reason(exc)
+        raise failure from None
 
 
 @contextmanager

@@ -337,6 +337,39 @@ def test_no_latency_baseline_for_this_machine_records_one_and_says_so(
         "recorded"
 
 
+def test_a_latency_baseline_that_cannot_be_written_is_a_note_not_a_job_error(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Writes raise OutputError (exit 2 errors), and the recording caught only OSError: a full
+    disk under the baselines made the job an error instead of the note meant for it."""
+    import errno
+    import os
+
+    from verify.ci import baseline as baselines
+    from verify.files import output_errors
+
+    monkeypatch.setenv("VERIFY_MACHINE", "full-disk-runner")
+    base = tmp_path / "baselines"
+    shutil.copytree(ci_baselines, base)
+    real = baselines.write
+
+    def write(path: Path, doc: dict) -> None:
+        if "full-disk-runner" in str(path):  # the disk fills as the latency file is written
+            with output_errors(path):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, doc)
+
+    monkeypatch.setattr(baselines, "write", write)
+    suite = local_suite(tmp_path)
+    run = run_ci([suite, "--baselines", base, "--only", "two_io/local/opt-all"], capsys,
+                 tmp_path)
+    assert run.code == 0, run.out + run.err
+    assert run.gate("two_io/local/opt-all", "accuracy")["status"] == "pass"
+    final = base / "sample" / "latency" / run.job("two_io/local/opt-all")["machine"]
+    assert (f"note: could not record the latency baseline at {final}/two_io/local/opt-all.json: "
+            "No space left on device\n") in run.out
+    assert run.report["recorded_latency_baselines"] == []
+
+
 def test_the_same_run_again_holds_every_gate(ci_baselines: Path, device_env, tmp_path: Path,
                                              capsys) -> None:
     suite = local_suite(tmp_path)

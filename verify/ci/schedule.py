@@ -39,6 +39,7 @@ from verify.errors import (
     ConnectError,
     DeviceError,
     DeviceTimeout,
+    OutputError,
     TransferError,
     UsageError,
     VerifyError,
@@ -320,10 +321,10 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
                 try:
                     _write_latency(result, ci, lat_path, sha)
                     recorded = True
-                except OSError as exc:
+                except (OSError, OutputError) as exc:  # writes raise OutputError
                     recorded = False
                     notes.append(f"could not record the latency baseline at {lat_shown}: "
-                                 f"{exc.strerror or exc}")
+                                 f"{getattr(exc, 'reason', None) or getattr(exc, 'strerror', None) or exc}")
                 verdicts.append(gates.no_latency_baseline(fingerprint, lat_shown, recorded))
             else:
                 verdicts.append(gates.latency(latency, base_latency, job.settings, job.id,

@@ -15,7 +15,7 @@ from typing import Any
 
 from verify.errors import ProfileError
 
-NAME_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+NAME_RE = re.compile(r"(?!\.\.?$)[A-Za-z0-9_.+-]+")  # a folder of the baselines: not . or ..
 Where = Sequence[str | int]
 
 
@@ -96,7 +96,7 @@ class TableReader:
                 raise self.fail(at, "must be a string")
         elif kind == "name":
             if not isinstance(value, str) or not NAME_RE.fullmatch(value):
-                raise self.fail(at, "must be a name of letters, digits and _ . + -")
+                raise self.fail(at, "must be a name of letters, digits and _ . + - (not . or ..)")
         elif kind in ("int", "count"):
             if isinstance(value, bool) or not isinstance(value, int) or value < (kind == "count"):
                 raise self.fail(at, f"must be an integer >= {int(kind == 'count')}")

@@ -75,6 +75,12 @@ def suite_error(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -
     (("iterations = 4", "iterations = 4\ngates = []"),
      "error: S: line 5: suite.gates: an empty list judges nothing: name at least one of "
      "accuracy, regression, latency, determinism\n"),
+    # names are folders of the baselines: ".." put a testcase's beside the suite's
+    (('name = "t"', 'name = ".."'),
+     "error: S: line 3: suite.name: must be a name of letters, digits and _ . + - (not . or ..)\n"),
+    (('name = "o1"', 'name = "."'),
+     "error: S: line 10: options[0].name: must be a name of letters, digits and _ . + - (not . "
+     "or ..)\n"),
     (("two_io.vtc", "nothing*.vtc"), None),
     (("[[device]]", '[suite.tolerance]\ntensors = { "prob" = "atol=x" }\n\n[[device]]'), None),
     (("iterations = 4", "iterations = [4"), None),

@@ -485,6 +485,11 @@ def test_image_shape_errors(tmp_path):
     assert error(build_cases, infos(("g", TensorProto.FLOAT, [1, 1, 2, 4])), ["p.png"],
                  pre=Preprocess(mean=(1.0, 2.0, 3.0)), base_dir=tmp_path) == (
         "--mean has 3 values but input 'g' has 1 channel")
+    # --shape may give a dynamic dim 0 (an empty tensor), but no image fills it (was a traceback)
+    dyn = infos(("x", TensorProto.FLOAT, ["N", 3, "H", "W"]))
+    assert error(build_cases, dyn, ["p.png"], shapes={"x": (1, 3, 0, 4)}, base_dir=tmp_path) == (
+        "p.png: input 'x' (1,3,0,4) has height 0 and width 4; an image needs both > 0 "
+        "(set them with --shape)")
 
 
 def test_undecodable_and_truncated_images(tmp_path):

@@ -92,6 +92,9 @@ def image_input(path: Path, label: str, info: InputInfo, shape: tuple[Dim, ...] 
                  "not with its own)")])
         raise ImageSizeError(f"{head}: pass --shape {name}:{'x'.join(map(str, own))} {keep}, "
                              "or the size the model expects", head, name, *tries)
+    if h == 0 or w == 0:  # --shape may set a dim to 0 (an empty tensor); no image fills that
+        raise InputError(f"{label}: input '{name}' {fmt_shape(shape)} has height {h} and width "
+                         f"{w}; an image needs both > 0 (set them with --shape)")
     size = (w, h)
     if size != img.size:
         img = img.resize(size, Image.Resampling.BILINEAR)

@@ -421,7 +421,7 @@ def test_a_manifest_without_cases_or_tensor_lists_says_which(
 def test_a_long_fused_chain_is_shown_in_part_and_listed_whole_in_json() -> None:
     """A fused chain across NCHWc reorders named 71 nodes, all of them in the one-line
     verdict; the text now shows a few and how many more, the JSON every name."""
-    from verify.diff import DiffReport, DiffRow
+    from verify.diff_report import DiffReport, DiffRow
 
     fused = tuple(f"conv{i}:0" for i in range(71))
     bad = TensorDiff("y", False, "magnitude", "max|a-r| 1 > 0.1", (2,), (2,), "float32",

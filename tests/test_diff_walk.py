@@ -141,7 +141,8 @@ def test_only_failing_shows_exactly_the_failing_tensors(
 def test_iter_rows_yields_every_compared_row_unless_asked_for_failing_ones(
         cnn_dumps: dict[str, Path]) -> None:
     from verify.compare import ToleranceSet
-    from verify.diff import diff_captures, iter_rows
+    from verify.diff import diff_captures
+    from verify.diff_report import iter_rows
 
     report = diff_captures(cnn_dumps["all"], cnn_dumps["disable"], ToleranceSet())
     assert report.passed and len(report.compared) > 10

@@ -266,3 +266,39 @@ def test_an_fp16_copy_with_float16_inputs_is_compared_not_refused(
     other = make_dump(vtc, tmp_path / "f16b", "disable")
     code, out, err = verify(capsys, "diff", other, dumps["f32"], "--tol", "*:k=2^-9")
     assert code == 2 and "were fed different inputs in case 0: 'x' differs" in err
+
+
+def test_an_output_over_tolerance_as_run_judges_it_fails_the_diff_with_no_layer_blamed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """x * 8 -> c, Sigmoid(c) -> out: c off by 4e-4 (within its tolerance, 8 * 2^-14) hands
+    the Sigmoid up to 1e-4, over the output's own tolerance (6.1e-5), and `run` fails it;
+    diff, lending the Sigmoid its source's error, passed the same output, exit 0 (PP-OCRv4 det
+    at opt level all on an image: run FAIL, diff PASS). diff now fails the outputs as `run`
+    judges them and says no layer is over its own: the error accumulated."""
+    from fixtures_dump import make_dump, pack
+    from helpers_dump import get_tensor, manifest
+
+    nodes = [h.make_node("Mul", ["x", "eight"], ["c"], name="scale"),
+             h.make_node("Sigmoid", ["c"], ["out"], name="sig")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [1, 256])],
+                   [h.make_tensor_value_info("out", T.FLOAT, None)],
+                   [nh.from_array(np.array(8, np.float32), "eight")])
+    vtc = pack(model, tmp_path / "m.vtc")
+    ref = make_dump(vtc, tmp_path / "ref", "disable")
+    noise = np.float32(4e-4)
+    _edited(ref, tmp_path / "mid", "c", lambda c: c + noise)
+    c = get_tensor(tmp_path / "mid", next(t for t in manifest(tmp_path / "mid")["cases"][0][
+        "tensors"] if t["name"] == "c"))
+    _edited(tmp_path / "mid", tmp_path / "act", "out",
+            lambda _: (1 / (1 + np.exp(-c.astype(np.float64)))).astype(np.float32))
+    code, out, err = verify(capsys, "diff", tmp_path / "act", vtc, "--json")
+    doc = json.loads(out)["cases"][0]
+    assert code == 1, out + err
+    assert _rows(out)["c"]["passed"] and _rows(out)["out"]["passed"]  # each layer within its own
+    over = doc["outputs_over_tolerance"]
+    assert [d["name"] for d in over] == ["out"] and over[0]["max_abs"] > over[0]["threshold"]
+    assert doc["first_divergent"] is None
+    code, out, _ = verify(capsys, "diff", tmp_path / "act", vtc)
+    assert code == 1 and out.rstrip().endswith(
+        "no single node is over its own tolerance") and "=== FAIL: out over tolerance as `run` "\
+        "judges the outputs (max_abs " in out

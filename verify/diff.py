@@ -20,96 +20,27 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from verify.compare import (BatchItem, TensorDiff, ToleranceSet, compare, compare_batch,
-                            expect_bytes, json_safe, tol_rank)
+                            expect_bytes)
 from verify.diff_sources import (Side, Source, open_source, same_model_or_refuse,
                                  unpaired_namesakes, unpaired_why)
 from verify.dtypes import float_eps
 from verify.dump import not_captured_text
 from verify.errors import DumpError, UsageError
 from verify.graph import INPUT_OP
+from verify.diff_report import DiffReport, DiffRow
 from verify.layer_judge import LayerJudge
-from verify.origin import Attribution
 from verify.rules import plural
 from verify.scan import Batch
 from verify.tolerance import describe_record
 from verify.tolerance_specs import exact_anyway_notes
-
-
-@dataclass(frozen=True)
-class DiffRow:
-    """One tensor of the walk: `diff` is None when one side lacks it (`missing` says which:
-    'actual' or 'reference'; `why` says why, e.g. fused away). `fused` lists the reference
-    tensors the actual device fused into this one (its error may come from any of them)."""
-
-    index: int
-    name: str
-    node: str
-    op: str
-    diff: TensorDiff | None
-    missing: str | None = None
-    why: str = ""
-    fused: tuple[str, ...] = ()
-
-    @property
-    def passed(self) -> bool | None:
-        return None if self.diff is None else self.diff.passed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "name": self.name, "node": self.node, "op": self.op,
-                "missing": self.missing, "why": self.why, "fused": list(self.fused),
-                "diff": self.diff.to_dict() if self.diff is not None else None}
-
-
-@dataclass(frozen=True)
-class DiffReport:
-    actual: str
-    reference: str
-    case: int
-    rows: tuple[DiffRow, ...]
-    first_divergent: DiffRow | None
-    passed: bool
-    only_in_actual: tuple[str, ...]
-    only_in_reference: tuple[str, ...]
-    notes: tuple[str, ...] = ()
-    attribution: Attribution | None = None  # the first divergent tensor in PyTorch's terms
-
-    @property
-    def compared(self) -> tuple[DiffRow, ...]:
-        return tuple(r for r in self.rows if r.diff is not None)
-
-    @property
-    def failing(self) -> tuple[DiffRow, ...]:
-        return tuple(r for r in self.rows if r.passed is False)
-
-    def verdict(self) -> str:
-        n, bad = len(self.compared), len(self.failing)
-        if self.first_divergent is None:
-            return f"PASS: {n} tensors within tolerance"
-        fd = self.first_divergent
-        where = f"{fd.name!r} (node {fd.node or '-'}, op {fd.op or '-'})"
-        fused = (f", fused on the actual side with {few(fd.fused, 3)}" if fd.fused else "")
-        return f"FAIL: {bad} of {n} tensors over tolerance; first divergent {where}{fused}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return json_safe({  # every name in full, where the text shows a few (`few`)
-            "actual": self.actual, "reference": self.reference, "case": self.case,
-            "passed": self.passed, "verdict": self.verdict(),
-            "first_divergent": self.first_divergent.to_dict() if self.first_divergent else None,
-            "attribution": self.attribution.to_dict() if self.attribution else None,
-            "counts": {"compared": len(self.compared), "failed": len(self.failing),
-                       "only_in_actual": len(self.only_in_actual),
-                       "only_in_reference": len(self.only_in_reference)},
-            "only_in_actual": list(self.only_in_actual),
-            "only_in_reference": list(self.only_in_reference),
-            "notes": list(self.notes), "rows": [r.to_dict() for r in self.rows]})
 
 
 def diff_captures(actual: Path, reference: Path, tolerances: ToleranceSet, *, case: int = 0,
@@ -228,6 +159,7 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     order = ([t.name for t in act.tensors if t.name in common]
              if act.sequential and not ref.sequential else list(common))
     diffs: dict[str, TensorDiff] = {}
+    over: list[TensorDiff] = []  # outputs within what their sources hand them, not as `run` judges
     # not blamed for the error its sources hand it (a ReLU6 after a convolution; LayerJudge)
     judge = LayerJudge(tolerances, {t.name: t.floor for t in ref.tensors},
                        {t.name: t.sources for t in ref.tensors if t.sources},
@@ -267,6 +199,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         if t.sources and any(item[0] in t.sources for item in pending):
             flush()  # its sources' errors first
         rule = judge.rule(name, r.dtype, t.floor)
+        if t.is_output and rule != judge.own_rule(name, t.floor):  # also judged as `run` does
+            plain = compare(name, a, r, judge.own_rule(name, t.floor), engine=engine)
+            if not plain.passed:
+                over.append(plain)
         if _batchable(a, r):
             batch = batch or Batch(BATCH_ELEMENTS)
             if not batch.room_for(a.size):
@@ -335,16 +271,10 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
     first = next((r for r in rows if r.passed is False), None)
     return DiffReport(
         actual=act.label, reference=ref.label, case=case, rows=tuple(rows),
-        first_divergent=first, passed=first is None,
+        first_divergent=first, passed=first is None and not over, outputs_over=tuple(over),
         only_in_actual=tuple(t.name for t in only_act),
         only_in_reference=tuple(r.name for r in rows if r.missing == "actual"),
         notes=tuple(notes))
-
-
-def few(names: Sequence[str], k: int) -> str:
-    """The first `k` names and how many more: a fused chain can name 70 (the one-line
-    verdict repeated all of them)."""
-    return ", ".join(names[:k]) + (f" (+{len(names) - k} more)" if len(names) > k else "")
 
 
 def _filtered(side: Side, text: str) -> str:
@@ -383,16 +313,3 @@ def _paired(act: Side, ref: Side, ref_names: set[str]) -> dict[str, str]:
     return {t.name[:-len(DQ_SUFFIX)]: t.name for t in act.tensors
             if t.op == "DequantizeLinear" and t.name.endswith(DQ_SUFFIX)
             and t.name[:-len(DQ_SUFFIX)] in ref_names}
-
-
-def iter_rows(report: DiffReport, *, top: int | None = None,
-              only_failing: bool = False) -> Iterator[DiffRow]:
-    """The rows a table shows: all compared rows in order, only the failing ones, or the
-    `top` worst by tolerance units (then in order)."""
-    rows = [r for r in report.rows if r.diff is not None and
-            (not only_failing or not r.diff.passed)]
-    if top is not None:
-        worst = sorted(rows, key=lambda r: tol_rank(r.diff), reverse=True)[:top]
-        keep = {id(r) for r in worst}
-        rows = [r for r in rows if id(r) in keep]
-    yield from rows

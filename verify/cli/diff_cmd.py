@@ -15,7 +15,7 @@ from verify.errors import EXIT_MISMATCH, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from verify.compare import ToleranceSet
-    from verify.diff import DiffReport, DiffRow
+    from verify.diff_report import DiffReport, DiffRow
     from verify.options import Tolerances
 
 
@@ -116,11 +116,16 @@ def cases_verdict(reports: tuple[DiffReport, ...]) -> str:
     if not bad:
         return f"PASS: {len(reports)} cases, every tensor within tolerance"
     fd = bad[0].first_divergent
-    assert fd is not None  # a report fails exactly when it has a first divergent tensor
-    return (f"FAIL: {len(bad)} of {len(reports)} cases over tolerance (case(s) "
-            f"{', '.join(str(r.case) for r in bad)}); case {bad[0].case} first diverges at "
-            f"{fd.name!r}" + (f" ({bad[0].attribution.origin.describe()})"
-                              if bad[0].attribution and bad[0].attribution.origin else ""))
+    head = (f"FAIL: {len(bad)} of {len(reports)} cases over tolerance (case(s) "
+            f"{', '.join(str(r.case) for r in bad)}); case {bad[0].case} ")
+    if fd is None:  # outputs over as `run` judges them, every layer within its own
+        from verify.diff_report import few
+
+        return head + (f"has {few([d.name for d in bad[0].outputs_over], 3)} over tolerance as "
+                       "`run` judges the outputs, no layer over its own")
+    return head + f"first diverges at {fd.name!r}" + (
+        f" ({bad[0].attribution.origin.describe()})"
+        if bad[0].attribution and bad[0].attribution.origin else "")
 
 
 def _g(x: float, spec: str = ".3g", suffix: str = "") -> str:
@@ -136,7 +141,7 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
                   show_missing: bool = False) -> str:
     """The text report: a table of tensors, what one side lacks, the first divergent tensor,
     and a one-line verdict."""
-    from verify.diff import iter_rows
+    from verify.diff_report import iter_rows
 
     lines = [f"actual:    {report.actual}", f"reference: {report.reference}  (case {report.case})"]
     lines += [f"note: {n}" for n in report.notes]
@@ -176,7 +181,7 @@ def render_report(report: DiffReport, *, top: int | None = None, only_failing: b
         if report.attribution is not None:
             lines += [f"  {line}" for line in report.attribution.lines()]
         if fd.fused:
-            from verify.diff import few
+            from verify.diff_report import few
 
             lines.append("  on the actual side this tensor's producer also computes the "
                          f"fused-away {few(fd.fused, 8)}: the fault may be in any of them"

@@ -72,8 +72,8 @@ def check(committed: Path) -> list[str]:
                     if k not in a.inputs or not np.array_equal(a.inputs[k], b.inputs[k]):
                         problems.append(f"{old_path}: case {i} input {k!r} differs")
                 for k, ref in b.outputs.items():
-                    if k not in a.outputs or not compare(
-                            k, a.outputs[k], ref, ToleranceSet().rule_for(k, 1 / 16)).passed:
+                    rule = ToleranceSet().rule_for(k, ref.dtype, 1 / 16)
+                    if k not in a.outputs or not compare(k, a.outputs[k], ref, rule).passed:
                         problems.append(f"{old_path}: case {i} ground truth {k!r} differs")
     return problems
 

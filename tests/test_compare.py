@@ -268,11 +268,11 @@ def test_saturated_sigmoid_needs_the_floor(engine: str) -> None:
     a = r.copy()  # a device computing it as 1 - sigmoid(-x): noise of 1 ulp at 1.0
     a[::3] = np.maximum(np.float32(0), r[::3] + np.float32(2.0 ** -24) * rng.choice([-1, 1], a[::3].size))
     tols = ToleranceSet()
-    floored = compare("sig", a, r, tols.rule_for("sig", floor=saturating_floor("Sigmoid")), engine=engine)
+    floored = compare("sig", a, r, tols.rule_for("sig", np.float32, floor=saturating_floor("Sigmoid")), engine=engine)
     assert floored.passed, floored.reason
     assert floored.rule == "magnitude k=2^-14 floor=2^-4"
     assert floored.threshold == 2.0 ** -14 / 16
-    bare = compare("sig", a, r, tols.rule_for("sig"), engine=engine)
+    bare = compare("sig", a, r, tols.rule_for("sig", np.float32), engine=engine)
     assert not bare.passed and bare.tol_units > 50 and bare.rule == "magnitude k=2^-14"
     assert bare.sqnr_db < 40  # why SQNR or relative rules cry wolf here
 
@@ -351,12 +351,18 @@ def test_an_all_nan_output_shows_no_metric_and_no_agreement(engine: str) -> None
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_integers_are_exact(engine: str) -> None:
+    """Whatever the rule asked for: exact (an index off by one is wrong); the rule
+    `ToleranceSet.rule_for` picks for the dtype is the one compare uses."""
     r = np.array([2 ** 62, 5, -7], dtype=np.int64)
     a = r.copy()
     a[0] += 1  # invisible in float64
-    d = compare("idx", a, r, AllcloseRule(atol=10.0), engine=engine)
-    assert not d.passed and d.rule == "exact" and d.n_outside == 1 and d.tol_units == math.inf
-    assert d.reason == "1 of 3 elements differ"
+    for rules in (ToleranceSet(), ToleranceSet.from_specs([], atol=10.0),
+                  ToleranceSet.from_specs(["*:atol=10"]), ToleranceSet.from_specs(["idx:atol=10"])):
+        d = compare("idx", a, r, rules.rule_for("idx", r.dtype), engine=engine)
+        assert not d.passed and d.rule == "exact" and d.n_outside == 1
+        assert d.tol_units == math.inf and d.reason == "1 of 3 elements differ"
+    d = compare("idx", a, r, engine=engine)  # no rule: the default for the dtype
+    assert not d.passed and d.rule == "exact" and d.reason == "1 of 3 elements differ"
     assert compare("idx", r.copy(), r, engine=engine).passed
     b = np.array([True, False])
     assert compare("mask", ~b, b, engine=engine).reason == "2 of 2 elements differ (max|a-r| 1)"
@@ -378,18 +384,19 @@ def test_shape_and_dtype_mismatch_are_results() -> None:
 # --- tolerance specs -----------------------------------------------------------------------
 
 def test_glob_overrides_first_match_wins() -> None:
+    f32 = np.float32
     tols = ToleranceSet.from_specs(["conv*:atol=1e-3", "prob:atol=1e-4,rtol=1e-3",
                                     "block1/*:k=1e-3,floor=0", "input:0:exact", "*:k=2^-12"])
-    assert tols.rule_for("conv1/out") == AllcloseRule(1e-3, 0.0)
-    assert tols.rule_for("prob") == AllcloseRule(1e-4, 1e-3)
-    assert tols.rule_for("block1/relu", floor=1 / 16) == MagnitudeRule(1e-3, 0.0)
-    assert tols.rule_for("input:0") == ExactRule()
-    assert tols.rule_for("fc", floor=1 / 16) == MagnitudeRule(2.0 ** -12, 1 / 16)
-    assert tols.rule_for("Conv1") == MagnitudeRule(2.0 ** -12, 0.0)  # globs are case-sensitive
-    assert ToleranceSet().rule_for("x", floor=0.0625) == MagnitudeRule(None, 0.0625)
-    assert ToleranceSet.from_specs([], atol=1e-3).rule_for("x") == AllcloseRule(1e-3, 0.0)
+    assert tols.rule_for("conv1/out", f32) == AllcloseRule(1e-3, 0.0)
+    assert tols.rule_for("prob", f32) == AllcloseRule(1e-4, 1e-3)
+    assert tols.rule_for("block1/relu", f32, floor=1 / 16) == MagnitudeRule(1e-3, 0.0)
+    assert tols.rule_for("input:0", f32) == ExactRule()
+    assert tols.rule_for("fc", f32, floor=1 / 16) == MagnitudeRule(2.0 ** -12, 1 / 16)
+    assert tols.rule_for("Conv1", f32) == MagnitudeRule(2.0 ** -12, 0.0)  # globs are case-sensitive
+    assert ToleranceSet().rule_for("x", f32, floor=0.0625) == MagnitudeRule(None, 0.0625)
+    assert ToleranceSet.from_specs([], atol=1e-3).rule_for("x", f32) == AllcloseRule(1e-3, 0.0)
     assert ToleranceSet.from_specs([], rtol=1e-2).default == AllcloseRule(0.0, 1e-2)
-    assert ToleranceSet.from_specs(["x:atol=1"], atol=1e-3).rule_for("y") == AllcloseRule(1e-3, 0.0)
+    assert ToleranceSet.from_specs(["x:atol=1"], atol=1e-3).rule_for("y", f32) == AllcloseRule(1e-3, 0.0)
     assert parse_tolerance(" a* : atol = 2^-10 , rtol=2**-3").rule == AllcloseRule(2.0 ** -10, 0.125)
 
 

@@ -85,7 +85,7 @@ def _pairs() -> list[tuple[np.ndarray, np.ndarray]]:
 @pytest.mark.parametrize("spec", [[], ["*:k=1e-9"], ["*:atol=1e-7,rtol=1e-6"],
                                   ["*:atol=0,cos>=0.9999999"], ["*:exact"]])
 def test_compare_batch_equals_compare_field_by_field(engine: str, spec: list[str]) -> None:
-    rule = ToleranceSet.from_specs(spec).rule_for("t")
+    rule = ToleranceSet.from_specs(spec).rule_for("t", np.float32)
     batch = Batch(1 << 20)
     items = []
     for k, (a, r) in enumerate(_pairs()):

@@ -64,7 +64,7 @@ def _conv_then_relu6() -> tuple[dict, dict]:
 def test_a_relu6_is_not_blamed_for_its_convolution_s_error() -> None:
     act, ref = _conv_then_relu6()
     rules = ToleranceSet()
-    alone = compare("y", act["y"], ref["y"], rules.rule_for("y"))
+    alone = compare("y", act["y"], ref["y"], rules.rule_for("y", np.float32))
     assert not alone.passed  # against its own peak (6): 4.6e-4 > 6 * 2^-14
     judge = LayerJudge(rules, {}, {"y": ("c",)}, {"y": "Clip"})
     source = judge("c", act["c"], ref["c"])
@@ -79,7 +79,7 @@ def test_a_relu6_is_not_blamed_for_its_convolution_s_error() -> None:
     assert not judge.plain("y", act["y"], ref["y"]).passed
     # a source not judged (fused away, filtered out) lends nothing
     assert LayerJudge(rules, {}, {"y": ("c",)}, {"y": "Clip"}).rule("y", np.float32) == \
-        rules.rule_for("y", 0.0)
+        rules.rule_for("y", np.float32, 0.0)
 
 
 def test_a_masked_softmax_or_a_min_with_a_large_bound_gets_no_slack_from_it() -> None:

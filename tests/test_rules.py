@@ -57,9 +57,9 @@ def test_the_set_asks_the_rule_to_take_the_producing_ops_floor() -> None:
     rules = ToleranceSet(MagnitudeRule(), (ToleranceOverride("m*", MeanRule(1.0), "m*:mean"),
                                            ToleranceOverride("g*", GateRule(
                                                (SqnrGate(40.0),), MagnitudeRule()), "g*:sqnr")))
-    assert rules.rule_for("mine", 0.0625) == MeanRule(1.0, 0.0625)
-    assert rules.rule_for("other", 0.0625) == MagnitudeRule(None, 0.0625)
-    assert rules.rule_for("gated", 0.0625).base == MagnitudeRule(None, 0.0625)
+    assert rules.rule_for("mine", np.float32, 0.0625) == MeanRule(1.0, 0.0625)
+    assert rules.rule_for("other", np.float32, 0.0625) == MagnitudeRule(None, 0.0625)
+    assert rules.rule_for("gated", np.float32, 0.0625).base == MagnitudeRule(None, 0.0625)
     # an explicit floor stays; rules without one are unchanged
     assert MagnitudeRule(None, 0.0).with_floor(0.0625) == MagnitudeRule(None, 0.0)
     assert AllcloseRule(1e-3).with_floor(0.0625) == AllcloseRule(1e-3)

@@ -14,7 +14,7 @@ STORED = {"atol": 1e-3, "specs": ["conv*:exact", "out:atol=0.5"]}
 
 def rules(record: dict, *args: object) -> dict[str, str]:
     ts = tolerance_set(record, *args)  # type: ignore[arg-type]
-    return {n: ts.rule_for(n).describe() for n in ("conv1", "conv2", "out", "other")}
+    return {n: ts.rule_for(n, "float32").describe() for n in ("conv1", "conv2", "out", "other")}
 
 
 def test_the_archive_alone() -> None:

@@ -40,6 +40,6 @@ def check_outputs(actual: Mapping[str, np.ndarray], reference: Mapping[str, np.n
     `floors` maps a tensor name to its magnitude floor (`graph.saturation_floors`).
     """
     require_outputs(actual, reference, where)
-    return [compare(name, actual[name], ref, tolerances.rule_for(name, floors.get(name, 0.0)),
-                    topk=True)
+    return [compare(name, actual[name], ref,
+                    tolerances.rule_for(name, ref.dtype, floors.get(name, 0.0)), topk=True)
             for name, ref in reference.items()]

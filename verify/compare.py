@@ -8,7 +8,8 @@ Rules (verify/rules.py) judge one tensor's values and own their verdict: `Magnit
 default), `AllcloseRule`, `ExactRule`, `GateRule` with `CosineGate`, `SqnrGate`, `QuantileGate`.
 Tolerance specs (`--tol`) parse into them and `ToleranceSet` picks each tensor's
 (verify/tolerance_specs.py); both are re-exported here. Everywhere: shapes and dtypes must
-match, and NaN/Inf must sit at the same places (NaN against NaN, +Inf against +Inf is fine).
+match, and NaN/Inf must sit at the same places (NaN against NaN, +Inf against +Inf is fine);
+integer and bool tensors are judged exactly (`ToleranceSet.rule_for`).
 Numeric metrics are taken over the elements finite on both sides.
 
 Metrics (`TensorDiff`): max|a-r|; max relative error `max(|a-r| / max(|r|, tiny))` elementwise,
@@ -186,10 +187,11 @@ def topk_agreement(actual: np.ndarray, reference: np.ndarray) -> TopKAgreement |
 
 def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
             topk: bool = False, engine: Engine = "auto") -> TensorDiff:
-    """Judge `actual` against `reference` with `rule` (default `MagnitudeRule()`, floor 0).
-
-    Integer and bool tensors are judged exactly whatever the rule. `topk` adds top-1/top-5
-    agreement for classifier-shaped outputs. `engine` picks the kernel (see the module doc).
+    """Judge `actual` against `reference` with `rule`, as given: `ToleranceSet.rule_for` picks
+    it for the tensor's dtype (integer and bool tensors exact). None: the default for the
+    reference's dtype (`MagnitudeRule()`, floor 0, for floats; exact for integers and bools).
+    Strings and the like: equality, whatever the rule. `topk` adds top-1/top-5 agreement for
+    classifier-shaped outputs. `engine` picks the kernel (see the module doc).
     """
     p = _prepare(name, actual, reference, rule, engine)
     return p if isinstance(p, TensorDiff) else _finish(p, topk)
@@ -235,10 +237,10 @@ class _Prepared:
 def _prepare(name: str, actual: Any, reference: Any, rule: Rule | None,
              engine: Engine) -> TensorDiff | _Prepared:
     a, r = np.asarray(actual), np.asarray(reference)
-    rule = rule if rule is not None else MagnitudeRule()
+    rule = rule if rule is not None else ToleranceSet().rule_for(name, r.dtype)
     shape_a, shape_r = tuple(int(s) for s in a.shape), tuple(int(s) for s in r.shape)
     ka, kr = dtype_kind(a.dtype), dtype_kind(r.dtype)
-    judge: Rule = (ExactRule() if kr in ("int", "bool", "other") else rule).resolved(r.dtype)
+    judge: Rule = (ExactRule() if kr == "other" else rule).resolved(r.dtype)
     nan = math.nan
     base: dict[str, Any] = {
         "name": name, "rule": judge.describe(), "actual_shape": shape_a,

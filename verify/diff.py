@@ -199,8 +199,9 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         if t.sources and any(item[0] in t.sources for item in pending):
             flush()  # its sources' errors first
         rule = judge.rule(name, r.dtype, t.floor)
-        if t.is_output and rule != judge.own_rule(name, t.floor):  # also judged as `run` does
-            plain = compare(name, a, r, judge.own_rule(name, t.floor), engine=engine)
+        own = judge.own_rule(name, r.dtype, t.floor)
+        if t.is_output and rule != own:  # also judged as `run` judges it
+            plain = compare(name, a, r, own, engine=engine)
             if not plain.passed:
                 over.append(plain)
         if _batchable(a, r):

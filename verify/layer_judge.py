@@ -35,7 +35,7 @@ class LayerJudge:
         """`name`'s rule: on its own floor (`floor`, else from `floors`), raised to what its
         sources lend."""
         own = self.floors.get(name, 0.0) if floor is None else floor
-        rule = self.own_rule(name, floor)
+        rule = self.own_rule(name, dtype, floor)
         srcs = self.sources.get(name, ())
         if not srcs or not isinstance(rule, MagnitudeRule):
             return rule
@@ -43,12 +43,12 @@ class LayerJudge:
         k = rule.k_for(np.dtype(dtype))
         lent = [f for f in (SOURCE_FACTORS.get(op, 1.0) * self.error[s] / k
                             for s in srcs if s in self.error) if f > own and math.isfinite(f)]
-        return self.tolerances.rule_for(name, max(lent)) if lent else rule
+        return self.tolerances.rule_for(name, dtype, max(lent)) if lent else rule
 
-    def own_rule(self, name: str, floor: float | None = None) -> Rule:
+    def own_rule(self, name: str, dtype: Any, floor: float | None = None) -> Rule:
         """`name`'s rule on its own floor alone, lent nothing: as `run` judges an output."""
-        return self.tolerances.rule_for(name, self.floors.get(name, 0.0) if floor is None
-                                        else floor)
+        return self.tolerances.rule_for(name, dtype, self.floors.get(name, 0.0)
+                                        if floor is None else floor)
 
     def judged(self, d: TensorDiff) -> TensorDiff:
         """Note `d`'s error for the tensors it is a source of."""
@@ -61,4 +61,5 @@ class LayerJudge:
                                    self.rule(name, np.asarray(reference).dtype)))
 
     def plain(self, name: str, actual: Any, reference: Any) -> TensorDiff:
-        return compare(name, actual, reference, self.own_rule(name))
+        return compare(name, actual, reference,
+                       self.own_rule(name, np.asarray(reference).dtype))

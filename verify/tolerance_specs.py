@@ -21,6 +21,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+import numpy as np
+from numpy.typing import DTypeLike
+
+from verify.dtypes import dtype_kind
 from verify.errors import UsageError
 from verify.rules import (
     AllcloseRule,
@@ -170,8 +174,11 @@ class ToleranceSet:
         """The first override whose glob matches `name`, or None (the default judges it)."""
         return next((o for o in self.overrides if o.matches(name)), None)
 
-    def rule_for(self, name: str, floor: float = 0.0) -> Rule:
-        """The rule judging `name`; `floor` (`saturating_floor`) fills an unset magnitude floor."""
+    def rule_for(self, name: str, dtype: DTypeLike, floor: float = 0.0) -> Rule:
+        """The rule judging `name`, a tensor of `dtype`; `floor` (`saturating_floor`) fills an
+        unset magnitude floor. Integer, bool and other non-float tensors: exact."""
+        if dtype_kind(np.dtype(dtype)) != "float":
+            return ExactRule()
         o = self.override_for(name)
         return (o.rule if o is not None else self.default).with_floor(floor)
 

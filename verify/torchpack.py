@@ -88,7 +88,7 @@ def torch_truth(spec: str, model: onnx.ModelProto, model_bytes: bytes,
                     shape_dropped[name] = (f"shape {tuple(ref.shape)} in PyTorch, "
                                            f"{tuple(ort_value.shape)} in ONNX")
                     continue
-                verdict = compare(name, ort_value, ref, rules.rule_for(name))
+                verdict = compare(name, ort_value, ref, rules.rule_for(name, ref.dtype))
                 checked.add(name)
                 if not verdict.passed:
                     failing[name] = max(failing.get(name, 0.0), float(verdict.max_abs))

@@ -13,7 +13,7 @@ import pytest
 
 from corpus import model_path
 from corpus_made import fp16_model, qdq_model
-from helpers_cli import verify
+from helpers_cli import only_line, verify
 
 
 @pytest.fixture(scope="module")
@@ -166,3 +166,65 @@ def test_a_tensor_the_optimizer_laid_out_anew_is_not_blamed(dumps, tmp_path: Pat
     assert first is None or "shape" not in (first["diff"]["reason"] or ""), first
     assert not any(r.get("diff") and (r["diff"]["reason"] or "").startswith("shape ")
                    for r in report["rows"])
+
+
+@pytest.fixture(scope="module")
+def qdq_layers(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The QDQ model packed with --layers (its per-layer references at --opt-level disable),
+    and captures of it at --opt-level all and disable."""
+    from verify.cli import main
+
+    d = tmp_path_factory.mktemp("qdq-layers")
+    vtc = d / "qdq.vtc"
+    assert main(["pack", str(qdq_model()), "--shape", "x:1x3x224x224", "--layers", "--tol",
+                 "*:sqnr>=20", "-o", str(vtc)]) == 0
+    for level in ("all", "disable"):
+        assert main(["run", str(vtc), "--iter", "1", "--warmup", "0", "--opt-level", level,
+                     "--bin-io-dump", str(d / level)]) in (0, 1)
+    return {"vtc": vtc, "all": d / "all", "disable": d / "disable"}
+
+
+def test_a_glob_naming_int8_tensors_loosens_them_by_steps(qdq_layers, capsys):
+    """The QDQ model at --opt-level all against itself at disable: fused kernels round some
+    int8 QuantizeLinear outputs a few steps apart. A catch-all gate leaves them exact (the
+    first divergent tensor, and a note says how to name them); `--tol
+    '*_QuantizeLinear_Output:atol=N'` judges them in steps: N the largest step passes, N-1
+    does not, the int64 shape tensors stay exact; against the archive's own per-layer
+    references too. A magnitude rule without k aimed at them is refused (exit 2)."""
+    _, plain = _diff(capsys, qdq_layers["all"], qdq_layers["disable"])
+    rows = [r for r in plain["rows"] if r.get("diff")]
+    q = [r for r in rows if r["diff"]["reference_dtype"] == "int8"]
+    assert q and all(r["name"].endswith("_QuantizeLinear_Output") for r in q)
+    bad = [r for r in q if not r["diff"]["passed"]]
+    assert bad, "the optimized kernels' int8 values should differ somewhere"
+    steps = int(max(r["diff"]["max_abs"] for r in bad))
+    sqnr = [r["diff"]["sqnr_db"] for r in rows if r["diff"]["reference_dtype"] == "float32"]
+    gate = f"*:sqnr>={min(s for s in sqnr if isinstance(s, float)) - 1:.2f}"  # all floats pass
+
+    code, report = _diff(capsys, qdq_layers["all"], qdq_layers["disable"], gate)
+    first = report["first_divergent"]
+    assert code == 1 and first["name"] == bad[0]["name"] and first["diff"]["rule"] == "exact"
+    assert any(n.startswith(f"--tol '{gate}' left {len(bad)} integer tensor(s) (") and
+               "a catch-all glob does not loosen integer tensors" in n for n in report["notes"])
+
+    loose = f"*_QuantizeLinear_Output:atol={steps}"
+    for reference in (qdq_layers["disable"], qdq_layers["vtc"]):
+        code, report = _diff(capsys, qdq_layers["all"], reference, loose, gate)
+        assert code == 0 and report["first_divergent"] is None, reference
+        judged = {r["name"]: r["diff"] for r in report["rows"] if r.get("diff")}
+        assert all(judged[r["name"]]["rule"] == f"allclose atol={steps} rtol=0" for r in q)
+        assert {d["rule"] for d in judged.values() if d["reference_dtype"] == "int64"} <= {"exact"}
+        assert not any("integer tensor(s)" in n for n in report["notes"])
+    code, report = _diff(capsys, qdq_layers["all"], qdq_layers["disable"],
+                         f"*_QuantizeLinear_Output:atol={steps - 1}", gate)
+    worst = max(bad, key=lambda r: r["diff"]["max_abs"])["name"]
+    assert code == 1 and not report["rows"][[r["name"] for r in report["rows"]].index(worst)][
+        "diff"]["passed"]
+    assert " outside allclose atol=" in report["first_divergent"]["diff"]["reason"]
+
+    code, _, err = verify(capsys, "diff", qdq_layers["all"], qdq_layers["disable"], "--tol",
+                          "*_QuantizeLinear_Output:floor=0")
+    assert code == 2 and only_line(err) == (
+        f"error: --tol '*_QuantizeLinear_Output:floor=0' matches integer tensor "
+        f"{bad[0]['name']!r} (int8): the magnitude rule's default k is a float dtype's "
+        "precision; give k= (of the peak) or atol= (in integer steps)")

@@ -435,15 +435,20 @@ def test_a_long_fused_chain_is_shown_in_part_and_listed_whole_in_json() -> None:
     assert report.to_dict()["first_divergent"]["fused"] == list(fused)
 
 
-def test_a_tol_aimed_at_integer_tensors_says_they_are_judged_exactly() -> None:
-    """`--tol '*_QuantizeLinear_Output:atol=20'` on a QDQ model's int8 tensors: still judged
-    exactly (as every integer tensor is), and nothing said so."""
+def test_a_tol_that_could_not_loosen_integer_or_bool_tensors_says_so() -> None:
+    """A glob naming a QDQ model's int8 tensors loosens them: nothing to say. A catch-all glob
+    leaves integer tensors exact (an index off by one is wrong): the note says how to name
+    them; a glob naming bool tensors cannot loosen them (always exact): said too."""
     from verify.tolerance_specs import exact_anyway_notes
 
-    rules = ToleranceSet.from_specs(["*_Q:atol=20", "*:sqnr>=15", "ids:exact"])
+    rules = ToleranceSet.from_specs(["*_Q:atol=20", "m*:atol=1", "ids:exact", "*:sqnr>=15"])
     judged = [("a_Q", "int8"), ("b_Q", "uint8"), ("f_Q", "float32"), ("shape", "int64"),
-              ("ids", "int64")]
+              ("ids", "int64"), ("mask", "bool"), ("flag", "bool"), ("idx", "int32")]
     assert exact_anyway_notes(rules, judged) == [
-        "--tol '*_Q:atol=20' matched 2 integer or bool tensor(s) (a_Q, …): they are judged "
-        "exactly, as integer and bool tensors always are"]
-    assert exact_anyway_notes(rules, [("f_Q", "float32")]) == []
+        "--tol '*:sqnr>=15' left 2 integer tensor(s) (shape, …) exact: a catch-all glob does "
+        "not loosen integer tensors; name them in a --tol before it, e.g. --tol "
+        "'shape:atol=1' (in integer steps)",
+        "--tol 'm*:atol=1' matched 1 bool tensor(s) (mask): they are judged exactly, as bool "
+        "tensors always are"]
+    assert exact_anyway_notes(rules, [("f_Q", "float32"), ("a_Q", "int8")]) == []
+    assert exact_anyway_notes(ToleranceSet.from_specs(["*:exact"]), [("shape", "int64")]) == []

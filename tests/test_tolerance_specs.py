@@ -237,3 +237,97 @@ def test_the_relative_error_of_an_fp16_output_near_zero_is_floored_by_fp16s_eps(
     assert d.max_rel == pytest.approx(float(np.float16(0.1)) / 2.0 ** -10)
     r32, a32 = r.astype(np.float32), np.array([1.0, 1e-4], np.float32)
     assert compare("f", a32, r32).max_rel == pytest.approx(1e-4 / 2.0 ** -23, rel=1e-6)
+
+
+# --- integer tensors: exact unless a glob names them (ToleranceSet.rule_for) ------------------
+
+def test_integer_tensors_stay_exact_unless_a_glob_names_them() -> None:
+    """An index, a shape or a class id off by one is wrong: the default, a global --atol and
+    a catch-all glob leave integer tensors exact; a glob naming them (a QDQ model's int8
+    tensors) judges them by its rule. Bool tensors stay exact even when named."""
+    from verify.compare import ToleranceSet
+
+    i8, f32 = np.dtype(np.int8), np.dtype(np.float32)
+    assert ToleranceSet().rule_for("q", i8) == ExactRule()
+    assert ToleranceSet.from_specs([], atol=1.0).rule_for("q", i8) == ExactRule()
+    for catch_all in ("*:atol=1", "**:atol=1"):
+        rules = ToleranceSet.from_specs([catch_all])
+        assert rules.rule_for("q", i8) == ExactRule()
+        assert rules.rule_for("q", f32) == AllcloseRule(1.0, 0.0)
+    rules = ToleranceSet.from_specs(["q*:atol=1", "m*:atol=1", "g*:sqnr>=30", "*:sqnr>=40"])
+    assert rules.rule_for("q_out", i8) == AllcloseRule(1.0, 0.0)
+    assert rules.rule_for("q_out", np.uint8) == AllcloseRule(1.0, 0.0)
+    assert rules.rule_for("g", np.int64) == GateRule((SqnrGate(30.0),), None)
+    assert rules.rule_for("shape", np.int64) == ExactRule()
+    assert rules.rule_for("mask", np.bool_) == ExactRule()
+    assert rules.rule_for("m_names", np.dtype("<U3")) == ExactRule()
+
+
+def test_a_rule_naming_integer_tensors_judges_their_values_as_numbers() -> None:
+    """int8 values one quantization step apart pass `atol=1`, two steps do not; pNN_abs is
+    in steps too, k, sqnr and cos are taken on the raw values; a uint8 0 against 255 is 255
+    apart (never a wrapped 1)."""
+    from verify.compare import ToleranceSet
+
+    rng = np.random.default_rng(0)
+    r = rng.integers(-100, 101, 1000).astype(np.int8)
+    r[0] = 100  # the peak
+    a = r.copy()
+    a[1:40] += 1
+    rules = ToleranceSet.from_specs(["q:atol=1", "p:p99_abs<=1", "k:k=2^-6", "s:sqnr>=30",
+                                     "c:cos>=0.9999"])
+
+    def judged(name: str, x: np.ndarray) -> object:
+        return compare(name, x, r, rules.rule_for(name, r.dtype))
+
+    one = judged("q", a)
+    assert one.passed and one.rule == "allclose atol=1 rtol=0" and one.max_abs == 1.0
+    two = a.copy()
+    two[500] += 2
+    d = judged("q", two)
+    assert not d.passed and d.reason == ("1 of 1000 elements outside allclose atol=1 rtol=0 "
+                                         "(max|a-r| 2.00e+00, 2 tolerance units)")
+    assert ExactRule().describe() == compare("q", a, r).rule and not compare("q", a, r).passed
+    assert judged("p", two).passed  # 1 element of 1000 two steps off: under the 99th
+    assert judged("k", a).passed and judged("k", a).threshold == 100 * 2.0 ** -6
+    assert not judged("k", two).passed
+    sqnr = 10 * math.log10(float(np.sum(r.astype(float) ** 2)) / 39)
+    s = judged("s", a)
+    assert s.passed and s.sqnr_db == pytest.approx(sqnr, rel=1e-12)
+    assert judged("c", a).passed and not judged("c", -a).passed
+    u = np.array([0, 7], np.uint8)
+    d = compare("q", np.array([255, 7], np.uint8), u, rules.rule_for("q", u.dtype))
+    assert not d.passed and d.max_abs == 255.0
+
+
+def test_a_magnitude_rule_without_k_is_refused_on_an_integer_tensor() -> None:
+    """Its default k is a float dtype's precision, which an integer tensor has not: one line
+    naming the spec and the tensor, exit 2 (a UsageError); on a float tensor it stands."""
+    from verify.compare import ToleranceSet
+
+    for spec in ("q*:floor=0", "q*:floor=1,sqnr>=30"):
+        rules = ToleranceSet.from_specs([spec])
+        with pytest.raises(UsageError) as err:
+            rules.rule_for("q_out", np.int8)
+        assert str(err.value) == (
+            f"--tol {spec!r} matches integer tensor 'q_out' (int8): the magnitude rule's "
+            "default k is a float dtype's precision; give k= (of the peak) or atol= (in "
+            "integer steps)")
+        assert rules.rule_for("q_out", np.float32).describe().startswith("magnitude")
+    assert ToleranceSet.from_specs(["q*:floor=0"]).rule_for("q", np.bool_) == ExactRule()
+
+
+def test_run_s_check_and_the_layer_judge_take_a_glob_naming_integer_tensors() -> None:
+    """Every place that judges a tensor asks `rule_for` with its dtype: run's output check
+    (and localize's, pack's), and the layer judge of diff, ci and localize, whole and plain."""
+    from verify.check import check_outputs
+    from verify.compare import ToleranceSet
+    from verify.layer_judge import LayerJudge
+
+    r = np.arange(-8, 8, dtype=np.int8)
+    a = r + np.int8(1)
+    for specs, ok in (([], False), (["*:atol=1"], False), (["ids:atol=1"], True)):
+        rules = ToleranceSet.from_specs(specs)
+        [d] = check_outputs({"ids": a}, {"ids": r}, rules, {})
+        judge = LayerJudge(rules, {}, {}, {})
+        assert [d.passed, judge("ids", a, r).passed, judge.plain("ids", a, r).passed] == [ok] * 3

@@ -9,7 +9,7 @@ default), `AllcloseRule`, `ExactRule`, `GateRule` with `CosineGate`, `SqnrGate`,
 Tolerance specs (`--tol`) parse into them and `ToleranceSet` picks each tensor's
 (verify/tolerance_specs.py); both are re-exported here. Everywhere: shapes and dtypes must
 match, and NaN/Inf must sit at the same places (NaN against NaN, +Inf against +Inf is fine);
-integer and bool tensors are judged exactly (`ToleranceSet.rule_for`).
+integer tensors are exact unless a --tol glob names them, bool tensors always (`rule_for`).
 Numeric metrics are taken over the elements finite on both sides.
 
 Metrics (`TensorDiff`): max|a-r|; max relative error `max(|a-r| / max(|r|, tiny))` elementwise,
@@ -188,10 +188,11 @@ def topk_agreement(actual: np.ndarray, reference: np.ndarray) -> TopKAgreement |
 def compare(name: str, actual: Any, reference: Any, rule: Rule | None = None, *,
             topk: bool = False, engine: Engine = "auto") -> TensorDiff:
     """Judge `actual` against `reference` with `rule`, as given: `ToleranceSet.rule_for` picks
-    it for the tensor's dtype (integer and bool tensors exact). None: the default for the
-    reference's dtype (`MagnitudeRule()`, floor 0, for floats; exact for integers and bools).
-    Strings and the like: equality, whatever the rule. `topk` adds top-1/top-5 agreement for
-    classifier-shaped outputs. `engine` picks the kernel (see the module doc).
+    it for the tensor's dtype (integer tensors exact unless a --tol glob names them, bool
+    tensors always). None: the default for the reference's dtype (`MagnitudeRule()`, floor 0,
+    for floats; exact for integers and bools). Strings and the like: equality, whatever the
+    rule. `topk` adds top-1/top-5 agreement for classifier-shaped outputs. `engine` picks the
+    kernel (see the module doc).
     """
     p = _prepare(name, actual, reference, rule, engine)
     return p if isinstance(p, TensorDiff) else _finish(p, topk)

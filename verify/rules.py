@@ -1,7 +1,9 @@
 """Tolerance rules: how one tensor's values are judged. Each rule owns its verdict: `resolved(dtype)`
 fills its defaults, `with_floor(F)` an unset saturation floor, `scan` reads the arrays through
 the kernel (verify/scan.py), `verdict(scan, a, r)` returns a `Verdict`, `describe()` the string
-reports show as "judged by"; a new key is one class, not a branch in `compare`.
+reports show as "judged by", `why_not_integers()` why it cannot judge an integer tensor's values
+('' when it can: `ToleranceSet.rule_for` gives integer tensors a rule only when a glob names
+them); a new key is one class, not a branch in `compare`.
 
 - `MagnitudeRule(k, floor)`, the default: pass iff `max|a-r| <= k * max(max|r|, floor)`. Without
   an explicit k, `k = 2^9 * eps(reference dtype)`: 2^-14 for float32 and float64 (float64 uses
@@ -10,7 +12,7 @@ reports show as "judged by"; a new key is one class, not a branch in `compare`.
   bfloat16 a k above 1 only catches gross blow-ups. `floor` is `SATURATION_FLOOR` (1/16) for
   outputs of saturating ops (see `saturating_floor`), else 0.
 - `AllcloseRule(atol, rtol)`: pass iff `|a-r| <= atol + rtol*|r|` for every element.
-- `ExactRule()`: every element equal. Integer and bool tensors are always judged exactly.
+- `ExactRule()`: every element equal (bool tensors always; integer ones unless a glob names them).
 - `GateRule(gates, base)`: metric gates that must all hold, and the value rule `base` too when
   one is given: `CosineGate` (`cos>=V`), `SqnrGate` (`sqnr>=DB`, decibels), `QuantileGate`
   (`pNN_abs<=V`: the NN-th percentile of |a-r|, so a few outliers may exceed V). Made for
@@ -125,6 +127,11 @@ class MagnitudeRule:
     def resolved(self, dtype: np.dtype) -> MagnitudeRule:
         return MagnitudeRule(self.k_for(dtype), self.floor or 0.0)
 
+    def why_not_integers(self) -> str:
+        return "" if self.k is not None else (
+            "the magnitude rule's default k is a float dtype's precision; give k= (of the "
+            "peak) or atol= (in integer steps)")
+
     def with_floor(self, floor: float) -> MagnitudeRule:
         """This rule with `floor` where none was set (the producing op's, `saturating_floor`)."""
         return self if self.floor is not None else dataclasses.replace(self, floor=floor)
@@ -161,6 +168,9 @@ class AllcloseRule:
     def resolved(self, dtype: np.dtype) -> AllcloseRule:
         return self
 
+    def why_not_integers(self) -> str:
+        return ""
+
     def with_floor(self, floor: float) -> AllcloseRule:
         return self
 
@@ -181,13 +191,16 @@ class AllcloseRule:
 
 @dataclass(frozen=True)
 class ExactRule:
-    """Pass iff every element is equal (integers and bools always use this)."""
+    """Pass iff every element is equal (bools always; integers unless a glob names them)."""
 
     def describe(self) -> str:
         return "exact"
 
     def resolved(self, dtype: np.dtype) -> ExactRule:
         return self
+
+    def why_not_integers(self) -> str:
+        return ""
 
     def with_floor(self, floor: float) -> ExactRule:
         return self
@@ -293,6 +306,9 @@ class GateRule:
     def resolved(self, dtype: np.dtype) -> GateRule:
         base = self.base.resolved(dtype) if self.base is not None else None
         return GateRule(self.gates, base)
+
+    def why_not_integers(self) -> str:
+        return self.base.why_not_integers() if self.base is not None else ""
 
     def with_floor(self, floor: float) -> GateRule:
         return self if self.base is None else GateRule(self.gates, self.base.with_floor(floor))

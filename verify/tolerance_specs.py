@@ -11,6 +11,14 @@ number (`1e-3`) or a power of two (`2^-12`). A missing atol or rtol is 0; a miss
 dtype's default and a missing floor comes from the producing op. The first matching spec wins.
 Examples: `conv*:atol=1e-3`, `prob:atol=1e-4,rtol=1e-3`, `*:k=2^-12`, `block1/*:k=1e-3,floor=0`,
 `logits:cos>=0.9999`, `*:sqnr>=40`, `*:p99_abs<=1e-3`, `out:atol=1e-3,cos>=0.999`.
+
+Integer tensors are judged exactly unless a spec whose glob names them matches: a catch-all
+glob (`*`) or the global --atol/--rtol leaves them exact, since an index, a shape or a class
+id off by one is wrong; `*_QuantizeLinear_Output:atol=1` lets a QDQ model's int8 values differ
+by one step. Such a rule judges the values as numbers (atol and pNN_abs in steps; rtol, k,
+cos and sqnr on the raw integers, zero point included); a magnitude rule without k is refused
+there (its default is a float dtype's precision). Bool tensors are always judged exactly.
+`ToleranceSet.rule_for` is the one place that decides this.
 """
 
 from __future__ import annotations
@@ -49,6 +57,11 @@ class ToleranceOverride:
 
     def matches(self, name: str) -> bool:
         return fnmatchcase(name, self.pattern)
+
+    @property
+    def catch_all(self) -> bool:
+        """A glob of `*`s alone: written for every tensor, it names no integer tensor."""
+        return set(self.pattern) == {"*"}
 
 
 _POW2 = re.compile(r"2\s*(?:\^|\*\*)\s*([+-]?\d+)")
@@ -176,11 +189,22 @@ class ToleranceSet:
 
     def rule_for(self, name: str, dtype: DTypeLike, floor: float = 0.0) -> Rule:
         """The rule judging `name`, a tensor of `dtype`; `floor` (`saturating_floor`) fills an
-        unset magnitude floor. Integer, bool and other non-float tensors: exact."""
-        if dtype_kind(np.dtype(dtype)) != "float":
-            return ExactRule()
+        unset magnitude floor. Integer tensors: exact, unless a glob naming them (not a
+        catch-all) matched: then its rule, on their values as numbers (UsageError naming the
+        tensor and the spec where the rule cannot judge integers). Bool and other non-float
+        tensors: exact."""
+        dtype = np.dtype(dtype)
+        kind = dtype_kind(dtype)
         o = self.override_for(name)
-        return (o.rule if o is not None else self.default).with_floor(floor)
+        if kind == "float":
+            return (o.rule if o is not None else self.default).with_floor(floor)
+        if kind != "int" or o is None or o.catch_all:
+            return ExactRule()
+        why = o.rule.why_not_integers()
+        if why:
+            raise UsageError(f"--tol {o.spec!r} matches integer tensor {name!r} ({dtype}): "
+                             f"{why}")
+        return o.rule.with_floor(floor)
 
 
 def unmatched_specs(specs: Iterable[str], names: Iterable[str]) -> list[str]:
@@ -192,17 +216,27 @@ def unmatched_specs(specs: Iterable[str], names: Iterable[str]) -> list[str]:
 
 def exact_anyway_notes(tolerances: ToleranceSet, judged: Iterable[tuple[str, str]]
                        ) -> list[str]:
-    """A note for each --tol naming integer or bool tensors that failed (`judged`: (name,
-    reference dtype) pairs), which are judged exactly whatever the rule: a quantized model's
-    int8 tensors given `atol=20` were still judged exact, without a word. A catch-all `*`
-    glob is no such aim: not noted."""
-    hit: dict[str, list[str]] = {}
+    """A note for each --tol that matched failing integer or bool tensors (`judged`: (name,
+    reference dtype) pairs) whose rule `rule_for` set aside, judging them exactly: integer
+    tensors under a catch-all glob (naming them loosens them), bool tensors under a glob
+    naming them (always exact; a catch-all glob is no aim at them: not noted)."""
+    ints: dict[str, list[str]] = {}
+    bools: dict[str, list[str]] = {}
     for name, dtype in judged:
-        if not dtype.startswith(("int", "uint", "bool")):
-            continue
         o = tolerances.override_for(name)
-        if o is not None and o.pattern != "*" and not isinstance(o.rule, ExactRule):
-            hit.setdefault(o.spec, []).append(name)
-    return [f"--tol {spec!r} matched {len(names)} integer or bool tensor(s) ({names[0]}"
-            + (", …" if len(names) > 1 else "") + "): they are judged exactly, as integer and "
-            "bool tensors always are" for spec, names in hit.items()]
+        kind = "int" if dtype.startswith(("int", "uint")) else dtype  # ml_dtypes' int4 too
+        if o is None or isinstance(o.rule, ExactRule) or kind not in ("int", "bool"):
+            continue
+        if kind == "bool" and not o.catch_all:
+            bools.setdefault(o.spec, []).append(name)
+        elif kind == "int" and isinstance(tolerances.rule_for(name, np.int64), ExactRule):
+            ints.setdefault(o.spec, []).append(name)
+    return ([f"--tol {spec!r} left {_some(names, 'integer')} exact: a catch-all glob does not "
+             f"loosen integer tensors; name them in a --tol before it, e.g. --tol "
+             f"'{names[0]}:atol=1' (in integer steps)" for spec, names in ints.items()]
+            + [f"--tol {spec!r} matched {_some(names, 'bool')}: they are judged exactly, as "
+               "bool tensors always are" for spec, names in bools.items()])
+
+
+def _some(names: list[str], kind: str) -> str:
+    return (f"{len(names)} {kind} tensor(s) ({names[0]}" + (", …)" if len(names) > 1 else ")"))

@@ -122,7 +122,9 @@ _TOLERANCE_PARAMS = (
                  help="Per-tensor tolerance by name glob, e.g. 'prob:atol=1e-4,rtol=1e-3' "
                       "or 'conv*:k=2^-12'; gates 'logits:cos>=0.9999', '*:sqnr>=40' (dB), "
                       "'*:p99_abs<=1e-3' (error percentile). Repeatable; the first match "
-                      "wins."))
+                      "wins. Integer tensors stay exact unless a glob names them (not '*'): "
+                      "'*_QuantizeLinear_Output:atol=1' lets int8 values differ by one step; "
+                      "bool tensors are always exact."))
 
 
 def _tolerances(atol: float | None, rtol: float | None, tol_specs: tuple[str, ...]

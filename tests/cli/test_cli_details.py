@@ -222,6 +222,37 @@ def test_a_reader_that_goes_away_is_exit_141_and_quiet(args: list[str]) -> None:
     assert (proc.returncode, proc.stderr) == (141, "")
 
 
+def test_a_reader_that_goes_away_midway_through_a_long_report_is_exit_141(
+        tmp_path: Path) -> None:
+    """`verify diff ... --json | head -c 100`: a write over 64 KiB that the reader leaves
+    midway loses the rest without an error in Python, and diff exited with its verdict (0)
+    as if all of it had been read."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from verify.cli import main
+
+    nodes, prev = [], "x"
+    for i in range(300):
+        nodes.append(helper.make_node("Relu", [prev], [f"t{i}"], name=f"r{i}"))
+        prev = f"t{i}"
+    model = helper.make_model(helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 4])]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "chain.onnx")
+    archive = tmp_path / "chain.vtc"
+    assert main(["pack", str(tmp_path / "chain.onnx"), "--layers", "-o", str(archive)]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "verify", "diff", archive, archive, "--json",
+                             "--top", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, cwd=Path(__file__).resolve().parents[2])
+    assert proc.stdout.read(100).startswith(b"{")  # the document is longer than the pipe
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert (proc.wait(timeout=120), err) == (141, b"")
+
+
 def test_pack_and_inspect_count_nan_and_inf_in_the_ground_truth(tmp_path: Path, capsys) -> None:
     """log(x) over [-1, 0, 1, 2] is NaN, -Inf, 0, 0.69; over negatives all NaN. pack and
     inspect showed the finite values' range alone, so a ground truth of NaN looked fine."""

@@ -109,6 +109,8 @@ def _main(argv: Sequence[str] | None) -> int:
         click.echo("error: internal error (a bug in verify; please report it with the trace above)",
                    err=True)
         code = EXIT_INTERNAL
+    if code != EXIT_BROKEN_PIPE and _reader_left():
+        code = EXIT_BROKEN_PIPE
     if _term["state"] == "pending":  # lost where it was raised: the command ran on to its end
         _term_handled()
         terminated = _term["exc"] is Terminated
@@ -229,6 +231,23 @@ def _stdout_gone() -> bool:
         return any(events & select.POLLERR for _, events in poller.poll(0))
     except (OSError, ValueError, AttributeError):  # no real file behind stdout
         return False
+
+
+def _reader_left() -> bool:
+    """Whether stdout's reader went away before the command ended (`verify diff ... | head
+    -1`), stdout then pointed at /dev/null. A write of over 64 KiB (a long report, a --json
+    document) that the reader leaves midway loses the rest without an error in Python, so
+    the command ran on to its verdict's exit code as if all of it had been read."""
+    try:
+        sys.stdout.flush()
+        gone = _stdout_gone()
+    except BrokenPipeError:
+        gone = True
+    except (OSError, ValueError):
+        return False
+    if gone:  # what Python would flush at exit must not fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return gone
 
 
 @contextlib.contextmanager

@@ -81,7 +81,7 @@ def print_report(report: "BenchReport") -> None:
             else " (the runner does not serve: one each)"))
     table = Table(show_edge=False, pad_edge=False)
     for col, right in (("setting", False), ("avg ms", True), ("±95%", True), ("sd", True),
-                       ("min", True),
+                       ("min", True), ("median", True),
                        ("max", True), ("speed-up", True), ("max error", True),
                        ("rule", False), ("check", False)):
         table.add_column(col, justify="right" if right else "left")
@@ -89,7 +89,7 @@ def print_report(report: "BenchReport") -> None:
         t, worst = r.timing, r.worst
         check = "[green]PASS[/]" if r.passed else "[bold red]FAIL[/]"
         table.add_row(r.setting.label, f"{t.avg:.3f}", f"{t.ci_high - t.avg:.3f}",
-                      f"{t.sd:.3f}", f"{t.min:.3f}",
+                      f"{t.sd:.3f}", f"{t.min:.3f}", f"{t.median:.3f}",
                       f"{t.max:.3f}", f"{r.speedup:.2f}x",
                       "-" if worst is None else f"{worst.max_abs:.3g}",
                       "" if worst is None else f"{worst.name}: {worst.rule}", check)

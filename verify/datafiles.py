@@ -56,7 +56,9 @@ def load_array_file(path: Path, name: str) -> np.ndarray:
 
 def check_file(path: Path, label: str) -> None:
     if path.is_dir():
-        raise InputError(f"{label}: is a directory, not a data file")
+        raise InputError(f"{label}: is a directory, not a data file (a folder given to -d is "
+                         "onnx_test_runner's: test_data_set_N/input_K.pb, or the folder of "
+                         "such sets)")
     if not path.is_file():
         where = "" if str(path) == label else f" (looked for {path})"
         raise InputError(f"{label}: no such file{where}")

@@ -114,10 +114,10 @@ def device_argument(f: Callable[..., Any]) -> Callable[..., Any]:
 # --- the archive and its tolerances --------------------------------------------------------------
 _TOLERANCE_PARAMS = (
     click.option("--atol", type=float, default=None,
-                 help="Absolute tolerance; with --rtol replaces the default rule "
+                 help="Absolute tolerance; replaces the default rule, alone or with --rtol "
                       "(default: max|x-r| <= 2^-14 * max(max|r|, F), scaled by dtype)."),
     click.option("--rtol", type=float, default=None,
-                 help="Relative tolerance; with --atol replaces the default rule."),
+                 help="Relative tolerance; replaces the default rule, alone or with --atol."),
     click.option("--tol", "tol_specs", multiple=True, metavar="GLOB:KEY=V[,KEY=V]",
                  help="Per-tensor tolerance by name glob, e.g. 'prob:atol=1e-4,rtol=1e-3' "
                       "or 'conv*:k=2^-12'; gates 'logits:cos>=0.9999', '*:sqnr>=40' (dB), "

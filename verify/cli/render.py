@@ -163,7 +163,7 @@ def describe_diff(d: Any) -> str:
     if getattr(d, "cosine", None) is not None:
         parts.append(f"cos={_cos(d.cosine)}")
     if "sqnr" in getattr(d, "rule", "") and getattr(d, "sqnr_db", None) is not None:
-        parts.append(f"sqnr={d.sqnr_db:.1f}dB")
+        parts.append(f"sqnr={d.sqnr_db:.1f} dB")
     if d.nan_actual or d.nan_reference:
         parts.append(f"NaN {d.nan_actual}/{d.nan_reference}")
     if d.inf_actual or d.inf_reference:

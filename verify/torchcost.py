@@ -62,8 +62,8 @@ def fx_cost(torch: Any, target: Any, args: Sequence[Any], kwargs: Mapping[str, A
     `count()` runs the node again under PyTorch's FLOP counter (None when it has no formula)."""
     if target is operator.getitem or _is_view(target):
         return NodeCost(0, 0, 0)
-    ins = [tensor_spec(t) for t in _flat((args, kwargs)) if isinstance(t, torch.Tensor)]
-    outs = [tensor_spec(t) for t in _flat(value) if isinstance(t, torch.Tensor)]
+    ins = [tensor_spec(t) for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
+    outs = [tensor_spec(t) for t in flatten(value) if isinstance(t, torch.Tensor)]
     name = getattr(getattr(target, "overloadpacket", None), "__name__", "")
     op = _SAME_AS.get(name)
     if name == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, ...)
@@ -112,9 +112,10 @@ def _tagged(torch: Any, target: Any, tag: str) -> bool:
     return wanted is not None and wanted in getattr(target, "tags", ())
 
 
-def _flat(value: Any) -> list[Any]:
+def flatten(value: Any) -> list[Any]:
+    """The leaves of nested lists, tuples and dicts (an FX node's arguments or results)."""
     if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _flat(v)]
+        return [x for v in value for x in flatten(v)]
     if isinstance(value, dict):
-        return [x for v in value.values() for x in _flat(v)]
+        return [x for v in value.values() for x in flatten(v)]
     return [value]

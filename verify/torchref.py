@@ -30,6 +30,7 @@ import onnx
 from verify import DISTRIBUTION
 from verify.errors import InputError, MissingDependency, UsageError
 from verify.origin import source_line, tensor_origins
+from verify.torchcost import flatten
 
 PIN = "torch==2.13.0+cpu"
 INSTALL = f"pip install '{DISTRIBUTION}[torch]' (PyTorch, CPU build: {PIN})"
@@ -126,8 +127,8 @@ class TorchProgram:
             cost = fx_cost(torch, n.target, args, kwargs, value,
                            lambda: _counted(torch, n.target, args, kwargs))
             got[n.name] = NodeShape(
-                tuple(tensor_spec(t) for t in _flatten(args) if isinstance(t, torch.Tensor)),
-                tuple(tensor_spec(t) for t in _flatten(value) if isinstance(t, torch.Tensor)),
+                tuple(tensor_spec(t) for t in flatten(args) if isinstance(t, torch.Tensor)),
+                tuple(tensor_spec(t) for t in flatten(value) if isinstance(t, torch.Tensor)),
                 cost)
 
         self._interpret(inputs, None, costs=record)
@@ -138,7 +139,7 @@ class TorchProgram:
         torch = self.torch
         with torch.no_grad(), users_code(f"{self.spec}: running the program on the inputs"):
             result = self.program.module()(*self._tensors(inputs))
-        return [_numpy(t) for t in _flatten(result)]
+        return [_numpy(t) for t in flatten(result)]
 
     def values(self, inputs: Sequence[np.ndarray], keep: set[str]) -> dict[str, np.ndarray]:
         """The value of every FX node in `keep` for one case (copies; the rest is dropped)."""
@@ -367,12 +368,6 @@ def _fx_node(n: Any) -> FxNode:
                   source_line(str(n.meta.get("stack_trace") or "")), str(call))
 
 
-def _flatten(value: Any) -> list[Any]:
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _flatten(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _flatten(v)]
-    return [value]
 
 
 def _numpy(t: Any) -> np.ndarray:

@@ -4,7 +4,10 @@
   --expected): a healthy device was told the whole model was a failing subgraph, a fusion bug,
   with a repro that passes there;
 - the outputs in a per-layer run were judged by the layer judge, which lends upstream errors,
-  so localize said "verify run would pass" of outputs `verify run` fails.
+  so localize said "verify run would pass" of outputs `verify run` fails;
+- an output no node computes (a graph input, an initializer, a Constant's) was missing from
+  the per-layer run's outputs (exit 3, "the runner returned no value") and asked of this
+  host's capture in a bisection over the budget (exit 2, "no tensor named").
 """
 
 from __future__ import annotations
@@ -104,3 +107,50 @@ def test_a_tol_glob_matching_no_tensor_is_noted(tmp_path: Path,
     assert code == 0
     assert any(n.startswith("--tol 'nosuch:atol=1' matches no output or layer of the archive")
                for n in doc["notes"]), doc["notes"]
+
+
+def _outputs_no_node_computes() -> "onnx.ModelProto":
+    """z = Relu(x * 3), and as outputs too: the graph input x, an initializer c and a Constant
+    node's k. Its tensors (1.2 MB each) are over a 1 MB --budget: bisection then asks the host
+    for what each round needs, not for everything at once."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Mul", ["x", "s"], ["y"], name="mul"),
+             helper.make_node("Relu", ["y"], ["z"], name="relu"),
+             helper.make_node("Constant", [], ["k"], name="const",
+                              value=numpy_helper.from_array(np.array([7.0], np.float32)))]
+    graph = helper.make_graph(
+        nodes, "passthrough", [helper.make_tensor_value_info("x", f, [1, 300000])],
+        [helper.make_tensor_value_info(n, f, s) for n, s in
+         (("z", [1, 300000]), ("x", [1, 300000]), ("c", [1]), ("k", [1]))],
+        initializer=[numpy_helper.from_array(np.array([3.0], np.float32), "s"),
+                     numpy_helper.from_array(np.array([5.0], np.float32), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("mode", [[], ["--no-dump"], ["--budget", "1"]],
+                         ids=["dump", "bisect", "bisect-over-budget"])
+def test_outputs_no_node_computes_are_judged_as_run_judges_them(
+        mode: list[str], faulty_profile, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """An output that is a graph input, an initializer or a Constant's: `run` checks it; the
+    per-layer run said the runner returned no value for it (exit 3, on --device local too),
+    and bisection over the budget asked this host's capture for it ('no tensor named')."""
+    import onnx
+
+    onnx.save(_outputs_no_node_computes(), tmp_path / "m.onnx")
+    vtc = tmp_path / "m.vtc"
+    code, out, err = run_cli(["pack", tmp_path / "m.onnx", "-o", vtc], capsys)
+    assert code == 0, out + err
+    code, doc = _localize(vtc, "local", capsys, "--no-repro", *mode)
+    assert (code, doc["verdict"]) == (0, "no faulty node"), doc
+    spec = faulty_profile("dev", "scale", "relu", 1.01)
+    code, doc = _localize(vtc, spec, capsys, "--no-repro", *mode)
+    assert (code, doc["verdict"], doc["suspect"]["name"]) == (1, "faulty here", "relu"), doc
+    assert {o["name"]: o["passed"] for o in doc["outputs"]} == {
+        "z": False, "x": True, "c": True, "k": True}

@@ -194,7 +194,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         # the archive's ground truth, unless this host's own run already differs from it
         # (packed with --expected, or a torch reference): the search then finds where the
         # device departs from this host, judged against it
-        wanted, differs = reference_outputs(case.outputs, refs, check)
+        wanted, differs = reference_outputs(case.outputs, refs, check, ng.initializers)
         notes = (*notes, *differs, *unmatched_spec_notes(  # a --tol typo, noted as run notes it
             req.selection.tolerances.own_specs(), list(case.outputs), layers=ng.computed()))
         if mode == "dump":
@@ -333,7 +333,9 @@ class _Search:
             # the round's over-tolerance tensors (its JSON's "failing" was always empty)
             self.device.mark_failing([t for t in chunk if t in cumulative
                                       and not cumulative[t].passed])
-            last.update((t, outs[t]) for t in chunk if t in outs and t in reference_outputs)
+            # every run returns the model's own outputs, those no node computes too (a graph
+            # input, an initializer, a Constant's): `run` checks them as well
+            last.update((t, outs[t]) for t in reference_outputs if t in outs)
         # not the layer judge's view, which lends upstream errors: "verify run would pass"
         # was said of outputs `run` fails
         final = tuple(self.check(last, reference_outputs))

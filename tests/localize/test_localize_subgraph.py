@@ -1,6 +1,7 @@
 """Cutting graphs for localize (verify/subgraph.py): pieces side by side in one model keep node
 names, rename only what another piece makes, carry their initializers (Constant nodes folded),
-handle multi-output nodes and branches; and the two reference sources and modes of localize.
+handle multi-output nodes and branches; the two reference sources and modes of localize; the
+replay command it prints.
 """
 
 from __future__ import annotations
@@ -138,3 +139,36 @@ def test_a_subgraph_repro_name_takes_each_node_name_on_its_own() -> None:
     assert label == "model.6_m.0_cv1_act_Sigmoid-model.6_m.0_cv1_act_Mul"
     assert repro_path(Path("/tmp/yolo.vtc"), label).name == f"yolo.repro-{label}.vtc"
     assert repro_label("/a/b") == "/a/b"  # one node: repro_path makes it safe
+
+
+def test_the_replay_command_runs_with_the_session_settings_the_search_used(
+        residual_vtc: Path, device_env, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile whose providers this machine lacks, searched with --provider and --threads:
+    the replay line (and `inspect`'s reproduce line) left both out, so the command it printed
+    failed on the provider (exit 3) instead of reproducing the fault."""
+    import sys
+
+    from fixtures_localize import FAULTY_RUNNER
+
+    device_env.write_profile("gpu", {
+        "transport": "local", "providers": ["NoSuchExecutionProvider", "CPUExecutionProvider"],
+        "runner": [sys.executable, str(FAULTY_RUNNER), "--fault", "scale", "--node",
+                   "br1/conv"]})
+    flags = ["--provider", "CPUExecutionProvider", "--threads", "1"]
+    code, out, err = run_cli(["localize", residual_vtc, "--device", "gpu", "-o", tmp_path,
+                              *flags], capsys)
+    assert code == 1, err
+    repro = tmp_path / "residual.repro-br1_conv.vtc"
+    replay = ["verify", "run", str(repro), "--device", "gpu", "--opt-level", "all", *flags]
+    lines = out.splitlines()
+    assert lines[0].endswith("; opt-level all; providers CPUExecutionProvider; threads 1")
+    assert f"  replay:    {' '.join(replay)}" in lines
+    code, out, err = run_cli([*replay[1:], "--iter", "1"], capsys)
+    assert code == 1 and "=== FAIL: 1 output(s) over tolerance" in out, err
+    code, out, _ = run_cli(["inspect", repro], capsys)
+    assert f"reproduce with `{' '.join(replay)}`" in out
+    code, out, _ = run_cli(["localize", residual_vtc, "--device", "gpu", "--no-repro",
+                            "--json", *flags], capsys)
+    doc = json.loads(out)
+    assert (doc["providers"], doc["threads"]) == (["CPUExecutionProvider"], 1)

@@ -113,8 +113,11 @@ def print_report(r: "LocalizeResult") -> None:
 
     echo = click.echo
     dev = r.device_info
+    given = r.session
     echo(f"device {r.device}: {dev.get('arch', '?')} {dev.get('os', '')}, onnxruntime "
-         f"{dev.get('onnxruntime', '?')}; opt-level {r.opt_level}")
+         f"{dev.get('onnxruntime', '?')}; opt-level {r.opt_level}"
+         + (f"; providers {','.join(given.providers)}" if given.providers else "")
+         + (f"; threads {given.threads}" if given.threads else ""))
     how = ("per-layer comparison, then suspects in isolation" if r.mode == "dump"
            else "bisection with subgraphs fed reference inputs")
     echo(f"localizing {r.archive} case {r.case_index}: {r.node_count} nodes, {how} "
@@ -235,7 +238,8 @@ def _print_suspect(r: "LocalizeResult") -> None:
         echo(f"  full run    {_diff_line(c)} at {c.name if c else '?'}")
     if r.repro is not None:
         echo(f"wrote repro: {r.repro}")
-        echo(f"  replay:    verify run {r.repro} --device {r.device} --opt-level {r.opt_level}")
+        flags = render.session_flags(r.opt_level, r.session.providers, r.session.threads)
+        echo(f"  replay:    verify run {r.repro} --device {r.device} {flags}")
         # the ground truth's own settings: onnxruntime's CPU kernels, optimizations off
         echo(f"  reference: verify run {r.repro} --device local --opt-level disable")
 
@@ -247,6 +251,7 @@ def localize_document(r: "LocalizeResult") -> dict[str, Any]:
     return {
         "archive": str(r.archive), "device": {"spec": r.device, **dict(r.device_info)},
         "mode": r.mode, "case": r.case_index, "opt_level": r.opt_level,
+        "providers": list(r.session.providers), "threads": r.session.threads,
         "reference_source": r.reference_source, "nodes": r.node_count,
         "verdict": r.verdict, "found": r.found,
         "outputs": [d.to_dict() for d in r.outputs],

@@ -48,6 +48,13 @@ def fmt_shape(shape: Sequence[Any]) -> str:
     return "(" + ",".join(str(d) for d in shape) + ")"
 
 
+def session_flags(opt_level: str, providers: Sequence[str] = (), threads: int = 0) -> str:
+    """The `run` options that remake a session: a replay command without a --provider or
+    --threads the search ran with runs another session (another provider: not the fault)."""
+    return " ".join([f"--opt-level {opt_level}", *(f"--provider {p}" for p in providers),
+                     *([f"--threads {threads}"] if threads else [])])
+
+
 def fmt_bytes(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if abs(n) < 1024 or unit == "GB":

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from verify.cli.render import console, fmt_bytes, fmt_shape
+from verify.cli.render import console, fmt_bytes, fmt_shape, session_flags
 from verify.tolerance import describe_record
 
 if TYPE_CHECKING:
@@ -258,5 +258,15 @@ def print_inspect(s: Mapping[str, Any]) -> None:
         if origin.get("device"):
             con.print(f"  {origin.get('verdict') or 'found'} on device {origin['device']} at "
                       f"--opt-level {origin.get('opt_level') or '?'}: reproduce with "
-                      f"`verify run {s['archive']} --device {origin['device']} --opt-level "
-                      f"{origin.get('opt_level') or 'all'}`", soft_wrap=True)
+                      f"`verify run {s['archive']} --device {origin['device']} "
+                      f"{_replay_flags(origin)}`", soft_wrap=True)
+
+
+def _replay_flags(origin: Mapping[str, Any]) -> str:
+    """The session options a repro's search ran with, as `run` takes them (a provenance
+    written before providers and threads were recorded has neither)."""
+    providers = origin.get("providers")
+    threads = origin.get("threads")
+    return session_flags(str(origin.get("opt_level") or "all"),
+                         [str(p) for p in providers] if isinstance(providers, list) else [],
+                         threads if isinstance(threads, int) else 0)

@@ -127,6 +127,7 @@ class LocalizeResult:
     repro: Path | None = None
     notes: tuple[str, ...] = field(default=())
     attribution: Attribution | None = None    # the suspect in PyTorch's terms (origin.py)
+    session: SessionSettings = SessionSettings()  # what the search ran with, for its replay
 
     @property
     def found(self) -> bool:
@@ -205,7 +206,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         mode = outcome.mode or mode
         base = dict(archive=req.selection.archive, device=profile.spec, mode=mode,
                     case_index=case_index, opt_level=req.session.opt_level,
-                    node_count=len(ng), outputs=outcome.final)
+                    node_count=len(ng), outputs=outcome.final, session=req.session)
         if outcome.range is None:
             return LocalizeResult(**base, device_info=device.device_info,
                                   reference_source=refs.source, first_divergent=None,
@@ -225,6 +226,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         if req.write_repro:
             found = {"device": profile.spec, "device_info": dict(device.device_info),
                      "opt_level": req.session.opt_level, "node": ng.labels[lo],
+                     "providers": list(req.session.providers), "threads": req.session.threads,
                      "op": ng.nodes[lo].op_type,
                      "verdict": verdict, "own_error_units": _finite_or_text(worst(own)),
                      "rule": own[0].rule if own else ""}

@@ -254,7 +254,11 @@ class DeviceSession:
         local = self.tmp / f"result{self._n}-{name}"
         try:
             self.dev.get(f"{workdir}/{name}", local)
-        except DeviceError:
+        except DeviceError as lost:
+            try:  # a device gone (unplugged) lost the result: say so, not "runner killed"
+                self.dev.exists(workdir)
+            except DeviceError:
+                raise lost from None
             how = f"was killed by signal {-status}" if status < 0 else \
                 f"exited with status {status}"
             said = tail(stderr) or (f"on stdout: {tail(stdout)}" if stdout.strip() else "")

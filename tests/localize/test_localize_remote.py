@@ -79,3 +79,52 @@ def test_arm64_noise_is_no_faulty_node(archive: str, extra: list[str],
     assert doc["device"]["arch"] == "aarch64"
     assert doc["verdict"] == "no faulty node" and doc["repro"] is None
     assert doc["round_trips"] == (2 if doc["mode"] == "dump" else 1)
+
+
+# A runner that pulls the cable: on the first piece of a search it kills the adb device end it
+# runs under ($DEVICE_END_PID), then dies itself.
+_UNPLUGGING_RUNNER = """
+import os, signal, sys
+sys.path.insert(0, {tests!r})
+import faulty_runner
+run = faulty_runner.run_faulty
+def unplug(args, runner, path):
+    import json, onnx
+    job = json.load(open(path))
+    model = onnx.load(os.path.join(os.path.dirname(os.path.abspath(path)), job["model"]))
+    if model.producer_name == "verify-localize":
+        os.kill(int(os.environ["DEVICE_END_PID"]), signal.SIGKILL)
+        os._exit(9)
+    return run(args, runner, path)
+faulty_runner.run_faulty = unplug
+sys.exit(faulty_runner.main(sys.argv))
+"""
+
+
+def test_an_adb_device_unplugged_mid_search_is_named_not_a_killed_runner(
+        residual_vtc: Path, adb_server, device_env, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The driver said "device offline (was it unplugged?)" fetching the result; the session
+    swallowed that and said the runner "was killed by signal 9", which sends an Android user
+    after the low-memory killer."""
+    import re
+    import sys
+
+    script = tmp_path / "unplugging_runner.py"
+    script.write_text(_UNPLUGGING_RUNNER.format(tests=str(Path(__file__).parents[1])))
+    device = adb_server.attach(tmp_path / "sandbox")
+    try:
+        spec = device_env.adb_profile(
+            "phone", adb_server, device, device.sandbox / "verify",
+            runner=[sys.executable, str(script), "--fault", "scale", "--node", "br1/conv"],
+            env={"DEVICE_END_PID": str(device.proc.pid)})
+        code, out, err = run_cli(["localize", residual_vtc, "--device", spec, "--no-dump",
+                                  "-o", tmp_path / "out"], capsys)
+    finally:
+        adb_server.detach(device)
+    assert (code, out) == (3, ""), err
+    assert "killed by signal" not in err
+    assert re.fullmatch(r"error: adb:phone \(adb:127\.0\.0\.1:\d+\): \S+ .*failed: device "
+                        r"(offline|'.*' not found) \(was it unplugged\? see `adb devices`\)\n",
+                        err), err
+    assert not (tmp_path / "out").exists()

@@ -405,6 +405,12 @@ def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_pr
     # was (its output), never at what its first node makes (n076:0, within tolerance)
     own = {d["name"] for d in doc["suspect"]["own"]}
     assert own == {"n077:0"} and {d["name"] for d in doc["suspect"]["cumulative"]} <= own
+    # the report's header says both (it named bisection alone, as if the per-layer run had
+    # not happened)
+    code, out, _ = run_cli(["localize", chain_vtc, "--device", spec, "-o", tmp_path / "t"],
+                           capsys)
+    assert code == 1 and ("nodes, per-layer comparison (every layer within tolerance), then "
+                          "bisection with unmarked subgraphs fed reference inputs") in out
 
 
 @pytest.mark.parametrize("fault, node, mode", [

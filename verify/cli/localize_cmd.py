@@ -120,6 +120,9 @@ def print_report(r: "LocalizeResult") -> None:
          + (f"; threads {given.threads}" if given.threads else ""))
     how = ("per-layer comparison, then suspects in isolation" if r.mode == "dump"
            else "bisection with subgraphs fed reference inputs")
+    if r.mode != "dump" and any(x.purpose.startswith("per-layer run") for x in r.rounds):
+        how = ("per-layer comparison (every layer within tolerance), then bisection with "
+               "unmarked subgraphs fed reference inputs")
     echo(f"localizing {r.archive} case {r.case_index}: {r.node_count} nodes, {how} "
          f"(reference values: {r.reference_source})")
     for d in r.outputs:
@@ -149,8 +152,8 @@ def print_report(r: "LocalizeResult") -> None:
             echo(f"  … {len(r.candidates) - len(shown)} more propagated (--json lists them)")
     if not r.found:
         # bisection stops at passing outputs: a layer over tolerance behind them is unseen
-        only = (" (the outputs only: bisection; the per-layer run, without --no-dump, also "
-                "judges every layer)" if r.mode == "bisect" else "")
+        only = (" (the outputs only: bisection; a per-layer run also judges every layer)"
+                if r.mode == "bisect" else "")
         echo(click.style(f"=== no faulty node: every tensor compared is within tolerance{only}",
                          fg="green"))
     else:

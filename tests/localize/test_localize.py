@@ -387,6 +387,37 @@ def test_picks_the_first_failing_case(faulty_profile, tmp_path: Path,
     assert code == 0 and doc["case"] == 0 and doc["verdict"] == "no faulty node"
 
 
+def test_each_case_s_repro_is_kept(faulty_profile, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The repro's name left the case out: localizing case 1 after case 0 overwrote case 0's
+    repro, though each holds its own case's boundary values."""
+    import numpy as np
+
+    from fixtures_localize import REPO
+
+    rng = np.random.default_rng(6)
+    data = []
+    for case in (0, 1):
+        for name in ("a", "b"):
+            np.save(tmp_path / f"{name}{case}.npy", rng.normal(0, 1, (1, 16)).astype(np.float32))
+            data += ["-d", f"{name}:{tmp_path / f'{name}{case}.npy'}"]
+    vtc = tmp_path / "two.vtc"
+    code, _, err = run_cli(["pack", REPO / "goldens" / "models" / "two_io.onnx", "-o", vtc,
+                            *data], capsys)
+    assert code == 0, err
+    spec = faulty_profile("dev", "leaky", "sum/relu", 0.1)
+    repros = []
+    for case in ("0", "1"):
+        code, doc = _localize(vtc, spec, capsys, "--case", case, "-o", tmp_path / "out")
+        assert code == 1 and doc["suspect"]["name"] == "sum/relu"
+        repros.append(Path(doc["repro"]))
+    assert [p.name for p in repros] == ["two.repro-sum_relu.case0.vtc",
+                                        "two.repro-sum_relu.case1.vtc"]
+    for case, repro in enumerate(repros):  # each with its own case's values
+        code, out, _ = run_cli(["inspect", repro, "--json"], capsys)
+        assert code == 0 and json.loads(out)["provenance"]["repro_of"]["case"] == case
+
+
 def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_profile,
                                                      tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:

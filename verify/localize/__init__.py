@@ -256,7 +256,8 @@ def _write_repro(req: LocalizeRequest, tc: Testcase, ng: NodeGraph, refs: Refere
                  external_dir: Path | None = None) -> Path:
     lo, hi = segment.lo, segment.hi
     label = repro_label(ng.labels[lo], ng.labels[hi - 1] if hi - lo > 1 else None)
-    path = repro_path(req.selection.archive, label, req.out_dir)
+    path = repro_path(req.selection.archive, label, req.out_dir,
+                      case_index if len(tc.cases) > 1 else None)
     values = refs.get([*ng.segment_inputs(segment), *ng.segment_outputs(segment)])
     tol = req.selection.tolerances
     write_repro(path, ng, segment, values, tc, case_index,

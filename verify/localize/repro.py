@@ -21,10 +21,14 @@ def repro_label(first: str, last: str | None = None) -> str:
     return first if last is None else f"{sanitize(first, 29)}-{sanitize(last, 29)}"  # 60 in all
 
 
-def repro_path(archive: Path, label: str, out_dir: Path | None = None) -> Path:
-    """`<dir>/<archive stem>.repro-<node>.vtc`, the node name made safe for a file name."""
+def repro_path(archive: Path, label: str, out_dir: Path | None = None,
+               case: int | None = None) -> Path:
+    """`<dir>/<archive stem>.repro-<node>.vtc`, the node name made safe for a file name, and
+    `.case<N>` before `.vtc` where the archive holds several cases (each case's repro holds
+    its own boundary values: the search of case 1 overwrote case 0's)."""
     folder = out_dir if out_dir is not None else archive.parent
-    path = folder / f"{archive.stem}.repro-{sanitize(label)}.vtc"
+    which = "" if case is None else f".case{case}"
+    path = folder / f"{archive.stem}.repro-{sanitize(label)}{which}.vtc"
     check_output_file(path, "the repro", [("the archive", archive)])  # not a link or device
     return path
 

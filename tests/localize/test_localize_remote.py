@@ -39,6 +39,32 @@ def test_faulty_node_found_over_ssh(residual_vtc: Path, sshd_server, faulty_prof
     assert code == 0, err
 
 
+def test_the_replay_line_keeps_insecure_host_key(residual_vtc: Path, sshd_server, device_env,
+                                                tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A board whose host key is not known: the search reached it with --insecure-host-key,
+    and the replay line it printed, without it, was refused there."""
+    import sys
+
+    from fixtures_localize import FAULTY_RUNNER
+
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    runner = [sys.executable, str(FAULTY_RUNNER), "--fault", "scale", "--node", "br1/conv",
+              "--value", "1.01"]
+    spec = device_env.ssh_profile("fresh", sshd_server, device_env.cache / "ssh-fresh",
+                                  runner=runner, options={"known_hosts": str(known)})
+    with pytest.warns(UserWarning, match="not checking the host key"):
+        code, out, err = run_cli(["localize", residual_vtc, "--device", spec,
+                                  "--insecure-host-key", "-o", tmp_path], capsys)
+    assert code == 1, err
+    replay = next(ln for ln in out.splitlines() if ln.lstrip().startswith("replay:"))
+    assert replay.endswith(" --insecure-host-key")
+    with pytest.warns(UserWarning, match="not checking the host key"):
+        code, _, err = run_cli(replay.split()[2:], capsys)  # `verify run ...` as printed
+    assert code == 1, err  # the repro fails there
+
+
 def test_faulty_node_found_over_adb(residual_vtc: Path, adb_server, adb_device, device_env,
                                     tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import sys

@@ -77,7 +77,7 @@ def localize(selection: "ArchiveSelection", device: "DeviceTarget", no_dump: boo
     if as_json:
         emit_json(localize_document(result), "localize")
     else:
-        print_report(result)
+        print_report(result, device.insecure_host_key)
     return EXIT_MISMATCH if result.found else EXIT_OK
 
 
@@ -108,7 +108,7 @@ def _worst(diffs: "tuple[TensorDiff, ...]") -> "TensorDiff | None":
     return max(diffs, key=lambda d: worst([d]), default=None)
 
 
-def print_report(r: "LocalizeResult") -> None:
+def print_report(r: "LocalizeResult", insecure_host_key: bool = False) -> None:
     from verify.localize import FAULTY
 
     echo = click.echo
@@ -157,7 +157,7 @@ def print_report(r: "LocalizeResult") -> None:
         echo(click.style(f"=== no faulty node: every tensor compared is within tolerance{only}",
                          fg="green"))
     else:
-        _print_suspect(r)
+        _print_suspect(r, insecure_host_key)
     for note in r.notes:
         echo(f"note: {note}")
     trips = len(r.rounds)
@@ -203,7 +203,7 @@ def _print_finding(c: "NodeFinding", indent: str) -> None:
          f"{_units(worst(c.inherited)):<14} " + click.style(verdict, fg=color, bold=True))
 
 
-def _print_suspect(r: "LocalizeResult") -> None:
+def _print_suspect(r: "LocalizeResult", insecure_host_key: bool = False) -> None:
     from verify.localize import FAULTY
     from verify.localize.search import worst
 
@@ -242,7 +242,9 @@ def _print_suspect(r: "LocalizeResult") -> None:
     if r.repro is not None:
         echo(f"wrote repro: {r.repro}")
         flags = render.session_flags(r.opt_level, r.session.providers, r.session.threads)
-        echo(f"  replay:    verify run {r.repro} --device {r.device} {flags}")
+        # the search reached the device only with it: the replay would be refused without
+        insecure = " --insecure-host-key" if insecure_host_key else ""
+        echo(f"  replay:    verify run {r.repro} --device {r.device} {flags}{insecure}")
         # the ground truth's own settings: onnxruntime's CPU kernels, optimizations off
         echo(f"  reference: verify run {r.repro} --device local --opt-level disable")
 

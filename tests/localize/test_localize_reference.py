@@ -48,8 +48,31 @@ def test_ground_truth_this_host_does_not_reproduce_is_no_device_fault(
         code, doc = _localize(vtc, "local", capsys, "-o", tmp_path / "out", *mode)
         assert (code, doc["verdict"]) == (0, "no faulty node"), doc
         assert any("this host's own onnxruntime run is over tolerance against the archive's "
-                   "ground truth" in n for n in doc["notes"]), doc["notes"]
+                   "ground truth" in n and "given with --expected or by a PyTorch reference?"
+                   in n for n in doc["notes"]), doc["notes"]
         assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_an_fp16_archive_of_onnxruntime_s_own_ground_truth_is_judged_against_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An fp16 model packed plainly, localized on this healthy host at the packing settings:
+    marking every tensor as an output rounds its float16 intermediates, so the host's capture
+    is off its own plain run (8e-5 at the output); the device was judged against the capture,
+    and named a "failing subgraph" (`run` passes it). onnxruntime's own ground truth now judges
+    the outputs, as `run` does."""
+    from corpus_made import fp16_model
+
+    vtc = tmp_path / "o16.vtc"
+    code, out, err = run_cli(["pack", fp16_model(), "-d", REPO / "goldens" / "images" /
+                              "sample.png", "-o", vtc], capsys)
+    assert code == 0, out + err
+    assert run_cli(["run", vtc, "--device", "local", "--opt-level", "disable", "--iter", "1"],
+                   capsys)[0] == 0
+    code, doc = _localize(vtc, "local", capsys, "--opt-level", "disable", "--no-repro")
+    assert (code, doc["verdict"]) == (0, "no faulty node"), doc
+    assert any(n.startswith("this host's per-layer capture is over tolerance against the "
+                            "archive's ground truth") and "rounded to float16" in n
+               for n in doc["notes"]), doc["notes"]
 
 
 def test_outputs_are_judged_as_run_judges_them(faulty_profile, tmp_path: Path,

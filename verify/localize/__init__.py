@@ -195,7 +195,8 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
         # the archive's ground truth, unless this host's own run already differs from it
         # (packed with --expected, or a torch reference): the search then finds where the
         # device departs from this host, judged against it
-        wanted, differs = reference_outputs(case.outputs, refs, check, ng.initializers)
+        wanted, differs = reference_outputs(case.outputs, refs, check, ng.initializers,
+                                            str(tc.provenance.get("reference", "")))
         notes = (*notes, *differs, *unmatched_spec_notes(  # a --tol typo, noted as run notes it
             req.selection.tolerances.own_specs(), list(case.outputs), layers=ng.computed()))
         if mode == "dump":

@@ -42,14 +42,15 @@ def activation_bytes(model: Any, tc: Any, case_index: int) -> tuple[int, int]:
 
 
 def reference_outputs(given: Mapping[str, np.ndarray], refs: References, check: Any,
-                      constants: Collection[str] = ()
+                      constants: Collection[str] = (), packed_by: str = ""
                       ) -> tuple[Mapping[str, np.ndarray], tuple[str, ...]]:
     """What the device's outputs are judged against: the archive's ground truth `given`,
     unless this host's own onnxruntime run, whose values judge every piece of the search,
     already fails it (an archive packed with --expected, or a PyTorch reference, whose
     numbers onnxruntime does not reproduce; `pack` warned). A healthy device was then told
     the whole model was a failing subgraph, a fusion bug, with a repro that passes. Then the
-    host's outputs, and a note saying why. An output in `constants` (an initializer, a
+    host's outputs, and a note saying why; not for onnxruntime's own ground truth (see
+    below). An output in `constants` (an initializer, a
     Constant's value: the host capture computes no such tensor and was asked for one), or one
     the host does not capture, is the archive's own."""
     host = {**given, **refs.get(n for n in given if n not in constants)}
@@ -57,11 +58,22 @@ def reference_outputs(given: Mapping[str, np.ndarray], refs: References, check: 
     if not bad:
         return given, ()
     d = bad[0]
-    return host, (f"this host's own onnxruntime run is over tolerance against the archive's "
-                  f"ground truth ({d.name!r}: max|a-r| {d.max_abs:.3g}; given with --expected "
-                  "or by a PyTorch reference?): the device is judged against this host's "
-                  "outputs, as every piece of the search is; `verify run` judges it against "
-                  "the archive's",)
+    found = (f"is over tolerance against the archive's ground truth ({d.name!r}: max|a-r| "
+             f"{d.max_abs:.3g}")
+    if packed_by.startswith("onnxruntime"):
+        # onnxruntime's own ground truth, which a plain run here reproduces: the capture's
+        # values differ where marking every tensor as an output changed what onnxruntime
+        # computes (an fp16 model's intermediates, kept in float32 unmarked, rounded to
+        # float16). Judged against them, a healthy device at the packing settings was a
+        # "failing subgraph".
+        return given, (f"this host's per-layer capture {found}): marking every tensor as an output can change what "
+                       "onnxruntime computes (an fp16 model's intermediates are then rounded "
+                       "to float16), or the archive was packed with another onnxruntime build "
+                       "or CPU; the device's outputs are judged against the archive's, as "
+                       "`verify run` judges them, and its layers against this capture",)
+    return host, (f"this host's own onnxruntime run {found}; given with --expected or by a PyTorch reference?): the device is "
+                  "judged against this host's outputs, as every piece of the search is; "
+                  "`verify run` judges it against the archive's",)
 
 
 def control_flow_note(node: Any) -> tuple[str, ...]:

@@ -14,7 +14,8 @@ Every node named gets the same fault (several small faults that only add up toge
 failure no single node shows). With --fused, a node whose output is a graph output is left
 alone, like a bug in a fused kernel that disappears when the intermediate tensor is fetched.
 With --die-on-pieces, the runner crashes (exit 9, no result) on any model verify cut into
-pieces: a device lost in the middle of a localization. With --drop-piece-outputs, it leaves
+pieces: a device lost in the middle of a localization; with --die-on-output NAME, on a model
+whose graph outputs NAME (a round marking it). With --drop-piece-outputs, it leaves
 the outputs of such a model out of its result: a runner that loses outputs mid-search.
 
 KIND    what happens to node NAME                                     default V
@@ -113,6 +114,7 @@ def main(argv):
     parser.add_argument("--fused", action="store_true")
     parser.add_argument("--die-on-pieces", action="store_true")
     parser.add_argument("--drop-piece-outputs", action="store_true")
+    parser.add_argument("--die-on-output", default=None)
     args, rest = parser.parse_known_args(argv[1:])
     runner = _load_runner()
     if rest == ["--describe"]:  # it serves (below), so it says so
@@ -134,7 +136,8 @@ def run_faulty(args, runner, path):
         job = json.load(fh)
     model_path = job.get("model", "")
     model = onnx.load_from_string(open(os.path.join(workdir, model_path), "rb").read())
-    if args.die_on_pieces and model.producer_name == "verify-localize":
+    if (args.die_on_pieces and model.producer_name == "verify-localize") or (
+            args.die_on_output in {o.name for o in model.graph.output}):
         sys.stderr.write("faulty_runner: device lost\n")
         sys.stderr.flush()
         os._exit(9)  # served or not, the process ends here, without a result

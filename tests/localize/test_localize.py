@@ -387,6 +387,24 @@ def test_picks_the_first_failing_case(faulty_profile, tmp_path: Path,
     assert code == 0 and doc["case"] == 0 and doc["verdict"] == "no faulty node"
 
 
+def test_a_device_lost_in_the_last_round_keeps_the_node_found(
+        chain_vtc: Path, device_env, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bisection found n076, then the round measuring the full run's errors on the path to it
+    (every path tensor marked, n001:0 among them) lost the device: exit 3, the node and its
+    repro thrown away. That round only adds to what was found: a note says it failed."""
+    from fixtures_localize import FAULTY_RUNNER
+
+    device_env.write_profile("lastround", {"transport": "local", "runner": [
+        sys.executable, str(FAULTY_RUNNER), "--fault", "scale", "--node", "n076", "--value",
+        "1.01", "--die-on-output", "n001:0"]})
+    code, doc = _localize(chain_vtc, "lastround", capsys, "--no-dump", "-o", tmp_path)
+    assert code == 1 and (doc["verdict"], doc["suspect"]["name"]) == ("faulty here", "n076")
+    assert Path(doc["repro"]).is_file()
+    assert any(n.startswith("the full run's errors on the path to the suspect were not "
+                            "measured: the device failed in that last round (")
+               for n in doc["notes"]), doc["notes"]
+
+
 def test_each_case_s_repro_is_kept(faulty_profile, tmp_path: Path,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """The repro's name left the case out: localizing case 1 after case 0 overwrote case 0's

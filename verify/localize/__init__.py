@@ -30,7 +30,7 @@ from verify.graph import INPUT_OP, inferred_types, parse_model, saturation_floor
 from verify.origin import HOST, Attribution, attribute
 from verify.layer_judge import LayerJudge
 from verify.localize.cases import (activation_bytes, choose_case, control_flow_note,
-                                   reference_outputs, rounding_note)
+                                   path_errors, reference_outputs, rounding_note)
 from verify.localize.repro import repro_label, repro_path, write_repro
 from verify.localize.search import (DeviceRounds, References, Round, bisect, isolate,
                                     outputs_pass_note, path_to, rank_candidates, worst)
@@ -214,7 +214,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
                                   verdict=CLEAN, suspect=None, suspect_info=None,
                                   rounds=tuple(device.rounds), notes=outcome.notes)
         lo, hi = outcome.range
-        cumulative = search.cumulative_for(lo, hi, outcome.cumulative)
+        cumulative, unmeasured = path_errors(ng, refs, device, judge, lo, hi, outcome.cumulative)
         own = outcome.own
         suspect = _finding(ng, lo, own, cumulative, subgraph=hi - lo > 1)
         verdict = FAULTY if hi - lo == 1 else SUBGRAPH
@@ -239,7 +239,7 @@ def _localize_on(req: LocalizeRequest, tc: Testcase, tolerances: ToleranceSet, p
             verdict=verdict, suspect=suspect, suspect_info=info,
             subgraph=tuple(ng.labels[lo:hi]), candidates=outcome.candidates, path=path,
             rounds=tuple(device.rounds), repro=repro,
-            notes=(*outcome.notes, *outputs_pass_note(outcome.final),
+            notes=(*outcome.notes, *unmeasured, *outputs_pass_note(outcome.final),
                    *control_flow_note(ng.nodes[lo]), *rounding_note(ng.labels[lo], own)),
             attribution=_attribution(model, tc, ng, lo))
 
@@ -379,20 +379,3 @@ class _Search:
         b = bisect(ng, self.refs, self.device, self.judge.plain, 0, len(ng), final, self.req.fanout)
         return _Outcome(final, (b.lo, b.hi), b.diffs)
 
-    def cumulative_for(self, lo: int, hi: int,
-                       known: Mapping[str, TensorDiff]) -> dict[str, TensorDiff]:
-        """Full-run errors on the way to `[lo, hi)`: known from a dump, else one prefix run."""
-        ng = self.ng
-        path = path_to(ng, lo)
-        wanted = [t for t in dict.fromkeys([*path, *ng.segment_inputs(Segment(lo, hi)),
-                                            *ng.makes(lo)]) if t in ng.producer]
-        if all(t in known for t in wanted):
-            return dict(known)
-        from verify.subgraph import build_batch
-
-        prefix = Segment(0, max(hi, lo + 1), extra_outputs=tuple(wanted))
-        values = self.refs.get([*ng.graph_inputs, *ng.segment_outputs(prefix), *wanted])
-        batch = build_batch(ng, [prefix], values)
-        outs = self.device.run(batch.model.SerializeToString(), batch.feeds(values),
-                               "errors on the path to the suspect", nodes=len(prefix))
-        return {**known, **{t: self.judge(t, outs[t], values[t]) for t in wanted if t in outs}}

@@ -10,7 +10,8 @@ import numpy as np
 
 from verify.dtypes import float_eps
 from verify.graph import graph_and_bodies, node_bodies
-from verify.localize.search import DeviceRounds, References
+from verify.errors import DeviceError
+from verify.localize.search import DeviceRounds, References, path_to
 from verify.rules import MagnitudeRule
 from verify.shapes import tensor_sizes
 from verify.testcase import Testcase
@@ -115,3 +116,27 @@ def rounding_note(label: str, own: "tuple[Any, ...]") -> tuple[str, ...]:
             "different summation order or a fused kernel gives, not a wrong result; the "
             f"tolerance is tighter than {d.actual_dtype} arithmetic keeps (the default rule "
             f"allows 2^{round(np.log2(default))} of the peak)",)
+
+
+def path_errors(ng: Any, refs: References, device: DeviceRounds, judge: Any, lo: int, hi: int,
+                known: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """Full-run errors (TensorDiffs) on the way to the suspect `[lo, hi)`: known from a dump,
+    else one prefix run on the device. That round only adds to what is found: a device
+    failing in it leaves them unmeasured, said in a note, and keeps the suspect and its repro
+    (a device lost there threw a whole search away, exit 3)."""
+    from verify.subgraph import Segment, build_batch
+
+    wanted = [t for t in dict.fromkeys([*path_to(ng, lo), *ng.segment_inputs(Segment(lo, hi)),
+                                        *ng.makes(lo)]) if t in ng.producer]
+    if all(t in known for t in wanted):
+        return dict(known), ()
+    prefix = Segment(0, max(hi, lo + 1), extra_outputs=tuple(wanted))
+    values = refs.get([*ng.graph_inputs, *ng.segment_outputs(prefix), *wanted])
+    batch = build_batch(ng, [prefix], values)
+    try:
+        outs = device.run(batch.model.SerializeToString(), batch.feeds(values),
+                          "errors on the path to the suspect", nodes=len(prefix))
+    except DeviceError as exc:
+        return dict(known), (f"the full run's errors on the path to the suspect were not "
+                             f"measured: the device failed in that last round ({exc})",)
+    return {**known, **{t: judge(t, outs[t], values[t]) for t in wanted if t in outs}}, ()

@@ -508,8 +508,11 @@ def test_device_lost_mid_search_exits_3_without_a_repro(residual_vtc: Path, devi
     code, out, err = run_cli(["localize", residual_vtc, "--device", "flaky", "-o", folder,
                               *(["--no-dump"] if mode == "bisect" else [])], capsys)
     assert (code, out) == (3, "")
+    # which round of the search it ended in (its progress shows on a terminal only)
+    where = ("5 suspect node(s) in isolation" if mode == "dump" else
+             "bisect stem/conv .. head/softmax (23 nodes) in 2 parts")
     assert err == ("error: flaky: the runner exited with status 9 without writing a result: "
-                   "faulty_runner: device lost\n")
+                   f"faulty_runner: device lost (in round 2 of the search: {where})\n")
     assert not folder.exists() or list(folder.iterdir()) == []
 
 

@@ -151,6 +151,7 @@ def test_an_adb_device_unplugged_mid_search_is_named_not_a_killed_runner(
     assert (code, out) == (3, ""), err
     assert "killed by signal" not in err
     assert re.fullmatch(r"error: adb:phone \(adb:127\.0\.0\.1:\d+\): \S+ .*failed: device "
-                        r"(offline|'.*' not found) \(was it unplugged\? see `adb devices`\)\n",
+                        r"(offline|'.*' not found) \(was it unplugged\? see `adb devices`\) "
+                        r"\(in round \d+ of the search: .*\)\n",
                         err), err
     assert not (tmp_path / "out").exists()

@@ -21,6 +21,7 @@ from verify.capture import HostCapture
 from verify.check import require_outputs
 from verify.compare import TensorDiff, tol_rank
 from verify.devices import Profile
+from verify.errors import DeviceError
 from verify.external import ExternalData
 from verify.pipeline import RunOptions, Status, run_model
 from verify.session import DeviceSession
@@ -146,8 +147,14 @@ class DeviceRounds:
             session = DeviceSession(self.profile, status=self.status, serve=True)
             self.session = session.__enter__()
         before = self.session.stats["bytes_put"]
-        run = run_model(self.session, model_bytes, cases, self.options,
-                        external=self.external)
+        try:
+            run = run_model(self.session, model_bytes, cases, self.options,
+                            external=self.external)
+        except DeviceError as exc:  # how far the search got: its progress shows on terminals only
+            if exc.args and isinstance(exc.args[0], str):
+                exc.args = (f"{exc.args[0]} (in round {len(self.rounds) + 1} of the search: "
+                            f"{purpose})", *exc.args[1:])
+            raise
         self.device_info = run.device
         sent = self.session.stats["bytes_put"] - before
         self.rounds.append(Round(purpose, pieces, nodes, time.perf_counter() - t0, sent))

@@ -460,6 +460,9 @@ def test_a_fault_hidden_by_marked_outputs_is_bisected(chain_vtc: Path, faulty_pr
                            capsys)
     assert code == 1 and ("nodes, per-layer comparison (every layer within tolerance), then "
                           "bisection with unmarked subgraphs fed reference inputs") in out
+    # a subgraph's node, input and inherited lines are its first node's, and say so
+    assert "\n  first node  n076  op " in out and "(worst input of the first node in the full " \
+        "run)" in out
 
 
 @pytest.mark.parametrize("fault, node, mode", [

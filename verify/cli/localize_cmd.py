@@ -217,7 +217,9 @@ def _print_suspect(r: "LocalizeResult", insecure_host_key: bool = False) -> None
         echo(click.style(f"=== FAILING SUBGRAPH of {len(r.subgraph)} nodes: {r.subgraph[0]} .. "
                          f"{r.subgraph[-1]} (no part of it fails alone)", fg="red", bold=True))
     attrs = ", ".join(f"{k}={v}" for k, v in info.get("attributes", {}).items())
-    echo(f"  node        {info.get('name', s.name)}  op {info.get('op', s.op)}"
+    # a subgraph's lines below describe its first node (they read as the whole subgraph's)
+    label = "node" if r.verdict == FAULTY else "first node"
+    echo(f"  {label:<11} {info.get('name', s.name)}  op {info.get('op', s.op)}"
          + (f"  {attrs}" if attrs else ""))
     for inp in info.get("inputs", []):
         kind = "initializer" if inp["initializer"] else "input"
@@ -235,7 +237,8 @@ def _print_suspect(r: "LocalizeResult", insecure_host_key: bool = False) -> None
              f"inputs  [{w.rule if w else ''}]")
         if w is not None and not w.passed and w.reason:
             echo(f"              {w.reason}")
-    echo(f"  inherited   {_units(worst(s.inherited))} (worst input in the full run)")
+    echo(f"  inherited   {_units(worst(s.inherited))} (worst input"
+         f"{'' if r.verdict == FAULTY else ' of the first node'} in the full run)")
     if s.cumulative:
         c = _worst(s.cumulative)
         echo(f"  full run    {_diff_line(c)} at {c.name if c else '?'}")

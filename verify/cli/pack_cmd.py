@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
               help="Archive to write (default: MODEL with .vtc).")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
-              help="Shape for an input with dynamic dims, e.g. data:1x3x224x224.")
+              help="Shape for an input with dynamic dims, e.g. data:1x3x224x224 (NAME: "
+                   "may be left out when the model has one input).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for random inputs.")
 @click.option("--mean", default=None, metavar="M[,M,M]", help="Image preprocessing: subtract per channel (after --scale).")
 @click.option("--std", default=None, metavar="S[,S,S]", help="Image preprocessing: divide per channel.")

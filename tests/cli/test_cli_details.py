@@ -358,3 +358,42 @@ def test_inspect_shows_a_dump_folder_after_reading_it_back(tmp_path: Path, capsy
     assert code == 2 and out == "" and "c0.npys" in err and len(err.splitlines()) == 1
     code, _, err = verify(capsys, "inspect", tmp_path / "io.txt")
     assert code == 2 and "a text io-dump (--io-dump)" in err
+
+
+def test_an_error_or_an_interrupt_keeps_its_code_when_the_reader_has_gone(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`verify inspect missing.vtc | true`: an error that wrote nothing to stdout was exit 141,
+    not 2, once the reader had gone; Ctrl-C to `verify ci ... | tee log` (tee stopped too)
+    said 'interrupted' and exited 141, not 130. Only a verdict (0, 1) gives way to 141."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "verify", "inspect", "missing.vtc"],
+                              stdout=write, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (2, "error: missing.vtc: no such file\n")
+
+    from verify import cli
+    from verify.cli import interrupts
+
+    monkeypatch.setattr(cli, "_stdout_gone", lambda: True)  # stdout's reader was stopped too
+    monkeypatch.setitem(interrupts._term, "state", "")
+
+    def interrupted(*_: object, **__: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.LazyGroup, "invoke", interrupted)
+    assert cli._main(["inspect", "x.vtc"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+
+
+def test_a_closed_stdout_is_no_traceback() -> None:
+    """`verify --version >&-`: sys.stdout is None; the check for a reader that left raised
+    AttributeError at the end of every command."""
+    proc = subprocess.run([sys.executable, "-m", "verify", "--version"], stdout=None,
+                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                          cwd=Path(__file__).resolve().parents[2], timeout=120,
+                          preexec_fn=lambda: os.close(1))
+    assert (proc.returncode, proc.stderr) == (0, "")

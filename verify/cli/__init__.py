@@ -23,6 +23,7 @@ from verify.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
+    EXIT_MISMATCH,
     EXIT_TERMINATED,
     EXIT_OK,
     EXIT_USAGE,
@@ -109,7 +110,9 @@ def _main(argv: Sequence[str] | None) -> int:
         click.echo("error: internal error (a bug in verify; please report it with the trace above)",
                    err=True)
         code = EXIT_INTERNAL
-    if code != EXIT_BROKEN_PIPE and _reader_left():
+    # a verdict (0 or 1) the reader may not have read all of; an error, an interrupt or a
+    # termination is the command's own exit whether the reader stayed or not
+    if code in (EXIT_OK, EXIT_MISMATCH) and _reader_left():
         code = EXIT_BROKEN_PIPE
     if _term["state"] == "pending":  # lost where it was raised: the command ran on to its end
         _term_handled()
@@ -243,7 +246,7 @@ def _reader_left() -> bool:
         gone = _stdout_gone()
     except BrokenPipeError:
         gone = True
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # stdout closed (`>&-`): sys.stdout is None
         return False
     if gone:  # what Python would flush at exit must not fail
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -162,3 +162,15 @@ def test_update_goldens_with_a_device_down_updates_the_others_and_lists_what_it_
             "none); the other jobs' new baselines were put in place together. Record these "
             f"once they pass with `{record}`:\n\n- `two_io/board/default`: device error: "
             f"{down}\n") in md
+
+
+def test_an_option_set_named_with_a_leading_dot_is_put_in_place(tmp_path: Path) -> None:
+    """An [[options]] name may begin with a dot (`.fast`): its baseline `.fast.json` was
+    staged and then left out of the set as if it were an atomic write's temporary file,
+    so --update-goldens said 'baseline written' and wrote nothing."""
+    root = tmp_path / "bl"
+    with StagedBaselines(root, "s") as staged:
+        staged.write(root / "s" / "a" / "local" / ".fast.json", _doc(1))
+        (staged._staging() / "new" / "a" / "local" / ".o.json.x1.part").write_text("{")
+        assert staged.commit() == 1
+    assert _files(root) == {"s/a/local/.fast.json": _doc(1)}

@@ -157,9 +157,9 @@ def _move_all(folder: Path, final: Path) -> int:
 
 
 def _staged(new: Path) -> Iterator[Path]:
-    """The staged files, sorted (a temporary file of an atomic write left by a kill: not)."""
-    return iter(sorted(p for p in new.rglob("*.json") if p.is_file()
-                       and not p.name.startswith(".")))
+    """The staged files, sorted (a temporary file of an atomic write left by a kill, `.NAME.
+    json.XXXX.part`: not; an option set named `.fast` is a staged `.fast.json`)."""
+    return iter(sorted(p for p in new.rglob("*.json") if p.is_file()))
 
 
 def clear_leftovers(root: Path, suite_name: str) -> list[str]:

@@ -302,3 +302,7 @@ def test_an_output_over_tolerance_as_run_judges_it_fails_the_diff_with_no_layer_
     assert code == 1 and out.rstrip().endswith(
         "no single node is over its own tolerance") and "=== FAIL: out over tolerance as `run` "\
         "judges the outputs (max_abs " in out
+    # --only-failing: no row to show, and the line over the verdict said no tensor was over
+    code, out, _ = verify(capsys, "diff", tmp_path / "act", vtc, "--only-failing")
+    assert code == 1 and "no tensor over tolerance" not in out, out
+    assert "no layer over its own tolerance; the outputs as `run` judges them:" in out

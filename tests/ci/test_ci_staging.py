@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,33 @@ def test_an_option_set_named_with_a_leading_dot_is_put_in_place(tmp_path: Path) 
         (staged._staging() / "new" / "a" / "local" / ".o.json.x1.part").write_text("{")
         assert staged.commit() == 1
     assert _files(root) == {"s/a/local/.fast.json": _doc(1)}
+
+
+def test_a_staging_folder_cleared_by_another_run_as_it_was_made_is_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two runs starting together: the other one's clear_leftovers takes the new folder for a
+    leftover (its lock file not yet locked) and removes it between this run's open of the lock
+    file and its flock. The flock then held a removed file: the run staged into a folder that
+    a write made again, lockless, and a third run's clear_leftovers threw its set away."""
+    import fcntl
+    import shutil
+
+    root, made, flock, mkdtemp = tmp_path / "bl", [], fcntl.flock, staging.tempfile.mkdtemp
+
+    def recording_mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    def cleared_first(fd: int, how: int) -> None:
+        if len(made) == 1 and Path(made[0]).exists():  # the other run removes the folder
+            shutil.rmtree(made[0])
+        flock(fd, how)
+
+    monkeypatch.setattr(staging.tempfile, "mkdtemp", recording_mkdtemp)
+    monkeypatch.setattr(staging.fcntl, "flock", cleared_first)
+    with StagedBaselines(root, "s") as staged:
+        staged.write(root / "s" / "a" / "local" / "o.json", _doc(1))
+        monkeypatch.undo()
+        assert clear_leftovers(root, "s") == []   # a third run leaves the folder alone
+        assert staged.commit() == 1
+    assert _files(root) == {"s/a/local/o.json": _doc(1)}

@@ -129,7 +129,17 @@ def _new_folder(home: Path, suite_name: str) -> tuple[Path, int | None]:
             continue
         except OSError:  # no locks on this file system: unguarded (a leftover then stays)
             return folder, fd
+        if not _same_file(fd, folder / LOCK):  # the same, done before this lock was taken:
+            os.close(fd)                       # a lock on a removed file guards nothing
+            continue
         return folder, fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
 
 
 def _move_all(folder: Path, final: Path) -> int:

@@ -370,6 +370,31 @@ def test_a_latency_baseline_that_cannot_be_written_is_a_note_not_a_job_error(
     assert run.report["recorded_latency_baselines"] == []
 
 
+def test_a_baselines_folder_that_cannot_be_written_is_a_latency_note_with_its_reason(
+        ci_baselines: Path, device_env, tmp_path: Path, capsys, monkeypatch) -> None:
+    """A read-only baselines folder: the staging folder cannot be made there, and the note
+    gave that folder's path and 'cannot write' again before the reason."""
+    import errno
+    import os
+
+    from verify.ci import staging
+
+    monkeypatch.setenv("VERIFY_MACHINE", "read-only-runner")
+    base = tmp_path / "baselines"
+    shutil.copytree(ci_baselines, base)
+
+    def refused(*_: object, **__: object) -> str:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(staging, "_new_folder", refused)  # its mkdtemp, in a read-only folder
+    run = run_ci([local_suite(tmp_path), "--baselines", base, "--only",
+                  "two_io/local/opt-all"], capsys, tmp_path)
+    assert run.code == 0, run.out + run.err
+    final = base / "sample" / "latency" / run.job("two_io/local/opt-all")["machine"]
+    assert (f"note: could not record the latency baseline at {final}/two_io/local/opt-all.json: "
+            "Permission denied\n") in run.out
+
+
 def test_the_same_run_again_holds_every_gate(ci_baselines: Path, device_env, tmp_path: Path,
                                              capsys) -> None:
     suite = local_suite(tmp_path)

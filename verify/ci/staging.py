@@ -96,7 +96,9 @@ class StagedBaselines:
                 self._folder, self._fd = _new_folder(self.home, self.suite_name)
             except OSError as exc:
                 remove_empty_dirs(self._made)
-                raise OutputError(f"{self.home}: cannot write: {os_reason(exc)}") from None
+                failure = OutputError(f"{self.home}: cannot write: {os_reason(exc)}")
+                failure.reason = os_reason(exc)  # as files.output_errors gives it
+                raise failure from None
         return self._folder
 
     def _remove(self) -> None:

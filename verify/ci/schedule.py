@@ -323,8 +323,8 @@ def _run_and_judge(job: Job, ci: CiRun, attempts: _Attempts,
                     recorded = True
                 except (OSError, OutputError) as exc:  # writes raise OutputError
                     recorded = False
-                    notes.append(f"could not record the latency baseline at {lat_shown}: "
-                                 f"{getattr(exc, 'reason', None) or getattr(exc, 'strerror', None) or exc}")
+                    why = getattr(exc, "reason", None) or getattr(exc, "strerror", None) or exc
+                    notes.append(f"could not record the latency baseline at {lat_shown}: {why}")
                 verdicts.append(gates.no_latency_baseline(fingerprint, lat_shown, recorded))
             else:
                 verdicts.append(gates.latency(latency, base_latency, job.settings, job.id,

@@ -448,6 +448,8 @@ def test_trace_object_form_and_no_run_events() -> None:
     ("[]", "no node events; the session never ran while profiling was on"),
     (json.dumps([{"cat": "Node", "name": "a_kernel_time", "ts": 0, "dur": "7"}]),
      "event 0 (a_kernel_time): 'dur' is not a number"),
+    (json.dumps([{"cat": "Node", "name": "a_kernel_time", "ts": 0, "dur": -5}]),
+     "event 0 (a_kernel_time): 'dur' is negative (-5); a hand-edited trace?"),
 ])
 def test_bad_files(tmp_path, content, message) -> None:
     path = tmp_path / "p.json"

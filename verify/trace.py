@@ -256,6 +256,9 @@ def _number(e: Mapping[str, Any], key: str, index: int, source: str) -> float:
     v = e.get(key)
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ProfileError(f"{source}: event {index} ({e.get('name')}): {key!r} is not a number")
+    if key == "dur" and v < 0:
+        raise ProfileError(f"{source}: event {index} ({e.get('name')}): 'dur' is negative "
+                           f"({v}); a hand-edited trace?")
     return float(v)
 
 

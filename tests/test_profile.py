@@ -120,6 +120,31 @@ def test_resize_by_mode(mode, per_element) -> None:
     assert node_cost("Resize", ins, [f32(1, 3, 8, 8)], None).flops is None
 
 
+def test_quantized_conv_and_matmul_count_as_their_float_ops() -> None:
+    # QLinearConv: x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B (int32 bias)
+    x, w, y = TensorSpec("int8", (1, 8, 10, 10)), TensorSpec("int8", (16, 8, 3, 3)), \
+        TensorSpec("int8", (1, 16, 8, 8))
+    s, z, b = f32(), TensorSpec("int8", ()), TensorSpec("int32", (16,))
+    conv = 2 * 16 * 8 * 8 * 8 * 3 * 3
+    assert node_cost("QLinearConv", [x, s, z, w, s, z, s, z], [y]).flops == conv
+    assert node_cost("QLinearConv", [x, s, z, w, s, z, s, z, b], [y]).flops == conv + 1024
+    attrs = {"kernel_shape": [3, 3], "group": 1}
+    assert node_cost("QLinearConv", [x, s, z, UNKNOWN, s, z, s, z, b], [y],
+                     attrs).flops == conv + 1024
+    assert node_cost("ConvInteger", [x, w, z, z], [TensorSpec("int32", (1, 16, 8, 8))]
+                     ).flops == conv
+    # QLinearMatMul: a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp
+    a, bm = TensorSpec("uint8", (4, 32)), TensorSpec("uint8", (32, 10))
+    mm = 2 * 4 * 10 * 32
+    assert node_cost("QLinearMatMul", [a, s, z, bm, s, z, s, z],
+                     [TensorSpec("uint8", (4, 10))]).flops == mm
+    assert node_cost("MatMulInteger", [a, bm], [TensorSpec("int32", (4, 10))]).flops == mm
+    # quantize and dequantize: one element-wise op per element, as Cast
+    assert node_cost("QuantizeLinear", [f32(4, 5), s, z], [TensorSpec("int8", (4, 5))]).flops == 20
+    assert node_cost("DequantizeLinear", [TensorSpec("int8", (4, 5)), s, z],
+                     [f32(4, 5)]).flops == 20
+
+
 def test_unknown_op_has_no_flops_but_bytes() -> None:
     cost = node_cost("NonMaxSuppression", [f32(1, 10, 4), f32(1, 1, 10)],
                      [TensorSpec("int64", (3, 3))], {})

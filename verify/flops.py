@@ -23,6 +23,10 @@ divide of a mean) are ignored: they are small beside the per-element work.
                       activation, so that one element-wise op per output is not counted).
   FusedMatMul         as MatMul, K from transA (the node's attributes; for a node onnxruntime
                       made, from the shapes where A and the output tell it).
+  QLinearConv, ConvInteger, QLinearMatMul, MatMulInteger   as Conv/MatMul on their data
+                      inputs (an int8 multiply-add is 2 FLOPs too); scales and zero points,
+                      and the requantization, are not counted.
+  QuantizeLinear/DequantizeLinear   1 per element, as Cast.
   MaxPool/AveragePool/LpPool   out * prod(kernel_shape) (needs attributes).
   GlobalAveragePool/GlobalMaxPool   in.
   element-wise        1 per output element per element operation, whatever the function:
@@ -245,6 +249,14 @@ def _fused(base: _FlopFn) -> _FlopFn:
     return count
 
 
+def _picked(base: _FlopFn, positions: tuple[int, ...]) -> _FlopFn:
+    """base's count on the inputs at `positions` (a quantized op's data inputs, its scales
+    and zero points left out): QLinearConv's x, w, B are its inputs 0, 3, 8."""
+    def count(ins: Inputs, outs: Inputs, attrs: Attrs) -> int | None:
+        return base([_at(ins, i) for i in positions], outs, attrs)
+    return count
+
+
 def _pool(ins: Inputs, outs: Inputs, attrs: Attrs) -> int | None:
     out = _n(outs, 0)
     if attrs is None or out is None or not attrs.get("kernel_shape"):
@@ -321,6 +333,12 @@ _FLOPS: dict[str, _FlopFn] = {
     "FusedConv": _fused(_conv),
     "FusedGemm": _fused(_gemm),
     "FusedMatMul": _fused_matmul,
+    "QLinearConv": _picked(_conv, (0, 3, 8)),
+    "QLinearMatMul": _picked(_matmul, (0, 3)),
+    "ConvInteger": _picked(_conv, (0, 1)),
+    "MatMulInteger": _picked(_matmul, (0, 1)),
+    "QuantizeLinear": _per_output_element(1),
+    "DequantizeLinear": _per_output_element(1),
     "MaxPool": _pool,
     "AveragePool": _pool,
     "LpPool": _pool,

@@ -223,8 +223,10 @@ def profile_from_dict(data: Mapping[str, Any], path: Path, text: str = "") -> Pr
     r.table(data, [], sorted(_KNOWN_KEYS))
     transport = data.get("transport")
     if not isinstance(transport, str) or not transport:
-        raise r.fail(["transport"], f"must be one of {', '.join(TRANSPORTS_BUILTIN)} or a "
-                                    "third-party driver's name")
+        raise r.fail(["transport"], f"missing: one of {', '.join(TRANSPORTS_BUILTIN)} or a "
+                                    "third-party driver's name" if transport is None else
+                     f"must be one of {', '.join(TRANSPORTS_BUILTIN)} or a third-party "
+                     "driver's name")
     values = {"profile_dir": str(path.parent.resolve()),
               "cache": str(verify_cache_dir()), "arm64_root": str(arm64_root())}
 

@@ -98,7 +98,7 @@ def test_placeholders(device_env: DeviceEnv, monkeypatch: pytest.MonkeyPatch) ->
                                           "providers, push, python, runner, timeouts, transport)"),
     ("address = 'x'", "transport: missing: one of local, cuda, ssh, adb or a third-party "
                       "driver's name"),
-    ("transport = 3", "transport: must be one of local, cuda, ssh, adb or a third-party "
+    ("transport = 3", "line 1: transport: must be one of local, cuda, ssh, adb or a third-party "
                       "driver's name"),
     ('transport = "ssh"\npython = 3', "line 2: python: must be a list of strings"),
     ('transport = "ssh"\n[[push]]\nsrc = "a"', "line 2: push[0]: needs string keys src and dest"),

@@ -143,6 +143,24 @@ def test_print_only_and_skip_runs(capsys: pytest.CaptureFixture[str], local_trac
     assert (all_runs["summary"]["runs"], all_runs["summary"]["skipped_runs"]) == (10, 0)
 
 
+def test_a_raw_trace_and_an_op_type_of_the_wrong_case_say_what_to_do(
+        capsys: pytest.CaptureFixture[str], local_trace: Path, tmp_path: Path) -> None:
+    """onnxruntime's own trace (a bare event list, no warmup record) kept the slow first run
+    without a word; `--type conv` (op types are case-sensitive) said only 'no node matches'."""
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps(json.loads(local_trace.read_text())["traceEvents"]))
+    code, out, _ = verify(capsys, "profile", raw, "--print-only", "summary")
+    assert code == 0 and ("(no warmup record: every run kept, the first and often slowest one "
+                          "too; --skip-runs 1 drops it)") in out
+    code, out, _ = verify(capsys, "profile", local_trace, "--print-only", "summary")
+    assert code == 0 and "no warmup record" not in out  # verify run's trace records them
+    code, out, _ = verify(capsys, "profile", local_trace, "--type", "conv")
+    assert code == 0 and ("no node matches the filters: no op type 'conv' here (case-sensitive; "
+                          "the trace's: ") in out and "Conv" in out
+    code, out, _ = verify(capsys, "profile", local_trace, "--type", "Conv", "--opr-name", "^x$")
+    assert code == 0 and out.rstrip().endswith("no node matches the filters")
+
+
 def test_model_gives_the_counts_the_trace_alone_cannot(capsys: pytest.CaptureFixture[str],
                                                        local_trace: Path,
                                                        cnn_two_cases: Path) -> None:

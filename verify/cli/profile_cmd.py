@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -124,11 +124,19 @@ def profile(trace: Path | None, torch_program: str | None, warmup: int, iteratio
     if print_only in (None, "summary"):
         console.print(summary_table(report.summary, with_model=index is not None))
     if print_only != "summary":
-        if report.rows:
-            console.print(rows_table(report))
-        else:
-            console.print("no node matches the filters")
+        console.print(rows_table(report) if report.rows else _none_matched(types, parsed))
     return EXIT_OK
+
+
+def _none_matched(types: tuple[str, ...], parsed: Any) -> str:
+    """What to say when the filters keep no node: with --type, the op types there are (they
+    are case-sensitive: `--type conv` kept nothing, and said only that)."""
+    have = sorted({n.op_type for n in parsed.nodes})
+    if not types or set(types) & set(have):
+        return "no node matches the filters"
+    return (f"no node matches the filters: no op type {', '.join(map(repr, types))} here "
+            f"(case-sensitive; the trace's: {', '.join(have[:12])}"
+            f"{' …' if len(have) > 12 else ''})")
 
 
 def _torch_profile(program: str, trace: Path | None, model_path: Path | None, warmup: int,
@@ -162,7 +170,8 @@ def _torch_profile(program: str, trace: Path | None, model_path: Path | None, wa
     if print_only in (None, "summary"):
         console.print(summary_table(report.summary, with_model=True))
     if print_only != "summary":
-        console.print(rows_table(report) if report.rows else "no node matches the filters")
+        console.print(rows_table(report) if report.rows
+                      else _none_matched(tuple(filters.get("types", ())), host.profile))
     if device is not None:
         console.print(module_table(rows, unclaimed, str(trace)))
     return EXIT_OK
@@ -213,7 +222,10 @@ def summary_table(s: "ProfileSummary", with_model: bool = True):
             "torch": "--warmup"}.get(
         s.warmup_source or "", "")
     runs = f"{s.runs}" + (f" (dropped {s.skipped_runs} warmup run(s), {warm})"
-                          if s.skipped_runs else "")
+                          if s.skipped_runs else
+                          " (no warmup record: every run kept, the first and often slowest "
+                          "one too; --skip-runs 1 drops it)"
+                          if s.warmup_source is None and s.runs > 1 else "")
     table.add_row("runs analyzed", runs)
     if s.run_time is not None:
         what = "interpreted run" if s.source.startswith("torch:") else "model_run"

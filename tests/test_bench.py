@@ -147,6 +147,7 @@ def test_bench_opt_levels_side_by_side_with_their_errors(
     for col in ("avg ms", "sd", "min", "median", "max", "speed-up", "max error", "rule",
                 "check"):  # the noise note sends the reader to min and median
         assert col in header
+    assert "speed-up: opt=disable's mean (the first setting) over each setting's" in lines
     row = next(ln for ln in lines if ln.startswith("opt=all,layout=nchw"))
     assert "PASS" in row and "prob: magnitude" in row
     assert lines[-1] == "=== PASS: every setting within tolerance (2 settings)"

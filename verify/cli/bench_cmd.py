@@ -94,6 +94,9 @@ def print_report(report: "BenchReport") -> None:
                       "-" if worst is None else f"{worst.max_abs:.3g}",
                       "" if worst is None else f"{worst.name}: {worst.rule}", check)
     render.console(width=160).print(table)
+    if len(report.results) > 1:  # the table's column does not say against what
+        echo(f"speed-up: {report.results[0].setting.label}'s mean (the first setting) over "
+             "each setting's")
     for r in report.results:
         for d in r.diffs:
             if not d.passed and d.reason:

@@ -138,10 +138,11 @@ def node_cost(op_type: str, inputs: Inputs, outputs: Inputs, attrs: Attrs = None
         flops = fn(inputs, outputs, attrs) if fn is not None else None
     except (IndexError, TypeError, ValueError, ZeroDivisionError):
         flops = None  # shapes that do not fit the op: unknown rather than a crash
-    return NodeCost(flops, _sum_bytes(inputs), _sum_bytes(outputs))
+    return NodeCost(flops, sum_bytes(inputs), sum_bytes(outputs))
 
 
-def _sum_bytes(tensors: Inputs) -> int | None:
+def sum_bytes(tensors: Inputs) -> int | None:
+    """The bytes of `tensors` (an absent one, None, counts none); None if a size is unknown."""
     total = 0
     for t in tensors:
         if t is None:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from verify.flops import NodeCost, TensorSpec, node_cost
+from verify.flops import NodeCost, TensorSpec, node_cost, sum_bytes
 
 # torch's dtype names where onnxruntime's (verify.flops.DTYPE_BITS) differ
 _DTYPES = {"float32": "float", "float64": "double"}
@@ -56,14 +57,29 @@ def tensor_spec(t: Any) -> TensorSpec:
     return TensorSpec(_DTYPES.get(name, name), tuple(int(d) for d in t.shape))
 
 
-def fx_cost(torch: Any, target: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-            value: Any, count: Callable[[], int | None]) -> NodeCost:
+@dataclass(frozen=True)
+class NodeShape:
+    """One execution of an FX node: its tensor arguments and results, its FLOPs and bytes."""
+
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    cost: NodeCost
+
+
+def node_shape(torch: Any, target: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+               value: Any, count: Callable[[], int | None]) -> NodeShape:
     """One execution of an FX node calling `target` on `args`/`kwargs` that returned `value`;
     `count()` runs the node again under PyTorch's FLOP counter (None when it has no formula)."""
-    if target is operator.getitem or _is_view(target):
-        return NodeCost(0, 0, 0)
     ins = [tensor_spec(t) for t in flatten((args, kwargs)) if isinstance(t, torch.Tensor)]
     outs = [tensor_spec(t) for t in flatten(value) if isinstance(t, torch.Tensor)]
+    return NodeShape(tuple(ins), tuple(outs), _cost(torch, target, args, kwargs, ins, outs, count))
+
+
+def _cost(torch: Any, target: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+          ins: list[TensorSpec], outs: list[TensorSpec], count: Callable[[], int | None]
+          ) -> NodeCost:
+    if target is operator.getitem or _is_view(target):
+        return NodeCost(0, 0, 0)
     name = getattr(getattr(target, "overloadpacket", None), "__name__", "")
     op = _SAME_AS.get(name)
     if name == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, ...)
@@ -80,12 +96,12 @@ def fx_cost(torch: Any, target: Any, args: Sequence[Any], kwargs: Mapping[str, A
         flops = node_cost("MatMul", ins[:1], outs).flops
         if flops is not None and len(ins) > 2:
             flops += outs[0].elements or 0
-        return NodeCost(flops, _bytes(ins), _bytes(outs))
+        return NodeCost(flops, sum_bytes(ins), sum_bytes(outs))
     if name == "addmm":  # bias + a @ b: ONNX's Gemm(a, b, bias)
         return node_cost("Gemm", [*ins[1:3], ins[0]] if len(ins) == 3 else ins, outs)
     if name in _ELEMENTWISE or _tagged(torch, target, "pointwise"):
         return node_cost("Relu", ins, outs)  # 1 per output element
-    return NodeCost(count(), _bytes(ins), _bytes(outs))
+    return NodeCost(count(), sum_bytes(ins), sum_bytes(outs))
 
 
 def _positional(name: str, args: Sequence[Any], ins: list[TensorSpec]) -> list[TensorSpec | None]:
@@ -93,11 +109,6 @@ def _positional(name: str, args: Sequence[Any], ins: list[TensorSpec]) -> list[T
     if name.startswith("conv") and len(args) > 2 and args[2] is None:
         return [*ins[:2], None, *ins[2:]]
     return list(ins)
-
-
-def _bytes(specs: Sequence[TensorSpec]) -> int | None:
-    sizes = [s.nbytes for s in specs]
-    return None if any(n is None for n in sizes) else sum(n for n in sizes if n is not None)
 
 
 def _is_view(target: Any) -> bool:

@@ -30,7 +30,7 @@ import onnx
 from verify import DISTRIBUTION
 from verify.errors import InputError, MissingDependency, UsageError
 from verify.origin import source_line, tensor_origins
-from verify.torchcost import flatten
+from verify.torchcost import NodeShape, flatten, node_shape
 
 PIN = "torch==2.13.0+cpu"
 INSTALL = f"pip install '{DISTRIBUTION}[torch]' (PyTorch, CPU build: {PIN})"
@@ -55,15 +55,6 @@ class FxNode:
     module: str      # innermost nn.Module path ('' for the top level)
     source: str      # 'resnet.py:92', innermost frame outside torch itself ('' unknown)
     call: str = ""   # which call of that module (torch.export keys each call apart)
-
-
-@dataclass(frozen=True)
-class NodeShape:
-    """One execution of an FX node: its tensor arguments, results, FLOPs and bytes."""
-
-    inputs: tuple[Any, ...]   # flops.TensorSpec
-    outputs: tuple[Any, ...]
-    cost: Any                 # flops.NodeCost
 
 
 @dataclass(frozen=True)
@@ -118,18 +109,12 @@ class TorchProgram:
     def costs(self, inputs: Sequence[np.ndarray]) -> dict[str, NodeShape]:
         """Each FX node's tensor arguments and results (flops.TensorSpec) and the FLOPs and
         bytes of one execution (verify.torchcost), from one interpreted run."""
-        from verify.torchcost import fx_cost, tensor_spec
-
         torch = self.torch
         got: dict[str, NodeShape] = {}
 
         def record(n: Any, args: Any, kwargs: Any, value: Any) -> None:
-            cost = fx_cost(torch, n.target, args, kwargs, value,
-                           lambda: _counted(torch, n.target, args, kwargs))
-            got[n.name] = NodeShape(
-                tuple(tensor_spec(t) for t in flatten(args) if isinstance(t, torch.Tensor)),
-                tuple(tensor_spec(t) for t in flatten(value) if isinstance(t, torch.Tensor)),
-                cost)
+            got[n.name] = node_shape(torch, n.target, args, kwargs, value,
+                                     lambda: _counted(torch, n.target, args, kwargs))
 
         self._interpret(inputs, None, costs=record)
         return got

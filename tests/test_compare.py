@@ -268,7 +268,9 @@ def test_saturated_sigmoid_needs_the_floor(engine: str) -> None:
     a = r.copy()  # a device computing it as 1 - sigmoid(-x): noise of 1 ulp at 1.0
     a[::3] = np.maximum(np.float32(0), r[::3] + np.float32(2.0 ** -24) * rng.choice([-1, 1], a[::3].size))
     tols = ToleranceSet()
-    floored = compare("sig", a, r, tols.rule_for("sig", np.float32, floor=saturating_floor("Sigmoid")), engine=engine)
+    floored = compare("sig", a, r,
+                      tols.rule_for("sig", np.float32, floor=saturating_floor("Sigmoid")),
+                      engine=engine)
     assert floored.passed, floored.reason
     assert floored.rule == "magnitude k=2^-14 floor=2^-4"
     assert floored.threshold == 2.0 ** -14 / 16
@@ -396,7 +398,8 @@ def test_glob_overrides_first_match_wins() -> None:
     assert ToleranceSet().rule_for("x", f32, floor=0.0625) == MagnitudeRule(None, 0.0625)
     assert ToleranceSet.from_specs([], atol=1e-3).rule_for("x", f32) == AllcloseRule(1e-3, 0.0)
     assert ToleranceSet.from_specs([], rtol=1e-2).default == AllcloseRule(0.0, 1e-2)
-    assert ToleranceSet.from_specs(["x:atol=1"], atol=1e-3).rule_for("y", f32) == AllcloseRule(1e-3, 0.0)
+    assert ToleranceSet.from_specs(["x:atol=1"], atol=1e-3).rule_for("y", f32) == \
+        AllcloseRule(1e-3, 0.0)
     assert parse_tolerance(" a* : atol = 2^-10 , rtol=2**-3").rule == AllcloseRule(2.0 ** -10, 0.125)
 
 

@@ -74,7 +74,8 @@ def test_errors_name_file_line_and_key_in_the_callers_error_class() -> None:
                                  ("bool", 1, "must be true or false"),
                                  ("table", [], "must be a table"),
                                  ("text", 3, "must be a string"),
-                                 ("name", "a b", "must be a name of letters, digits and _ . + - (not . or ..)")):
+                                 ("name", "a b", "must be a name of letters, digits and "
+                                                 "_ . + - (not . or ..)")):
         with pytest.raises(SuiteLike) as info:
             r.get({"v": value}, ["suite"], "v", kind)
         assert str(info.value) == f"s.toml: suite.v: {message}"

@@ -199,8 +199,9 @@ def _walk(act: Side, ref: Side, tolerances: ToleranceSet, case: int,
         if t.sources and any(item[0] in t.sources for item in pending):
             flush()  # its sources' errors first
         rule = judge.rule(name, r.dtype, t.floor)
-        own = judge.own_rule(name, r.dtype, t.floor)
-        if t.is_output and rule != own:  # also judged as `run` judges it
+        # an output is also judged as `run` judges it (the rule of its own floor), where the
+        # walk's rule lent it its sources' error
+        if t.is_output and rule != (own := judge.own_rule(name, r.dtype, t.floor)):
             plain = compare(name, a, r, own, engine=engine)
             if not plain.passed:
                 over.append(plain)

@@ -29,7 +29,8 @@ from typing import Any
 
 from verify.ci import baseline as baselines
 from verify.errors import OutputError
-from verify.files import missing_dirs, os_reason, remove_empty_dirs, write_text_atomic
+from verify.files import (missing_dirs, os_reason, output_errors, remove_empty_dirs,
+                          write_text_atomic)
 
 MARK = ".staging~"          # the folder: f".{suite}{MARK}XXXXXXXX"
 LOCK, COMMITTING, NEW = "lock", "committing", "new"
@@ -92,13 +93,12 @@ class StagedBaselines:
         if self._folder is None:
             self._made = missing_dirs(self.home)
             try:
-                self.home.mkdir(parents=True, exist_ok=True)
-                self._folder, self._fd = _new_folder(self.home, self.suite_name)
-            except OSError as exc:
+                with output_errors(self.home):
+                    self.home.mkdir(parents=True, exist_ok=True)
+                    self._folder, self._fd = _new_folder(self.home, self.suite_name)
+            except OutputError:
                 remove_empty_dirs(self._made)
-                failure = OutputError(f"{self.home}: cannot write: {os_reason(exc)}")
-                failure.reason = os_reason(exc)  # as files.output_errors gives it
-                raise failure from None
+                raise
         return self._folder
 
     def _remove(self) -> None:
@@ -121,7 +121,7 @@ def _new_folder(home: Path, suite_name: str) -> tuple[Path, int | None]:
     while True:
         folder = Path(tempfile.mkdtemp(prefix=f".{suite_name}{MARK}", dir=home))
         try:
-            fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = _open_lock(folder)
         except FileNotFoundError:  # a run clearing leftovers took it, seeing no lock held
             continue
         try:
@@ -135,6 +135,12 @@ def _new_folder(home: Path, suite_name: str) -> tuple[Path, int | None]:
             os.close(fd)                       # a lock on a removed file guards nothing
             continue
         return folder, fd
+
+
+def _open_lock(folder: Path) -> int:
+    """A descriptor on `folder`'s lock file (made if missing), to flock: this run's folder,
+    or a leftover whose lock nobody holds."""
+    return os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -186,7 +192,7 @@ def clear_leftovers(root: Path, suite_name: str) -> list[str]:
         return done
     for folder in found:
         try:
-            fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            fd = _open_lock(folder)
         except OSError:  # gone meanwhile, or not ours to touch
             continue
         try:

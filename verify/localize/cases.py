@@ -1,5 +1,6 @@
-"""Which case localize searches with, what the device is judged against, and how much memory
-a per-layer reference of the case needs."""
+"""Which case localize searches with, what the device is judged against, how much memory a
+per-layer reference of the case needs, the full run's errors on the path to a suspect found,
+and the notes said of a suspect (control flow, rounding)."""
 
 from __future__ import annotations
 
@@ -67,14 +68,15 @@ def reference_outputs(given: Mapping[str, np.ndarray], refs: References, check: 
         # computes (an fp16 model's intermediates, kept in float32 unmarked, rounded to
         # float16). Judged against them, a healthy device at the packing settings was a
         # "failing subgraph".
-        return given, (f"this host's per-layer capture {found}): marking every tensor as an output can change what "
-                       "onnxruntime computes (an fp16 model's intermediates are then rounded "
-                       "to float16), or the archive was packed with another onnxruntime build "
-                       "or CPU; the device's outputs are judged against the archive's, as "
-                       "`verify run` judges them, and its layers against this capture",)
-    return host, (f"this host's own onnxruntime run {found}; given with --expected or by a PyTorch reference?): the device is "
-                  "judged against this host's outputs, as every piece of the search is; "
-                  "`verify run` judges it against the archive's",)
+        return given, (f"this host's per-layer capture {found}): marking every tensor as an "
+                       "output can change what onnxruntime computes (an fp16 model's "
+                       "intermediates are then rounded to float16), or the archive was packed "
+                       "with another onnxruntime build or CPU; the device's outputs are judged "
+                       "against the archive's, as `verify run` judges them, and its layers "
+                       "against this capture",)
+    return host, (f"this host's own onnxruntime run {found}; given with --expected or by a "
+                  "PyTorch reference?): the device is judged against this host's outputs, as "
+                  "every piece of the search is; `verify run` judges it against the archive's",)
 
 
 def control_flow_note(node: Any) -> tuple[str, ...]:

@@ -47,6 +47,15 @@ def dtype_name(dtype: np.dtype) -> str:
 
 
 @functools.lru_cache(maxsize=64)
+def float_max(dtype: np.dtype) -> float | None:
+    """The largest finite value of a float dtype (bfloat16's too), else None."""
+    if dtype.kind == "f":
+        return float(np.finfo(dtype).max)
+    info = _ml_info(dtype, "finfo")
+    return float(info.max) if info is not None else None
+
+
+@functools.lru_cache(maxsize=64)
 def tiny_of(dtype: np.dtype) -> float:
     if dtype.kind == "f":
         return float(np.finfo(dtype).tiny)

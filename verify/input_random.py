@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from verify.archive_file import max_tensor_bytes
-from verify.dtypes import _ml_info
+from verify.dtypes import float_max
 from verify.errors import InputError
 from verify.input_casts import dtype_name, int_limits, kind
 from verify.input_shapes import Dim
@@ -71,8 +71,7 @@ def random_input(info: InputInfo, shape: tuple[Dim, ...] | None, spec: RandomSpe
     k = kind(info.dtype)
     if k == "f":
         low, high = (-1.0, 1.0) if spec.low is None else (spec.low, spec.high)
-        fi = _ml_info(np.dtype(info.dtype), "finfo") or np.finfo(info.dtype)  # bfloat16 too
-        top = float(fi.max)
+        top = float_max(np.dtype(info.dtype)) or float(np.finfo(info.dtype).max)
         if not (-top <= low and high <= top):  # float16 past 65504 was inf, float32 past 3.4e38
             raise InputError(f"input '{info.name}' takes {dtype_name(info.dtype)}; "
                              f"rand({low:g},{high:g}) must lie within [{-top:g}, {top:g}]")

@@ -34,6 +34,7 @@ __all__ = [
     "have_arm64",
     "link_down_transport",
     "local_suite",
+    "lost_board_suite",
     "perturbed_archive",
     "run_ci",
     "wrapped_runner_profile",
@@ -135,6 +136,22 @@ def local_suite(folder: Path, *, testcases: dict[str, Path] | None = None,
         head = head.replace("threshold = 0.25 ", f"threshold = {latency_threshold}  ")
     path = folder / "suite.toml"
     path.write_text(head + devices + "\n" + body + "\n" + extra, encoding="utf-8")
+    return path
+
+
+def lost_board_suite(folder: Path, transport: str, *, retries: int,
+                     gates: Sequence[str]) -> Path:
+    """`folder/lost.toml`: two_io and int_bool on `local` and on `board`, a device reached by
+    `transport` (`link_down_transport`: its link is down)."""
+    path = folder / "lost.toml"
+    path.write_text(
+        f'[suite]\nname = "lost"\niterations = 2\nwarmup = 0\nretries = {retries}\n'
+        f'gates = {json.dumps(list(gates))}\n\n'
+        f'[[device]]\nname = "board"\nspec = "{transport}:rack7"\n\n'
+        '[[device]]\nname = "local"\nspec = "local"\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "two_io.vtc"))}\n\n'
+        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "int_bool.vtc"))}\n',
+        encoding="utf-8")
     return path
 
 

@@ -18,6 +18,7 @@ from fixtures_ci import (
     TESTCASES,
     busy_cores,
     local_suite,
+    lost_board_suite,
     perturbed_archive,
     run_ci,
     wrapped_runner_profile,
@@ -463,15 +464,8 @@ def test_a_device_that_keeps_timing_out_is_taken_out_of_the_run(
 def test_a_connect_error_subclass_also_takes_the_device_out_of_the_run(
         link_down_transport: str, device_env, tmp_path: Path, capsys) -> None:
     # a third-party driver raises its own ConnectError subclass: the device is still lost
-    suite = tmp_path / "lost.toml"
-    suite.write_text(
-        '[suite]\nname = "lost"\niterations = 2\nwarmup = 0\nretries = 1\n'
-        'gates = ["accuracy"]\n\n'
-        f'[[device]]\nname = "board"\nspec = "{link_down_transport}:rack7"\n\n'
-        '[[device]]\nname = "local"\nspec = "local"\n\n'
-        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "two_io.vtc"))}\n\n'
-        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "int_bool.vtc"))}\n',
-        encoding="utf-8")
+    suite = lost_board_suite(tmp_path, link_down_transport, retries=1,
+                             gates=["accuracy"])
     run = run_ci([suite], capsys, tmp_path)
     assert run.code == 3, run.out
     first, second = run.job("two_io/board/default"), run.job("int_bool/board/default")

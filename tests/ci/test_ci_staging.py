@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from fixtures_ci import TESTCASES, run_ci
+from fixtures_ci import lost_board_suite, run_ci
 
 from verify.ci import staging
 from verify.ci.staging import StagedBaselines, clear_leftovers
@@ -126,15 +126,8 @@ def test_a_staging_folder_is_never_a_suite_s_baselines() -> None:
 
 def test_update_goldens_with_a_device_down_updates_the_others_and_lists_what_it_kept(
         link_down_transport: str, device_env, tmp_path: Path, capsys) -> None:
-    suite = tmp_path / "lost.toml"
-    suite.write_text(
-        '[suite]\nname = "lost"\niterations = 2\nwarmup = 0\nretries = 0\n'
-        'gates = ["accuracy", "regression"]\n\n'
-        f'[[device]]\nname = "board"\nspec = "{link_down_transport}:rack7"\n\n'
-        '[[device]]\nname = "local"\nspec = "local"\n\n'
-        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "two_io.vtc"))}\n\n'
-        f'[[testcase]]\npath = {json.dumps(str(TESTCASES / "int_bool.vtc"))}\n',
-        encoding="utf-8")
+    suite = lost_board_suite(tmp_path, link_down_transport, retries=0,
+                             gates=["accuracy", "regression"])
     base = tmp_path / "bl"
     old = base / "lost" / "two_io" / "board" / "default.json"
     old.parent.mkdir(parents=True)

@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -132,11 +133,10 @@ def test_a_tol_glob_matching_no_tensor_is_noted(tmp_path: Path,
                for n in doc["notes"]), doc["notes"]
 
 
-def _outputs_no_node_computes() -> "onnx.ModelProto":
+def _outputs_no_node_computes() -> onnx.ModelProto:
     """z = Relu(x * 3), and as outputs too: the graph input x, an initializer c and a Constant
     node's k. Its tensors (1.2 MB each) are over a 1 MB --budget: bisection then asks the host
     for what each round needs, not for everything at once."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     f = TensorProto.FLOAT
